@@ -1,0 +1,26 @@
+"""xlalint rules: one module per rule family; `ALL_RULES` is the registry, ordered by code."""
+
+from __future__ import annotations
+
+from xlalint.rule import Rule
+
+from . import host_sync
+
+FAMILIES = (host_sync,)
+
+
+def _collect() -> list[type[Rule]]:
+    rules = [
+        obj
+        for family in FAMILIES
+        for obj in vars(family).values()
+        if isinstance(obj, type) and issubclass(obj, Rule) and obj is not Rule and obj.__module__ == family.__name__
+    ]
+    rules.sort(key=lambda r: r.code)
+    codes = [r.code for r in rules]
+    assert len(codes) == len(set(codes)), "duplicate rule codes"
+    return rules
+
+
+ALL_RULES: list[type[Rule]] = _collect()
+RULES_BY_CODE: dict[str, type[Rule]] = {r.code: r for r in ALL_RULES}

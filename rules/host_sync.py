@@ -1,0 +1,463 @@
+"""Host syncs on a per-step path: reading a device tensor's value from Python."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xlalint.analysis.names import dotted_name, last_part, method_name, receiver
+from xlalint.analysis.tensors import Kind
+from xlalint.rule import Invalid, Rule, Valid
+
+from ._common import reportable_sync
+
+
+class ItemInStep(Rule):
+    """## What it does
+    Flags `.item()` and `.tolist()` on a device tensor on a per-step path: a training loop body, a
+    step function (`forward`, `training_step`, ...) or a function called from one.
+
+    ## Why is this bad?
+    XLA tensors are lazy. Reading a value forces the pending graph to compile and run right there,
+    then copies the result to the host (`aten::_local_scalar_dense`), and the step is cut in two
+    graphs. Done before the step's `torch_xla.sync()`, it doubles executions per step (measured: 200
+    instead of 100 executions per 100 steps, +33% wall time on the XLA CPU backend).
+
+    ## Example
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+    ```
+
+    Use instead:
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.detach()  # a device tensor; read it once after the loop
+    ```
+
+    Or read values in `xm.add_step_closure(log_fn, args=(loss,))`, or every N steps.
+
+    ## Fix safety
+    No automatic fix: when values are observed changes program behaviour.
+    """
+
+    code, name, category = "XLA101", "item-in-step", "item_sync"
+    summary = "`.{method}()` on a per-step path forces a device-to-host sync every step"
+    hint = "keep a device tensor (e.g. `total += loss.detach()`) and read it after the loop, every N steps, or in `xm.add_step_closure`"
+
+    VALID = [
+        Valid("first_label = dataset[0]['label'].item()  # setup, runs once\n"),
+        Valid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                if step % 100 == 0:
+                    print(loss.item())
+            """
+        ),
+        Valid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                xm.add_step_closure(lambda l: print(l.item()), args=(loss,))
+            """
+        ),
+        Valid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+            final = loss.item()  # once, after training
+            """
+        ),
+        Valid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                n = torch.tensor([len(y)]).item()  # a CPU tensor
+            """
+        ),
+        Valid(
+            """
+            def forward(self, x):
+                if x.device.type == "cuda":
+                    self.calls += self.counter.item()
+                return self.layer(x)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                running_loss += loss.item()
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            def training_step(self, batch, batch_idx):
+                logits = self.model(batch["x"])
+                self.seen.extend(logits.argmax(-1).tolist())
+                return logits.sum()
+            """,
+            line=3,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        method = method_name(node)
+        if method not in ("item", "tolist") or node.args:
+            return
+        kind = self.ctx.tensor_kind(receiver(node))
+        if kind in (Kind.NOT_TENSOR, Kind.CPU) or not reportable_sync(self.ctx, node):
+            return
+        self.report(node, self.summary.format(method=method))
+
+
+class HostCopyInStep(Rule):
+    """## What it does
+    Flags `.cpu()`, `.numpy()` and `.to("cpu")` of a device tensor on a per-step path.
+
+    ## Why is this bad?
+    Copying a lazy XLA tensor to the host executes the pending graph and transfers the data every
+    step (a `TransferFromDeviceTime` sample per step). The step's graph is cut where the copy
+    happens, so the rest of the step compiles as a separate graph.
+
+    ## Example
+    ```python
+    for batch in loader:
+        logits = model(batch["x"])
+        preds.append(logits.argmax(-1).cpu())
+    ```
+
+    Use instead:
+    ```python
+    for batch in loader:
+        logits = model(batch["x"])
+        preds.append(logits.argmax(-1))  # stays on the device
+    all_preds = torch.cat(preds).cpu()  # one transfer after the loop
+    ```
+
+    ## Fix safety
+    No automatic fix: where the data is needed on the host is the program's choice.
+    """
+
+    code, name, category = "XLA102", "host-copy-in-step", "item_sync"
+    summary = "`{what}` on a per-step path copies a device tensor to the host every step"
+    hint = "keep results on the device and move them to the host once, after the loop or every N steps"
+
+    VALID = [
+        Valid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+            history = loss.detach().cpu()
+            """
+        ),
+        Valid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                stats = np.asarray(counts).numpy()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                arr = loss.detach().cpu().numpy()  # one copy, one finding
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            for batch in loader:
+                logits = model(batch["x"])
+                loss = logits.sum()
+                loss.backward()
+                preds.append(logits.argmax(-1).cpu())
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            def forward(self, x):
+                h = self.encoder(x)
+                self.cache = h.to("cpu")
+                return h
+            """,
+            line=3,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        method = method_name(node)
+        if method == "cpu" and not node.args:
+            what = ".cpu()"
+        elif method == "numpy" and not node.args:
+            what = ".numpy()"
+        elif method == "to" and node.args and _to_cpu(node):
+            what = '.to("cpu")'
+        else:
+            return
+        if not self.ctx.on_device(receiver(node)) or not reportable_sync(self.ctx, node):
+            return
+        self.report(node, self.summary.format(what=what))
+
+
+def _to_cpu(node: cst.Call) -> bool:
+    from xlalint.analysis.tensors import _names_cpu
+
+    target = node.args[0].value if node.args[0].keyword is None else None
+    device = next((a.value for a in node.args if a.keyword and a.keyword.value == "device"), target)
+    return device is not None and _names_cpu(device)
+
+
+class ScalarConversionInStep(Rule):
+    """## What it does
+    Flags `float(t)`, `int(t)` and `bool(t)` of a device tensor on a per-step path.
+
+    ## Why is this bad?
+    Turning a lazy XLA tensor into a Python number is a hidden `.item()`: the graph runs, the value
+    is copied to the host, and the step is cut in two. `int(t)` used as a size also makes every
+    distinct value a new compiled graph.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        total += float(loss)
+    ```
+
+    Use instead:
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        total += loss.detach()
+    ```
+
+    ## Fix safety
+    No automatic fix.
+    """
+
+    code, name, category = "XLA103", "scalar-conversion-in-step", "item_sync"
+    summary = "`{func}()` of a device tensor on a per-step path forces a device-to-host sync"
+    hint = "keep the value as a tensor; convert it after the loop or in `xm.add_step_closure`"
+
+    VALID = [
+        Valid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                lr = float(scheduler.get_last_lr()[0])
+                n = int(x.shape[0])
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                total += float(loss)
+            """,
+            line=4,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = dotted_name(node.func)
+        if func not in ("float", "int", "bool") or len(node.args) != 1 or node.args[0].keyword:
+            return
+        if not self.ctx.on_device(node.args[0].value) or not reportable_sync(self.ctx, node):
+            return
+        self.report(node, self.summary.format(func=func))
+
+
+class PrintTensorInStep(Rule):
+    """## What it does
+    Flags printing or string-formatting a device tensor on a per-step path: `print(t)`,
+    `f"{t}"`, `"%s" % t`, `"{}".format(t)`, and logging calls with a tensor argument.
+
+    ## Why is this bad?
+    Formatting a lazy XLA tensor needs its value: the graph executes and the data is copied to the
+    host, every step.
+
+    ## Example
+    ```python
+    for step, (x, y) in enumerate(loader):
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        print(f"step {step}: loss {loss}")
+    ```
+
+    Use instead:
+    ```python
+    for step, (x, y) in enumerate(loader):
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        if step % 100 == 0:
+            xm.add_step_closure(lambda l: print(f"step {step}: loss {l}"), args=(loss,))
+    ```
+
+    ## Fix safety
+    No automatic fix.
+    """
+
+    code, name, category = "XLA104", "print-tensor-in-step", "item_sync"
+    summary = "formatting a device tensor on a per-step path forces a device-to-host sync"
+    hint = "log every N steps, or pass the tensor to `xm.add_step_closure` and format it there"
+
+    VALID = [
+        Valid(
+            """
+            for step, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                print(f"step {step} of {len(loader)}")
+            """
+        ),
+        Valid(
+            """
+            for step, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                print(f"loss shape {loss.shape}")
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            for step, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                print(f"step {step}: loss {loss}")
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            for step, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                print("loss", loss)
+            """,
+            line=4,
+        ),
+    ]
+
+    LOG_METHODS = {"print", "info", "debug", "warning", "warn", "error", "log", "write", "set_postfix", "set_description"}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = dotted_name(node.func) or ""
+        callee = last_part(name)
+        args = [a.value for a in node.args]
+        if name == "print" or (callee in self.LOG_METHODS and name != callee and callee != "write"):
+            targets = [a for a in args if not isinstance(a, (cst.FormattedString, cst.SimpleString, cst.BinaryOperation))]
+        elif method_name(node) == "format" and isinstance(receiver(node), cst.SimpleString):
+            targets = args
+        else:
+            return
+        if any(self.ctx.on_device(t) for t in targets) and reportable_sync(self.ctx, node):
+            self.report(node)
+
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        if self.ctx.on_device(node.expression) and reportable_sync(self.ctx, node):
+            self.report(node)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if not isinstance(node.operator, cst.Modulo) or not isinstance(node.left, cst.SimpleString):
+            return
+        right = node.right
+        values = [e.value for e in right.elements] if isinstance(right, cst.Tuple) else [right]
+        if any(self.ctx.on_device(v) for v in values) and reportable_sync(self.ctx, node):
+            self.report(node)
+
+
+class MeshReduceInStep(Rule):
+    """## What it does
+    Flags `xm.mesh_reduce(...)` on a per-step path.
+
+    ## Why is this bad?
+    `mesh_reduce` moves the value to the host, exchanges it through a host rendezvous and returns a
+    host value: a device-to-host sync plus a cross-replica barrier, every step.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        xm.optimizer_step(optimizer)
+        avg = xm.mesh_reduce("loss", loss, np.mean)
+    ```
+
+    Use instead:
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        xm.optimizer_step(optimizer)
+        avg = xm.all_reduce(xm.REDUCE_SUM, loss) / xr.world_size()  # stays on the device
+    ```
+
+    ## Fix safety
+    No automatic fix.
+    """
+
+    code, name, category = "XLA105", "mesh-reduce-in-step", "item_sync"
+    summary = "`mesh_reduce` on a per-step path is a host round trip and a rendezvous every step"
+    hint = "use `xm.all_reduce` on device tensors, or reduce once after the loop"
+    xla_only = True
+
+    VALID = [
+        Valid(
+            """
+            import torch_xla.core.xla_model as xm
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+            avg = xm.mesh_reduce("loss", loss, np.mean)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch_xla.core.xla_model as xm
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                avg = xm.mesh_reduce("loss", loss, np.mean)
+            """,
+            line=5,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.qualified_name(node.func) != "torch_xla.core.xla_model.mesh_reduce":
+            return
+        if reportable_sync(self.ctx, node):
+            self.report(node)

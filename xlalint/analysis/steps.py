@@ -1,0 +1,173 @@
+"""Per-step paths: code that runs on every training (or evaluation) iteration.
+
+A node is per-step when, walking up, it sits in the body of a step loop (a loop that calls
+`.backward()`, steps an optimizer, calls a step function or iterates a data loader) or in a step
+function (`forward`, `training_step`, ..., or a module-local function called from either), before
+reaching a function boundary. Step-closure callbacks and every-N-steps blocks are not per-step.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from .guards import is_periodic
+from .names import dotted_name, last_part, method_name, receiver
+
+if TYPE_CHECKING:
+    from .context import FileContext
+
+STEP_FUNCTION = re.compile(
+    r"^(forward|_forward|forward_\w+|\w*training_step|\w*train_step|\w*_step_fn|step_fn|train_fn|step|"
+    r"validation_step|test_step|predict_step|eval_step|evaluation_step|train_batch|train_on_batch|"
+    r"compute_loss|backward|optimizer_step|update|on_train_batch_(start|end)|on_before_optimizer_step|"
+    r"on_after_backward|on_before_backward|on_before_zero_grad|"
+    # per-batch callback hooks of trainers (Lightning, ignite, composer, HF)
+    r"(on_)?(train_)?(batch|step|iter|iteration)_(end|start|begin|completed|started)|"
+    r"(after|before)_(train_)?(iter|step|batch)|"
+    # loss functions run once per step
+    r"(\w+_)?loss(es)?|loss_\w+)$"
+)
+# Calls that make the loop around them a training-step loop.
+STEP_CALL = re.compile(
+    r"^(training_step|train_step|train_batch|train_on_batch|\w*_step_fn|step_fn|_?train_one_step|run_step|"
+    r"optimizer_step|reduce_gradients|backward|manual_backward)$"
+)
+NOT_STEP_FUNCTION = re.compile(r"(^|_)(log|plot|save|load|print|show|init|build|setup|register|get_loss_name)", re.I)
+# `__call__` counts when the class is a loss or metric (called once per step by design).
+CALLABLE_CLASS = re.compile(r"(Loss|Criterion|Metric)", re.I)
+OPTIMIZER = re.compile(r"(^|_)(optim|optimizer|optimiser|opt)s?$|optimizer", re.I)
+DEVICE_LOADER = re.compile(r"^(MpDeviceLoader|ParallelLoader|per_device_loader)$")
+BATCH_ITERABLE = re.compile(r"(loader|dataloader|batches|data_iter|train_iter|dataset_iter)s?$", re.I)
+
+
+def is_step_function(ctx: "FileContext", func: cst.FunctionDef) -> bool:
+    return id(func) in ctx.step_functions
+
+
+def compute_step_functions(ctx: "FileContext") -> set[int]:
+    """Step functions by name, plus module-local functions they or a step loop call (transitively)."""
+    index = ctx.index
+    result: set[int] = set()
+    work: list[cst.CSTNode] = []
+    for defs in index.functions.values():
+        for func in defs:
+            if is_named_step(ctx, func) and not ctx.is_step_closure(func):
+                result.add(id(func))
+                work.append(func)
+    work.extend(loop for loop in index.loops if is_step_loop(ctx, loop))
+    seen: set[int] = set()
+    while work:
+        body_owner = work.pop()
+        if id(body_owner) in seen:
+            continue
+        seen.add(id(body_owner))
+        for callee in _local_callees(ctx, body_owner):
+            if id(callee) not in result:
+                result.add(id(callee))
+                work.append(callee)
+    return result
+
+
+def is_named_step(ctx: "FileContext", func: cst.FunctionDef) -> bool:
+    """A step function by its name alone (`forward`, `training_step`, a loss, a per-batch hook)."""
+    name = func.name.value
+    if STEP_FUNCTION.match(name) and not NOT_STEP_FUNCTION.search(name):
+        return True
+    if name == "__call__":
+        cls = ctx.index.enclosing_class(func)
+        return cls is not None and bool(CALLABLE_CLASS.search(cls.name.value))
+    return False
+
+
+def _local_callees(ctx: "FileContext", owner: cst.CSTNode):
+    """FunctionDefs of this module called from `owner`'s body (`f(...)` or `self.f(...)`)."""
+    index = ctx.index
+    body = owner.body
+    for call in ctx.calls_within(body):
+        if _gated(ctx, call, owner):
+            continue
+        name = dotted_name(call.func)
+        if not name:
+            continue
+        parts = name.split(".")
+        if len(parts) == 1 or (len(parts) == 2 and parts[0] in ("self", "cls")):
+            for func in index.functions.get(parts[-1], ()):
+                if not ctx.is_step_closure(func):
+                    yield func
+
+
+def _gated(ctx: "FileContext", node: cst.CSTNode, owner: cst.CSTNode) -> bool:
+    """`node` runs only every N steps or off XLA, or in a nested loop of its own, within `owner`."""
+    child = node
+    for anc in ctx.index.ancestors(node):
+        if anc is owner:
+            return False
+        if isinstance(anc, cst.If) and child is anc.body and is_periodic(anc.test):
+            return True
+        if isinstance(anc, (cst.For, cst.While)) and child is anc.body and isinstance(owner, (cst.For, cst.While)):
+            return True  # a nested loop is a step loop of its own, the outer one is per epoch
+        child = anc
+    return False
+
+
+def is_step_loop(ctx: "FileContext", loop: cst.For | cst.While) -> bool:
+    key = id(loop)
+    if key not in ctx.step_loop_cache:
+        ctx.step_loop_cache[key] = _is_step_loop(ctx, loop)
+    return ctx.step_loop_cache[key]
+
+
+def _is_step_loop(ctx: "FileContext", loop: cst.For | cst.While) -> bool:
+    if isinstance(loop, cst.For) and iterates_batches(ctx, loop.iter):
+        return True
+    for call in ctx.calls_within(loop.body):
+        if _gated(ctx, call, loop):
+            continue
+        method = method_name(call)
+        if method == "backward":
+            return True
+        if method == "step" and OPTIMIZER.search(dotted_name(receiver(call)) or ""):
+            return True
+        if STEP_CALL.match(last_part(dotted_name(call.func))):
+            return True
+    return False
+
+
+def iterates_batches(ctx: "FileContext", iterable: cst.BaseExpression) -> bool:
+    """`for batch in loader`, `enumerate(tqdm(train_loader))`, `pl.MpDeviceLoader(...)`."""
+    while isinstance(iterable, cst.Call) and last_part(dotted_name(iterable.func)) in ("enumerate", "tqdm", "iter", "zip"):
+        if not iterable.args:
+            return False
+        iterable = iterable.args[0].value
+    if isinstance(iterable, cst.Call):
+        return bool(DEVICE_LOADER.match(last_part(dotted_name(iterable.func))))
+    name = dotted_name(iterable)
+    if not name:
+        return False
+    if BATCH_ITERABLE.search(last_part(name)):
+        return True
+    return any(
+        isinstance(value, cst.Call) and DEVICE_LOADER.match(last_part(dotted_name(value.func)))
+        for value in ctx.assigned_values(iterable)
+    )
+
+
+def is_per_step(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """True when `node` runs once per training/evaluation step."""
+    child = node
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            if ctx.is_step_closure(anc):
+                return False
+            return isinstance(anc, cst.FunctionDef) and is_step_function(ctx, anc)
+        if isinstance(anc, cst.If) and child is anc.body and is_periodic(anc.test):
+            return False
+        if isinstance(anc, cst.For) and child is anc.body and is_step_loop(ctx, anc):
+            return True
+        if isinstance(anc, cst.While) and child in (anc.body, anc.test) and is_step_loop(ctx, anc):
+            return True
+        child = anc
+    return False

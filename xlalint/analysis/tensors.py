@@ -1,0 +1,343 @@
+"""Is an expression a device tensor? A small, flow-aware inference over one function at a time.
+
+Kinds, from least to most tensor-like: NOT_TENSOR (Python numbers, numpy, strings, shapes),
+UNKNOWN, CPU (a tensor known to be on the host), TENSOR (a tensor of unknown device), DEVICE (moved
+to a device, a model output, a parameter's gradient). Rules report host syncs only on TENSOR/DEVICE.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from .steps import is_named_step
+from .names import dotted_name, keyword, last_part, method_name, positional, receiver, string_value
+
+if TYPE_CHECKING:
+    from .context import FileContext
+
+
+class Kind(enum.IntEnum):
+    NOT_TENSOR = 0
+    UNKNOWN = 1
+    CPU = 2
+    TENSOR = 3
+    DEVICE = 4
+
+    @property
+    def on_device(self) -> bool:
+        return self >= Kind.TENSOR
+
+
+TORCH_MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft")
+# torch functions that return something other than a device tensor.
+TORCH_NOT_TENSOR = {
+    "is_tensor", "is_floating_point", "is_complex", "is_nonzero", "numel", "device", "dtype", "no_grad",
+    "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled", "manual_seed", "seed",
+    "save", "load", "get_default_dtype", "set_default_dtype", "Size", "Generator", "compile", "finfo",
+    "iinfo", "autocast", "is_autocast_enabled", "get_num_threads", "set_num_threads", "typename",
+    "is_storage", "use_deterministic_algorithms", "result_type", "promote_types", "can_cast", "equal",
+    "allclose",
+}
+TORCH_NOT_TENSOR_PREFIXES = ("torch.cuda.", "torch.distributed.", "torch.backends.", "torch.utils.", "torch.jit.",
+                             "torch.compiler.", "torch.autograd.", "torch.onnx.", "torch.hub.", "torch.nn.init.")
+FACTORIES = {
+    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
+    "eye", "rand", "randn", "randint", "randperm", "normal", "bernoulli", "tril_indices", "triu_indices",
+    "empty_strided", "scalar_tensor", "from_numpy", "frombuffer",
+}
+LIKE_FACTORIES = {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
+HOST_METHODS = {
+    "item", "tolist", "numpy", "size", "dim", "ndimension", "numel", "nelement", "element_size", "data_ptr",
+    "get_device", "is_contiguous", "is_floating_point", "is_complex", "storage_offset", "stride",
+    "untyped_storage", "keys", "values", "items", "__len__", "format", "join", "split_", "startswith",
+    "endswith", "lower", "upper", "strip", "state_dict", "parameters", "named_parameters", "modules",
+    "children", "named_modules", "named_children", "buffers", "register_buffer", "apply", "train",
+    "eval", "zero_grad", "step", "append", "extend", "insert", "pop", "get", "update", "copy",
+}
+SHAPE_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "is_leaf", "layout", "names",
+                    "is_sparse", "is_quantized", "is_meta", "grad_fn", "itemsize", "nbytes"}
+SAME_KIND_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "real", "imag"}
+HOST_MODULES = ("numpy", "np", "math", "random", "pandas", "statistics", "json", "os", "re", "time", "sys",
+                "collections", "itertools", "functools", "operator", "string", "logging", "warnings")
+PY_BUILTINS_NOT_TENSOR = {
+    "len", "int", "float", "bool", "str", "repr", "range", "list", "dict", "set", "tuple", "isinstance",
+    "type", "hasattr", "getattr", "id", "hash", "round", "sorted", "enumerate", "zip", "print", "format",
+    "open", "any", "all", "iter", "next", "callable", "divmod", "ord", "chr", "hex", "bin", "super",
+}
+# Called objects whose result is a model output (a device tensor in a training step).
+MODEL_CALLEE = re.compile(
+    r"^(self|model|module|net|network|encoder|decoder|criterion|loss|loss_fn|lossfn|loss_func|"
+    r"loss_function|head|backbone|classifier|generator|discriminator|lm|lm_head|ddp_model|"
+    r"wrapped_model|student|teacher|layer|block|embed|embedding|embeddings|critic|actor|policy|"
+    r"policy_net|value_net|q_net|unet|vae|transformer|mlp)$|(_model|_net|_loss|_fn|_criterion|_head|_encoder|"
+    r"_decoder|_layer)$",
+    re.I,
+)
+# Names that are almost always tensors when nothing else is known about them.
+TENSOR_NAME = re.compile(
+    r"^(loss|losses|\w+_loss|loss_\w+|logits|\w+_logits|grad_norm|total_norm|norm|preds|pred|predictions|"
+    r"outputs|output|out|scores|probs|hidden_states|attn_weights|attention_mask|mask|\w+_mask|labels|"
+    r"targets|target|input_ids|x|y|inputs|features|embeddings|weights|grads|gradients|acc|accuracy|"
+    r"correct|found_inf|inf_found|is_finite|nan_mask|tokens|ids|indices)$"
+)
+NON_TENSOR_ANNOTATIONS = {"int", "float", "bool", "str", "dict", "list", "tuple", "Optional[int]", "Optional[float]",
+                          "Optional[str]", "Optional[bool]"}
+NON_TENSOR_PARAMS = re.compile(
+    r"^(self|cls|step|steps|epoch|epochs|i|j|k|idx|\w+_idx|\w+_index|batch_size|num_\w+|n_\w+|args|kwargs|"
+    r"config|cfg|opt|optimizer|optimizers|scheduler|lr|\w+_lr|verbose|name|prefix|mode|state|trainer|"
+    r"\w+_step|global_step|closure|model|module|dataloader_idx|tag|device|dtype|seed|rank|world_size|"
+    r"key|keys|path|msg|message|description|desc|fmt|title|label_names|exc|e|err|error|callback|fn|func|"
+    r"\w+_name|\w+_names|\w+_dir|\w+_path|\w+_fn|\w+_func|\w+_config|\w+_cfg|\w+_kwargs|\w+_args)$"
+)
+
+
+def combine(*kinds: Kind) -> Kind:
+    return max(kinds, default=Kind.NOT_TENSOR)
+
+
+class TensorInference:
+    """Memoised `kind(expr)` for one file."""
+
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+        self.cache: dict[int, Kind] = {}
+        self.active: set[int] = set()
+
+    def kind(self, node: cst.BaseExpression) -> Kind:
+        key = id(node)
+        if key in self.cache:
+            return self.cache[key]
+        if key in self.active:  # recursive definition such as `x = x + 1`
+            return Kind.UNKNOWN
+        self.active.add(key)
+        try:
+            result = self._kind(node)
+        finally:
+            self.active.discard(key)
+        self.cache[key] = result
+        return result
+
+    # -- expressions ------------------------------------------------------------------------
+    def _kind(self, node: cst.BaseExpression) -> Kind:
+        if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString,
+                             cst.ConcatenatedString, cst.Dict, cst.DictComp, cst.Lambda, cst.Set, cst.SetComp)):
+            return Kind.NOT_TENSOR
+        if isinstance(node, cst.Name):
+            return self._name(node)
+        if isinstance(node, cst.Attribute):
+            return self._attribute(node)
+        if isinstance(node, cst.Call):
+            return self._call(node)
+        if isinstance(node, cst.Subscript):
+            return self._subscript(node)
+        if isinstance(node, cst.BinaryOperation):
+            return combine(self.kind(node.left), self.kind(node.right))
+        if isinstance(node, cst.UnaryOperation):
+            if isinstance(node.operator, cst.Not):
+                return self._truth(node.expression)
+            return self.kind(node.expression)
+        if isinstance(node, cst.Comparison):
+            if all(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in node.comparisons):
+                return Kind.NOT_TENSOR
+            return combine(self.kind(node.left), *(self.kind(c.comparator) for c in node.comparisons))
+        if isinstance(node, cst.BooleanOperation):
+            # `a and b` evaluates truthiness of a; the value is a or b.
+            return combine(self.kind(node.left), self.kind(node.right))
+        if isinstance(node, cst.IfExp):
+            return combine(self.kind(node.body), self.kind(node.orelse))
+        if isinstance(node, (cst.Tuple, cst.List)):
+            return combine(*(self.kind(e.value) for e in node.elements)) if node.elements else Kind.NOT_TENSOR
+        if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
+            return self.kind(node.elt)
+        if isinstance(node, cst.Await):
+            return self.kind(node.expression)
+        if isinstance(node, cst.NamedExpr):
+            return self.kind(node.value)
+        return Kind.UNKNOWN
+
+    def _truth(self, node: cst.BaseExpression) -> Kind:
+        kind = self.kind(node)
+        return kind if kind.on_device or kind == Kind.CPU else Kind.NOT_TENSOR
+
+    def _name(self, node: cst.Name) -> Kind:
+        name = node.value
+        if name in ("True", "False", "None"):
+            return Kind.NOT_TENSOR
+        values = self.ctx.reaching_values(node)
+        if values:
+            return combine(*(self.kind(v) for v in values))
+        iterables = self.ctx.loop_iterables(node)
+        if iterables:
+            return combine(*(self._element_kind(it) for it in iterables))
+        binding = self.ctx.index.imports.get(name)
+        if binding is not None or name in PY_BUILTINS_NOT_TENSOR:
+            return Kind.NOT_TENSOR
+        param = self.ctx.parameter(node)
+        if param is not None:
+            return self._parameter(param)
+        if TENSOR_NAME.match(name):
+            return Kind.TENSOR
+        return Kind.UNKNOWN
+
+    def _parameter(self, param: cst.Param) -> Kind:
+        name = param.name.value
+        if NON_TENSOR_PARAMS.match(name):
+            return Kind.NOT_TENSOR
+        if param.annotation is not None:
+            annotation = cst.Module([]).code_for_node(param.annotation.annotation)
+            if "Tensor" in annotation:
+                return Kind.TENSOR
+            if annotation in NON_TENSOR_ANNOTATIONS:
+                return Kind.NOT_TENSOR
+        if param.default is not None and not (isinstance(param.default, cst.Name) and param.default.value == "None"):
+            return Kind.NOT_TENSOR  # a literal/config default: a hyper-parameter, not data
+        func = self.ctx.index.scope_of(param)
+        if isinstance(func, cst.FunctionDef) and is_named_step(self.ctx, func) and self.ctx.is_step_function(func):
+            return Kind.TENSOR  # forward(self, x), training_step(self, batch, ...): data
+        return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
+
+    def _element_kind(self, iterable: cst.BaseExpression) -> Kind:
+        """Kind of the loop variable of `for x in iterable`."""
+        while isinstance(iterable, cst.Call) and last_part(dotted_name(iterable.func)) in ("enumerate", "tqdm", "zip",
+                                                                                            "iter", "reversed"):
+            if not iterable.args:
+                return Kind.UNKNOWN
+            iterable = iterable.args[-1 if last_part(dotted_name(iterable.func)) == "zip" else 0].value
+        if isinstance(iterable, cst.Call):
+            name = last_part(dotted_name(iterable.func))
+            if name in ("MpDeviceLoader", "per_device_loader"):
+                return Kind.DEVICE
+            if name in ("parameters", "named_parameters"):
+                return Kind.NOT_TENSOR  # parameters are handled through `.grad`
+            if name == "range":
+                return Kind.NOT_TENSOR
+        name = dotted_name(iterable)
+        if name:
+            for value in self.ctx.assigned_values(iterable):
+                if isinstance(value, cst.Call):
+                    callee = last_part(dotted_name(value.func))
+                    if callee == "DataLoader":
+                        return Kind.CPU  # a plain DataLoader yields host tensors
+                    if callee in ("MpDeviceLoader", "per_device_loader"):
+                        return Kind.DEVICE
+        kind = self.kind(iterable)
+        return kind if kind != Kind.NOT_TENSOR else Kind.UNKNOWN
+
+    def _attribute(self, node: cst.Attribute) -> Kind:
+        attr = node.attr.value
+        if attr in SHAPE_ATTRIBUTES:
+            return Kind.NOT_TENSOR
+        if attr == "grad":
+            return Kind.DEVICE
+        base = self.kind(node.value)
+        if attr in SAME_KIND_ATTRIBUTES:
+            return base
+        full = dotted_name(node)
+        if full:
+            qualified = self.ctx.qualified_name(node)
+            if qualified and qualified.split(".")[0] in HOST_MODULES:
+                return Kind.NOT_TENSOR
+            values = self.ctx.attribute_values(full)
+            if values:
+                return combine(*(self.kind(v) for v in values))
+        if base == Kind.DEVICE:
+            return Kind.DEVICE  # `outputs.loss`, `out.logits`
+        if TENSOR_NAME.match(attr):
+            return Kind.TENSOR if base != Kind.NOT_TENSOR else Kind.UNKNOWN
+        return Kind.UNKNOWN
+
+    def _subscript(self, node: cst.Subscript) -> Kind:
+        base = self.kind(node.value)
+        return base if base != Kind.NOT_TENSOR else Kind.NOT_TENSOR
+
+    def _call(self, node: cst.Call) -> Kind:
+        qualified = self.ctx.qualified_name(node.func)
+        method = method_name(node)
+        if qualified:
+            root = qualified.split(".")[0]
+            head, _, tail = qualified.rpartition(".")
+            if root in HOST_MODULES:
+                return Kind.NOT_TENSOR
+            if qualified in PY_BUILTINS_NOT_TENSOR:
+                return Kind.NOT_TENSOR
+            if qualified in ("sum", "max", "min", "abs"):
+                return combine(*(self.kind(a.value) for a in node.args))
+            if root == "torch" and not qualified.startswith("torch.Tensor"):
+                return self._torch_call(node, qualified, head, tail)
+        name = dotted_name(node.func)
+        if name and MODEL_CALLEE.search(last_part(name)) and name.count(".") <= 1:
+            return Kind.DEVICE  # `model(x)`, `self.encoder(h)`, `criterion(out, y)`: model outputs
+        if method is not None:
+            result = self._method_call(node, method)
+            if result != Kind.NOT_TENSOR or dotted_name(receiver(node)) not in ("self", "cls"):
+                return result
+        # `self.residual(x)`, `project(h)`: a function of device tensors most likely returns one
+        if any(self.kind(a.value).on_device for a in positional(node)):
+            return Kind.TENSOR
+        return Kind.UNKNOWN
+
+    def _torch_call(self, node: cst.Call, qualified: str, head: str, tail: str) -> Kind:
+        if tail in TORCH_NOT_TENSOR or qualified.startswith(TORCH_NOT_TENSOR_PREFIXES) and \
+                not qualified.startswith("torch.nn.utils.clip_grad"):
+            return Kind.NOT_TENSOR
+        if qualified.startswith("torch.nn.utils.clip_grad"):
+            return Kind.DEVICE  # the total norm lives on the parameters' device
+        if head == "torch" and tail[:1].isupper():
+            return Kind.NOT_TENSOR  # torch.Size, torch.Generator, dtype classes...
+        if head.startswith("torch.nn") and head != "torch.nn.functional":
+            return Kind.UNKNOWN  # nn.Linear(...) builds a module
+        device = keyword(node, "device")
+        if tail in FACTORIES:
+            if device is not None:
+                return Kind.CPU if _names_cpu(device.value) else Kind.DEVICE
+            return Kind.CPU
+        if tail in LIKE_FACTORIES:
+            if device is not None:
+                return Kind.CPU if _names_cpu(device.value) else Kind.DEVICE
+            args = positional(node)
+            return self.kind(args[0].value) if args else Kind.TENSOR
+        kinds = [self.kind(a.value) for a in node.args if a.keyword is None or a.keyword.value not in ("dim", "dtype")]
+        result = combine(*kinds) if kinds else Kind.TENSOR
+        return result if result >= Kind.CPU else Kind.TENSOR
+
+    def _method_call(self, node: cst.Call, method: str) -> Kind:
+        recv = receiver(node)
+        if method in HOST_METHODS:
+            return Kind.NOT_TENSOR
+        if method == "cpu":
+            return Kind.CPU
+        if method in ("cuda", "xla"):
+            return Kind.DEVICE
+        base = self.kind(recv)
+        if base == Kind.NOT_TENSOR:
+            return Kind.NOT_TENSOR
+        if method == "to":
+            device = keyword(node, "device")
+            targets = [device.value] if device is not None else [a.value for a in positional(node)]
+            if any(_names_cpu(t) for t in targets):
+                return Kind.CPU
+            if any(_names_device(t) for t in targets):
+                return Kind.DEVICE
+            return base
+        if MODEL_CALLEE.search(method) and base == Kind.UNKNOWN:
+            return Kind.UNKNOWN
+        return base
+
+
+def _names_cpu(node: cst.BaseExpression) -> bool:
+    if string_value(node) == "cpu":
+        return True
+    if isinstance(node, cst.Call) and last_part(dotted_name(node.func)) == "device" and node.args:
+        return string_value(node.args[0].value) == "cpu"
+    return dotted_name(node) in ("cpu", "cpu_device", "torch.device.cpu")
+
+
+def _names_device(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.SimpleString):
+        return string_value(node) not in ("cpu", None)
+    name = dotted_name(node) or (dotted_name(node.func) if isinstance(node, cst.Call) else None) or ""
+    return bool(re.search(r"device|dev$|cuda|xla|tpu|gpu|accelerator|rank", name, re.I))

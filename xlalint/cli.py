@@ -1,0 +1,173 @@
+"""The `xlalint` command line (click), with Ruff's conventions.
+
+Exit codes: 0 nothing found (or all fixed), 1 findings remain, 2 usage/config/IO/parse error.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .config import ConfigError, Settings, load_settings, validate_selectors
+from .diagnostics import Diagnostic
+from .discovery import MissingPath, discover
+from .engine import fix_source, lint_source
+from .explain import explain_text, rules_table
+from .fixes import unified_diff
+from .reporters import FORMATS, render, statistics
+from .rules import ALL_RULES, RULES_BY_CODE
+from .source import SourceError, read_source, write_atomic
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _error(message: str) -> None:
+    click.echo(message if ": error:" in message else f"xlalint: error: {message}", err=True)
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [part for value in values for part in value.split(",") if part.strip()]
+
+
+def _prepare(paths, config, select, extend_select, ignore, force_exclude):
+    targets = [Path(p) for p in paths] or [Path(".")]
+    settings: Settings = load_settings(Path(config) if config else None, targets, ALL_RULES)
+    if select:
+        settings.select = validate_selectors(_split(select), ALL_RULES, "--select")
+    if extend_select:
+        settings.extend_select += validate_selectors(_split(extend_select), ALL_RULES, "--extend-select")
+    if ignore:
+        settings.ignore += validate_selectors(_split(ignore), ALL_RULES, "--ignore")
+    files = discover(targets, settings, force_exclude=force_exclude)
+    return settings, settings.selected_rules(ALL_RULES), files
+
+
+def _selection_options(func):
+    for option in reversed(
+        [
+            click.argument("paths", nargs=-1, type=click.Path(path_type=str)),
+            click.option("--config", type=click.Path(dir_okay=False), help="Use this TOML file instead of discovery."),
+            click.option("--select", multiple=True, help="Rule codes or prefixes to enable (e.g. XLA1,XLA401)."),
+            click.option("--extend-select", multiple=True, help="Codes or prefixes to enable in addition."),
+            click.option("--ignore", multiple=True, help="Codes or prefixes to disable."),
+            click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too."),
+            click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only: no hints, no summary."),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="xlalint")
+def main() -> None:
+    """xlalint: find and fix PyTorch/XLA and JAX performance hazards before they burn TPU hours."""
+
+
+@main.command()
+@_selection_options
+@click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
+@click.option("--unsafe-fixes", is_flag=True, help="Show unsafe fixes as available.")
+@click.option("--statistics", "show_statistics", is_flag=True, help="Count findings per rule.")
+def check(paths, config, select, extend_select, ignore, force_exclude, quiet, output_format, exit_zero,
+          unsafe_fixes, show_statistics):
+    """Lint PATHS (default: the current directory)."""
+    try:
+        settings, rules, files = _prepare(paths, config, select, extend_select, ignore, force_exclude)
+    except (ConfigError, MissingPath) as exc:
+        _error(str(exc))
+        sys.exit(EXIT_ERROR)
+    diagnostics: list[Diagnostic] = []
+    failed = False
+    for path in files:
+        try:
+            diagnostics += lint_source(read_source(path), settings.rules_for(path, rules),
+                                       with_edits=output_format == "json")
+        except SourceError as exc:
+            _error(str(exc))
+            failed = True
+    diagnostics.sort(key=Diagnostic.sort_key)
+    unsafe = unsafe_fixes or settings.unsafe_fixes
+    click.echo(statistics(diagnostics) if show_statistics else render(diagnostics, output_format, quiet=quiet,
+                                                                       unsafe_fixes=unsafe), nl=False)
+    if failed:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if diagnostics and not exit_zero else EXIT_OK)
+
+
+@main.command()
+@_selection_options
+@click.option("--write", is_flag=True, help="Apply the fixes to the files (default: print a diff, change nothing).")
+@click.option("--diff", is_flag=True, help="Print a unified diff and change nothing (the default without --write).")
+@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour.")
+def fix(paths, config, select, extend_select, ignore, force_exclude, quiet, write, diff, unsafe_fixes):
+    """Fix what can be fixed in PATHS. Prints a diff unless --write is given."""
+    if write and diff:
+        _error("--write and --diff are mutually exclusive")
+        sys.exit(EXIT_ERROR)
+    try:
+        settings, rules, files = _prepare(paths, config, select, extend_select, ignore, force_exclude)
+    except (ConfigError, MissingPath) as exc:
+        _error(str(exc))
+        sys.exit(EXIT_ERROR)
+    unsafe = unsafe_fixes or settings.unsafe_fixes
+    failed = False
+    changed_files = fixed = 0
+    remaining: list[Diagnostic] = []
+    for path in files:
+        try:
+            result = fix_source(read_source(path), settings.rules_for(path, rules), unsafe=unsafe)
+            if result.fixed is not None:
+                changed_files += 1
+                fixed += result.fixed_count
+                if write:
+                    write_atomic(path, result.fixed)
+                else:
+                    before = result.source.text
+                    after = result.fixed.decode(result.source.encoding).lstrip("\ufeff")
+                    click.echo(unified_diff(str(path), before, after), nl=False)
+            remaining += result.diagnostics
+        except SourceError as exc:
+            _error(str(exc))
+            failed = True
+        except OSError as exc:
+            _error(f"{path}: error: cannot write: {exc.strerror or exc}")
+            failed = True
+    remaining.sort(key=Diagnostic.sort_key)
+    if write:
+        if remaining:
+            click.echo(render(remaining, "concise", quiet=True, unsafe_fixes=unsafe), nl=False)
+        if not quiet:
+            click.echo(f"Fixed {fixed} error{'s' if fixed != 1 else ''} in {changed_files} "
+                       f"file{'s' if changed_files != 1 else ''}; {len(remaining)} remaining.", err=True)
+    elif not quiet:
+        click.echo(f"Would fix {fixed} error{'s' if fixed != 1 else ''} in {changed_files} "
+                   f"file{'s' if changed_files != 1 else ''} (run with --write to apply).", err=True)
+    if failed:
+        sys.exit(EXIT_ERROR)
+    if write:
+        sys.exit(EXIT_FINDINGS if remaining else EXIT_OK)
+    sys.exit(EXIT_FINDINGS if changed_files else EXIT_OK)
+
+
+@main.command()
+@click.argument("code")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def explain(code, output_format):
+    """Explain rule CODE (or its name): what it finds, why it is slow on XLA, an example, the fix."""
+    rule = RULES_BY_CODE.get(code.upper()) or next((r for r in ALL_RULES if r.name == code), None)
+    if rule is None:
+        _error(f"unknown rule `{code}` (see `xlalint rules`)")
+        sys.exit(EXIT_ERROR)
+    click.echo(explain_text(rule, output_format))
+
+
+@main.command("rules")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def list_rules(output_format):
+    """List every rule: code, name, category, fix availability, summary."""
+    click.echo(rules_table(ALL_RULES, output_format))

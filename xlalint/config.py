@@ -1,0 +1,164 @@
+"""Settings: `[tool.xlalint]` in the nearest pyproject.toml, or xlalint.toml, plus CLI overrides."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .rule import Rule
+
+CONFIG_FILES = ("xlalint.toml", ".xlalint.toml", "pyproject.toml")
+KNOWN_KEYS = {
+    "select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude",
+    "respect-gitignore", "unsafe-fixes",
+}
+DEFAULT_EXCLUDE = (
+    ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist",
+    "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".eggs", "*.egg-info", "site-packages",
+    "_build", "buck-out", ".ipynb_checkpoints", ".direnv", "__pypackages__",
+)
+
+
+class ConfigError(Exception):
+    """Bad configuration or CLI selection: one line, exit 2."""
+
+
+@dataclass
+class Settings:
+    root: Path  # where relative patterns are anchored (the config file's folder, else cwd)
+    config_file: Path | None = None
+    select: list[str] = field(default_factory=lambda: ["XLA"])
+    extend_select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
+    extend_exclude: list[str] = field(default_factory=list)
+    respect_gitignore: bool = True
+    unsafe_fixes: bool = False
+
+    def selected_rules(self, all_rules: list[type[Rule]]) -> list[type[Rule]]:
+        chosen = [r for r in all_rules if _matches(r.code, self.select + self.extend_select)]
+        return [r for r in chosen if not _matches(r.code, self.ignore)]
+
+    def rules_for(self, path: Path, rules: list[type[Rule]]) -> list[type[Rule]]:
+        ignored = self.ignored_codes(path)
+        return [r for r in rules if not _matches(r.code, ignored)] if ignored else rules
+
+    def ignored_codes(self, path: Path) -> list[str]:
+        if not self.per_file_ignores:
+            return []
+        from .discovery import glob_matches
+
+        codes: list[str] = []
+        for pattern, pattern_codes in self.per_file_ignores.items():
+            negated = pattern.startswith("!")
+            hit = glob_matches(pattern.lstrip("!"), path, self.root)
+            if hit != negated:
+                codes.extend(pattern_codes)
+        return codes
+
+
+def _matches(code: str, selectors: list[str]) -> bool:
+    return any(s == "ALL" or code.startswith(s) for s in selectors)
+
+
+def validate_selectors(selectors: list[str], all_rules: list[type[Rule]], where: str) -> list[str]:
+    cleaned = []
+    for raw in selectors:
+        selector = raw.strip().upper()
+        if not selector:
+            continue
+        if selector != "ALL" and not any(r.code.startswith(selector) for r in all_rules):
+            raise ConfigError(f"{where}: unknown rule selector `{raw}` (see `xlalint rules`)")
+        cleaned.append(selector)
+    return cleaned
+
+
+def find_config(start: Path) -> tuple[Path, dict] | None:
+    """The nearest xlalint.toml, or pyproject.toml with a [tool.xlalint] table, from `start` upwards."""
+    start = start.resolve()
+    for folder in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
+        for name in CONFIG_FILES:
+            candidate = folder / name
+            if not candidate.is_file():
+                continue
+            data = load_toml(candidate)
+            if name == "pyproject.toml":
+                table = data.get("tool", {}).get("xlalint")
+                if table is None:
+                    continue
+                return candidate, table
+            return candidate, data
+    return None
+
+
+def load_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"{path}: error: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: error: invalid TOML: {exc}") from None
+
+
+def _string_list(value, key: str, where: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: `{key}` must be a list of strings")
+    return list(value)
+
+
+def settings_from_table(table: dict, root: Path, config_file: Path | None, all_rules: list[type[Rule]]) -> Settings:
+    where = str(config_file) if config_file else "configuration"
+    unknown = sorted(set(table) - KNOWN_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(KNOWN_KEYS))})")
+    settings = Settings(root=root, config_file=config_file)
+    if "select" in table:
+        settings.select = validate_selectors(_string_list(table["select"], "select", where), all_rules, where)
+    if "extend-select" in table:
+        settings.extend_select = validate_selectors(
+            _string_list(table["extend-select"], "extend-select", where), all_rules, where)
+    if "ignore" in table:
+        settings.ignore = validate_selectors(_string_list(table["ignore"], "ignore", where), all_rules, where)
+    if "per-file-ignores" in table:
+        value = table["per-file-ignores"]
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: `per-file-ignores` must be a table of glob = [codes]")
+        settings.per_file_ignores = {
+            str(k): validate_selectors(_string_list(v, f"per-file-ignores.{k}", where), all_rules, where)
+            for k, v in value.items()
+        }
+    if "exclude" in table:
+        settings.exclude = _string_list(table["exclude"], "exclude", where)
+    if "extend-exclude" in table:
+        settings.extend_exclude = _string_list(table["extend-exclude"], "extend-exclude", where)
+    for key, attr in (("respect-gitignore", "respect_gitignore"), ("unsafe-fixes", "unsafe_fixes")):
+        if key in table:
+            if not isinstance(table[key], bool):
+                raise ConfigError(f"{where}: `{key}` must be true or false")
+            setattr(settings, attr, table[key])
+    return settings
+
+
+def load_settings(config: Path | None, paths: list[Path], all_rules: list[type[Rule]]) -> Settings:
+    if config is not None:
+        if not config.is_file():
+            raise ConfigError(f"{config}: error: config file not found")
+        data = load_toml(config)
+        table = data.get("tool", {}).get("xlalint", {}) if config.name == "pyproject.toml" else data
+        return settings_from_table(table, config.resolve().parent, config.resolve(), all_rules)
+    for start in [*(p for p in paths[:1] if p.exists()), Path.cwd()]:
+        found = find_config(start)
+        if found:
+            file, table = found
+            return settings_from_table(table, file.parent, file, all_rules)
+    return Settings(root=Path.cwd().resolve())

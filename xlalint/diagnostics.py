@@ -1,0 +1,140 @@
+"""Diagnostics and fixes: what a rule reports, in the shape Ruff's JSON output uses."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CATEGORIES = (
+    "item_sync",
+    "control_flow_on_tensor",
+    "dynamic_shape",
+    "varying_shape",
+    "optimizer_step",
+    "clip_grad_norm",
+    "deprecated_xla_api",
+    "other",
+)
+
+DOCS_URL = "https://github.com/xlalint/xlalint/blob/main/docs/rules/{name}.md"
+
+
+class Applicability(str, enum.Enum):
+    """Ruff's fix applicability: safe fixes keep meaning, unsafe ones may change behaviour."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+    DISPLAY_ONLY = "displayonly"
+
+    def allowed(self, unsafe_fixes: bool) -> bool:
+        return self is Applicability.SAFE or (unsafe_fixes and self is Applicability.UNSAFE)
+
+
+@dataclass(frozen=True, order=True)
+class Location:
+    """1-based row and column, as Ruff reports them."""
+
+    row: int
+    column: int
+
+    def to_json(self) -> dict:
+        return {"column": self.column, "row": self.row}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text between two locations with `content`."""
+
+    location: Location
+    end_location: Location
+    content: str
+
+    def to_json(self) -> dict:
+        return {
+            "content": self.content,
+            "end_location": self.end_location.to_json(),
+            "location": self.location.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class ImportRequest:
+    """An import a fix needs: `import module [as asname]` or `from module import obj [as asname]`.
+
+    `beside` names an existing import binding (e.g. "xm"): when that import sits inside a guard
+    (try/except ImportError, if), the new import is placed next to it, under the same guard.
+    """
+
+    module: str
+    obj: str | None = None
+    asname: str | None = None
+    beside: str | None = None
+
+
+@dataclass
+class Fix:
+    """A fix as rules build it: node replacements (applied on the tree) plus needed imports.
+
+    `edits` is filled in by the engine from the replacements, for reporting.
+    """
+
+    applicability: Applicability
+    title: str
+    replacements: dict = field(default_factory=dict)  # id(original node) -> (node, replacement)
+    imports: tuple[ImportRequest, ...] = ()
+    removed_imports: tuple[ImportRequest, ...] = ()
+    edits: tuple[Edit, ...] = ()
+
+    @classmethod
+    def replace(cls, node, replacement, *, title: str, safe: bool, imports=(), removed_imports=()) -> "Fix":
+        return cls(
+            Applicability.SAFE if safe else Applicability.UNSAFE,
+            title,
+            {id(node): (node, replacement)},
+            tuple(imports),
+            tuple(removed_imports),
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "applicability": self.applicability.value,
+            "edits": [e.to_json() for e in self.edits],
+            "message": self.title,
+        }
+
+
+@dataclass
+class Diagnostic:
+    code: str
+    name: str
+    message: str
+    category: str
+    path: Path
+    location: Location
+    end_location: Location
+    fix: Fix | None = None
+    noqa_row: int | None = None
+
+    @property
+    def url(self) -> str:
+        return DOCS_URL.format(name=self.name)
+
+    def sort_key(self):
+        return (str(self.path), self.location, self.code)
+
+    def to_json(self) -> dict:
+        return {
+            "category": self.category,
+            "cell": None,
+            "code": self.code,
+            "end_location": self.end_location.to_json(),
+            "filename": str(self.path),
+            "fix": self.fix.to_json() if self.fix else None,
+            "location": self.location.to_json(),
+            "message": self.message,
+            "name": self.name,
+            "noqa_row": self.noqa_row,
+            "severity": "error",
+            "url": self.url,
+        }

@@ -1,0 +1,84 @@
+"""Which files to lint: walk the given paths, skip excluded and .gitignored ones (pathspec)."""
+
+from __future__ import annotations
+
+import os
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pathspec
+
+from .config import Settings
+
+
+class MissingPath(Exception):
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path}: error: No such file or directory")
+
+
+def glob_matches(pattern: str, path: Path, root: Path) -> bool:
+    """Ruff-style: a pattern without a slash matches the basename, else the path from `root`."""
+    if "/" not in pattern.rstrip("/"):
+        return fnmatch(path.name, pattern.rstrip("/"))
+    try:
+        relative = path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        relative = path.as_posix()
+    return fnmatch(relative, pattern.strip("/")) or fnmatch(relative, pattern.strip("/") + "/*")
+
+
+class _Excluder:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.patterns = [*settings.exclude, *settings.extend_exclude]
+        self.gitignores: dict[Path, pathspec.PathSpec | None] = {}
+
+    def excluded(self, path: Path) -> bool:
+        if any(glob_matches(p, path, self.settings.root) for p in self.patterns):
+            return True
+        return self.settings.respect_gitignore and self._gitignored(path)
+
+    def _gitignored(self, path: Path) -> bool:
+        resolved = path.resolve()
+        for folder in resolved.parents:
+            spec = self._spec(folder)
+            if spec is not None:
+                relative = resolved.relative_to(folder).as_posix()
+                if spec.match_file(relative + ("/" if path.is_dir() else "")):
+                    return True
+            if (folder / ".git").exists():
+                break  # .gitignore files above the repository root do not apply
+        return False
+
+    def _spec(self, folder: Path) -> pathspec.PathSpec | None:
+        if folder not in self.gitignores:
+            ignore = folder / ".gitignore"
+            spec = None
+            if ignore.is_file():
+                try:
+                    lines = ignore.read_text(encoding="utf-8", errors="replace").splitlines()
+                    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+                except OSError:
+                    spec = None
+            self.gitignores[folder] = spec
+        return self.gitignores[folder]
+
+
+def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = False) -> list[Path]:
+    """Python files under `paths`, sorted. Files named explicitly are kept unless `force_exclude`."""
+    excluder = _Excluder(settings)
+    found: set[Path] = set()
+    for path in paths:
+        if not path.exists():
+            raise MissingPath(path)
+        if path.is_file():
+            if not (force_exclude and excluder.excluded(path)):
+                found.add(path)
+            continue
+        for folder, dirs, files in os.walk(path):
+            base = Path(folder)
+            dirs[:] = sorted(d for d in dirs if not excluder.excluded(base / d))
+            for name in files:
+                if name.endswith((".py", ".pyi")) and not excluder.excluded(base / name):
+                    found.add(base / name)
+    return sorted(found)

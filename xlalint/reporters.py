@@ -1,0 +1,70 @@
+"""Output formats: text (path:row:col: CODE message + hint), json (Ruff's shape + category), github."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import click
+
+from .diagnostics import Applicability, Diagnostic
+from .rules import RULES_BY_CODE
+
+FORMATS = ("text", "concise", "json", "github")
+
+
+def _relative(path) -> str:
+    try:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else str(path)
+    except ValueError:
+        return str(path)
+
+
+def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsafe_fixes: bool = False) -> str:
+    if fmt == "json":
+        return json.dumps([d.to_json() for d in diagnostics], indent=2) + "\n"
+    if fmt == "github":
+        return "".join(
+            f"::error title=xlalint ({d.code}),file={d.path},line={d.location.row},col={d.location.column},"
+            f"endLine={d.end_location.row},endColumn={d.end_location.column}::"
+            f"{_relative(d.path)}:{d.location.row}:{d.location.column}: {d.code} {d.message}\n"
+            for d in diagnostics
+        )
+    lines = []
+    for d in diagnostics:
+        where = click.style(f"{_relative(d.path)}:{d.location.row}:{d.location.column}:", bold=True)
+        fixable = ""
+        if d.fix is not None and d.fix.applicability.allowed(unsafe_fixes):
+            fixable = click.style(" [*]", fg="cyan")
+        elif d.fix is not None and d.fix.applicability is Applicability.UNSAFE:
+            fixable = click.style(" [unsafe fix]", fg="cyan")
+        lines.append(f"{where} {click.style(d.code, fg='red', bold=True)}{fixable} {d.message}")
+        hint = RULES_BY_CODE[d.code].hint if d.code in RULES_BY_CODE else ""
+        if fmt == "text" and hint and not quiet:
+            lines.append(f"  {click.style('hint:', fg='blue')} {hint}")
+    if not quiet:
+        lines.append(summary(diagnostics, unsafe_fixes))
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def summary(diagnostics: list[Diagnostic], unsafe_fixes: bool) -> str:
+    if not diagnostics:
+        return "All checks passed!"
+    count = len(diagnostics)
+    text = f"Found {count} error{'s' if count != 1 else ''}."
+    safe = sum(1 for d in diagnostics if d.fix and d.fix.applicability is Applicability.SAFE)
+    unsafe = sum(1 for d in diagnostics if d.fix and d.fix.applicability is Applicability.UNSAFE)
+    if unsafe_fixes and safe + unsafe:
+        text += f"\n[*] {safe + unsafe} fixable with `xlalint fix --write --unsafe-fixes`."
+    elif safe:
+        text += f"\n[*] {safe} fixable with `xlalint fix --write`."
+    if unsafe and not unsafe_fixes:
+        text += f"\n{unsafe} more fix{'es' if unsafe != 1 else ''} available with `--unsafe-fixes`."
+    return text
+
+
+def statistics(diagnostics: list[Diagnostic]) -> str:
+    counts = Counter((d.code, d.name) for d in diagnostics)
+    return "".join(f"{n:>5}  {code}  {name}\n" for (code, name), n in counts.most_common())

@@ -1,0 +1,73 @@
+"""Reading and writing source files without losing anything: encoding, BOM, newlines, mode."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SourceError(Exception):
+    """A file that cannot be read, decoded or parsed: reported as one line, never a traceback."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(f"{path}: error: {message}")
+        self.path = path
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: Path
+    raw: bytes
+    text: str
+    encoding: str  # as PEP 263 / the BOM says, e.g. "utf-8", "utf-8-sig", "latin-1"
+
+
+def read_source(path: Path) -> SourceFile:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SourceError(path, exc.strerror or str(exc)) from None
+    return decode_source(path, raw)
+
+
+def decode_source(path: Path, raw: bytes) -> SourceFile:
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+    except SyntaxError as exc:
+        raise SourceError(path, f"cannot decode: {exc.msg if hasattr(exc, 'msg') else exc}") from None
+    try:
+        text = raw.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        where = f" at byte {exc.start}" if isinstance(exc, UnicodeDecodeError) else ""
+        raise SourceError(path, f"cannot decode as {encoding}{where}: {getattr(exc, 'reason', exc)}") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return SourceFile(path, raw, text, encoding)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write via a temporary file in the same directory and rename: never a half-written file."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        mode = None
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".xlalint-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

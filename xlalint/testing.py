@@ -1,0 +1,61 @@
+"""Tests for free from each rule's VALID/INVALID examples (Fixit's model).
+
+`rule_cases(rules)` yields pytest params; `check_case(rule, case)` asserts one of them:
+VALID gives no finding; INVALID gives exactly one finding of the rule on its line, and when an
+`expected_replacement` is given, fixing at its applicability yields exactly that code, which parses
+and is a fixed point (fixing again changes nothing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .diagnostics import Applicability
+from .engine import fix_source, lint_source
+from .rule import Invalid, Rule, Valid
+from .source import decode_source
+
+
+def rule_cases(rules: list[type[Rule]]):
+    import pytest
+
+    for rule in rules:
+        for i, case in enumerate(rule.VALID):
+            yield pytest.param(rule, case, id=f"{rule.code}-{rule.name}-VALID_{i}")
+        for i, case in enumerate(rule.INVALID):
+            yield pytest.param(rule, case, id=f"{rule.code}-{rule.name}-INVALID_{i}")
+
+
+def lint_code(code: str, rules: list[type[Rule]], path: str = "example.py", with_edits: bool = False):
+    # rule examples are fragments that need not mention torch: no prefilter
+    return lint_source(decode_source(Path(path), code.encode()), rules, with_edits=with_edits, prefilter=False)
+
+
+def fix_code(code: str, rules: list[type[Rule]], unsafe: bool, path: str = "example.py") -> str:
+    result = fix_source(decode_source(Path(path), code.encode()), rules, unsafe=unsafe, prefilter=False)
+    return (result.fixed or code.encode()).decode()
+
+
+def check_case(rule: type[Rule], case: Valid | Invalid) -> None:
+    found = lint_code(case.code, [rule], with_edits=True)
+    if isinstance(case, Valid):
+        assert not found, f"{rule.code} reported valid code:\n{case.code}\n{[d.message for d in found]}"
+        return
+    assert len(found) == 1, f"{rule.code} expected 1 finding, got {len(found)}:\n{case.code}\n{found}"
+    diagnostic = found[0]
+    if case.line is not None:
+        assert diagnostic.location.row <= case.line <= diagnostic.end_location.row, (
+            f"{rule.code} reported rows {diagnostic.location.row}-{diagnostic.end_location.row}, expected {case.line}"
+        )
+    if case.expected_replacement is None:
+        return
+    assert diagnostic.fix is not None, f"{rule.code} offered no fix for:\n{case.code}"
+    assert diagnostic.fix.applicability is case.applicability, diagnostic.fix.applicability
+    assert diagnostic.fix.edits, "a fix must come with its text edits"
+    unsafe = case.applicability is Applicability.UNSAFE
+    if unsafe:
+        assert fix_code(case.code, [rule], unsafe=False) == case.code, "an unsafe fix was applied without opt-in"
+    fixed = fix_code(case.code, [rule], unsafe=unsafe)
+    assert fixed == case.expected_replacement, f"fix mismatch:\n--- got\n{fixed}\n--- expected\n{case.expected_replacement}"
+    compile(fixed, "fixed.py", "exec")
+    assert fix_code(fixed, [rule], unsafe=unsafe) == fixed, "fixing twice changed the code again"
