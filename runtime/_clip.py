@@ -1,0 +1,158 @@
+"""``clip_grad_norm_`` that never reads a tensor value on the host (XLA112)."""
+
+from __future__ import annotations
+
+import types
+import warnings
+from typing import Iterable
+
+import torch
+
+from ._xla import is_lazy_device
+
+try:  # The same helpers torch's own clip_grad_norm_ uses, so CPU/CUDA results match bit for bit.
+    from torch.utils._foreach_utils import (
+        _device_has_foreach_support,
+        _group_tensors_by_device_and_dtype,
+        _has_foreach_support,
+    )
+except ImportError:  # pragma: no cover - torch releases without these private helpers
+    _group_tensors_by_device_and_dtype = None
+
+    def _device_has_foreach_support(device: torch.device) -> bool:
+        return device.type in ("cpu", "cuda")
+
+    def _has_foreach_support(tensors: list[torch.Tensor], device: torch.device) -> bool:
+        return _device_has_foreach_support(device) and all(
+            type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors
+        )
+
+
+_Params = torch.Tensor | Iterable[torch.Tensor]
+
+
+def _group(tensors: list[torch.Tensor]) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
+    # torch's C++ grouping fixes the order of the per-group norms, and with it
+    # the rounding of the final reduction over mixed dtypes; use it when present.
+    if _group_tensors_by_device_and_dtype is not None:
+        grouped = _group_tensors_by_device_and_dtype([tensors])
+        return {key: lists[0] for key, (lists, _) in grouped.items()}
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.device, t.dtype), []).append(t)
+    return groups
+
+
+def _use_foreach(foreach: bool | None, tensors: list[torch.Tensor], device: torch.device) -> bool:
+    # Lazy XLA devices always take the per-tensor loop: that is what torch does
+    # there for foreach=None, and torch_xla raises on foreach=True.
+    if is_lazy_device(device) or foreach is False:
+        return False
+    if foreach is None:
+        return _has_foreach_support(tensors, device)
+    return _device_has_foreach_support(device)  # foreach=True: never raise, fall back to the loop
+
+
+def _check_finite(total_norm: torch.Tensor, norm_type: float) -> None:
+    if is_lazy_device(total_norm.device):
+        # A Python `if` on a lazy tensor executes the graph and copies to the
+        # host every step, which is exactly what this runtime exists to avoid.
+        warnings.warn(
+            "xlalint.runtime.clip_grad_norm_: error_if_nonfinite=True is not checked on "
+            f"'{total_norm.device.type}' devices (it would force a host sync); a non-finite "
+            "total norm is returned and the gradients are scaled by it.",
+            stacklevel=4,  # user -> no_grad wrapper -> clip_grad_norm_ -> here
+        )
+        return
+    # Elsewhere keep torch's behaviour (and its sync: the caller asked for it).
+    if torch.logical_or(total_norm.isnan(), total_norm.isinf()):
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from "
+            "`parameters` is non-finite, so it cannot be clipped. To disable "
+            "this error and scale the gradients by the non-finite norm anyway, "
+            "set `error_if_nonfinite=False`"
+        )
+
+
+@torch.no_grad()
+def clip_grad_norm_(
+    parameters: _Params,
+    max_norm: float | torch.Tensor,
+    norm_type: float | str = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+) -> torch.Tensor:
+    """Clip the gradient norm of ``parameters`` in place, without any host sync.
+
+    Same math, arguments and return value as upstream
+    ``torch.nn.utils.clip_grad_norm_`` (not torch_xla's monkeypatched copy):
+    the total norm is ``vector_norm`` of the stacked per-gradient
+    ``vector_norm``s (a max for ``norm_type=inf`` / ``'inf'``), each gradient is
+    multiplied in place by ``clamp(max_norm / (total_norm + 1e-6), max=1.0)``,
+    and the total norm is returned as a tensor (``torch.tensor(0.0)`` when no
+    parameter has a gradient). On CPU and CUDA the results are bit-identical
+    to torch's. No tensor value is ever read on the host, so on XLA no graph
+    is cut and nothing is copied to the host.
+
+    Differences from torch:
+
+    * ``error_if_nonfinite=True`` on an XLA device (torch_xla ``'xla'``, or
+      torchax ``'jax'``) is NOT checked and never raises, because raising
+      needs a host sync. It emits a ``UserWarning`` instead, and a non-finite
+      norm propagates as with ``error_if_nonfinite=False``: a NaN norm makes
+      every gradient NaN, an inf norm zeroes the finite entries. Test
+      ``torch.isfinite(total_norm)`` when the value is on the host anyway
+      (e.g. in a step closure). On other devices it raises ``RuntimeError``
+      exactly like torch (which syncs on CUDA).
+    * ``foreach=True`` never raises: devices without foreach kernels (and XLA
+      devices, where torch_xla's patch raises) silently use the per-tensor
+      loop. ``foreach=None`` picks kernels exactly as torch does;
+      ``foreach=False`` always uses the per-tensor loop.
+    * A tensor ``max_norm`` is used on the device as is (torch calls
+      ``float(max_norm)``, a host sync when it lives on XLA).
+    """
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    else:
+        is_generator = isinstance(parameters, types.GeneratorType)
+        parameters = list(parameters)  # a generator must be read only once
+        if is_generator and not parameters:
+            warnings.warn(
+                "`parameters` is an empty generator, no gradient clipping will occur.",
+                stacklevel=3,
+            )
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm_type = float(norm_type)  # also maps 'inf' to math.inf
+    if not grads:
+        return torch.tensor(0.0)
+
+    groups = _group(grads)
+    norms: list[torch.Tensor] = []
+    for (device, _), tensors in groups.items():
+        if _use_foreach(foreach, tensors, device):
+            norms.extend(torch._foreach_norm(tensors, norm_type))
+        else:
+            norms.extend(torch.linalg.vector_norm(g, norm_type) for g in tensors)
+    first_device = grads[0].device
+    total_norm = torch.linalg.vector_norm(
+        torch.stack([n.to(first_device) for n in norms]), norm_type
+    )
+    if error_if_nonfinite:
+        _check_finite(total_norm, norm_type)
+
+    if isinstance(max_norm, torch.Tensor):
+        # Python's `float / tensor` is `tensor.reciprocal() * float`: same ops, same rounding.
+        max_norm = max_norm.to(device=total_norm.device, dtype=total_norm.dtype)
+        clip_coef = (total_norm + 1e-6).reciprocal() * max_norm
+    else:
+        clip_coef = float(max_norm) / (total_norm + 1e-6)
+    # clamp instead of `if coef < 1:`, which would be a host sync.
+    clip_coef = torch.clamp(clip_coef, max=1.0)
+    for (device, _), tensors in groups.items():
+        coef = clip_coef.to(device)
+        if _use_foreach(foreach, tensors, device):
+            torch._foreach_mul_(tensors, coef)
+        else:
+            for g in tensors:
+                g.mul_(coef)
+    return total_norm
