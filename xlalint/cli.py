@@ -82,18 +82,18 @@ def check(paths, config, select, extend_select, ignore, force_exclude, quiet, ou
         _error(str(exc))
         sys.exit(EXIT_ERROR)
     diagnostics: list[Diagnostic] = []
-    failed = False
+    failed = 0
     for path in files:
         try:
             diagnostics += lint_source(read_source(path), settings.rules_for(path, rules),
                                        with_edits=output_format == "json")
         except SourceError as exc:
             _error(str(exc))
-            failed = True
+            failed += 1
     diagnostics.sort(key=Diagnostic.sort_key)
     unsafe = unsafe_fixes or settings.unsafe_fixes
-    click.echo(statistics(diagnostics) if show_statistics else render(diagnostics, output_format, quiet=quiet,
-                                                                       unsafe_fixes=unsafe), nl=False)
+    click.echo(statistics(diagnostics) if show_statistics else render(
+        diagnostics, output_format, quiet=quiet, unsafe_fixes=unsafe, failed_files=failed), nl=False)
     if failed:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if diagnostics and not exit_zero else EXIT_OK)

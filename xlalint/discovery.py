@@ -38,6 +38,13 @@ class _Excluder:
             return True
         return self.settings.respect_gitignore and self._gitignored(path)
 
+    def excluded_with_parents(self, path: Path) -> bool:
+        """For files named explicitly (pre-commit): excluded if the file or a folder above it is."""
+        resolved = path.resolve()
+        root = self.settings.root
+        candidates = [resolved, *(p for p in resolved.parents if p != root and root in p.parents)]
+        return any(self.excluded(p) for p in candidates)
+
     def _gitignored(self, path: Path) -> bool:
         resolved = path.resolve()
         for folder in resolved.parents:
@@ -72,7 +79,7 @@ def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = Fal
         if not path.exists():
             raise MissingPath(path)
         if path.is_file():
-            if not (force_exclude and excluder.excluded(path)):
+            if not (force_exclude and excluder.excluded_with_parents(path)):
                 found.add(path)
             continue
         for folder, dirs, files in os.walk(path):

@@ -36,12 +36,23 @@ def parse(source: SourceFile) -> cst.Module:
     try:
         return cst.parse_module(source.raw)
     except cst.ParserSyntaxError as exc:
-        message = exc.message.splitlines()[0] if exc.message else "invalid syntax"
-        raise SourceError(source.path, f"{exc.raw_line}:{exc.raw_column + 1}: syntax error: {message}") from None
+        raise SourceError(source.path, _syntax_error(source, exc)) from None
     except (SyntaxError, UnicodeDecodeError) as exc:
         raise SourceError(source.path, f"cannot parse: {exc}") from None
     except RecursionError:
         raise SourceError(source.path, "cannot parse: nesting too deep") from None
+
+
+def _syntax_error(source: SourceFile, exc: cst.ParserSyntaxError) -> str:
+    """Python's own message and position when it agrees the code is invalid (libcst's can lag a line)."""
+    try:
+        compile(source.text, str(source.path), "exec", dont_inherit=True, flags=0x400)  # PyCF_ONLY_AST
+    except SyntaxError as py_exc:
+        return f"{py_exc.lineno}:{py_exc.offset or 1}: syntax error: {py_exc.msg}"
+    except ValueError as py_exc:  # e.g. null bytes
+        return f"syntax error: {py_exc}"
+    message = exc.message.splitlines()[0] if exc.message else "invalid syntax"
+    return f"{exc.raw_line}:{exc.raw_column + 1}: unsupported syntax: {message}"
 
 
 @dataclass

@@ -22,7 +22,8 @@ def _relative(path) -> str:
         return str(path)
 
 
-def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsafe_fixes: bool = False) -> str:
+def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsafe_fixes: bool = False,
+           failed_files: int = 0) -> str:
     if fmt == "json":
         return json.dumps([d.to_json() for d in diagnostics], indent=2) + "\n"
     if fmt == "github":
@@ -45,15 +46,16 @@ def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsa
         if fmt == "text" and hint and not quiet:
             lines.append(f"  {click.style('hint:', fg='blue')} {hint}")
     if not quiet:
-        lines.append(summary(diagnostics, unsafe_fixes))
+        lines.append(summary(diagnostics, unsafe_fixes, failed_files))
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def summary(diagnostics: list[Diagnostic], unsafe_fixes: bool) -> str:
+def summary(diagnostics: list[Diagnostic], unsafe_fixes: bool, failed_files: int = 0) -> str:
+    failed = f" {failed_files} file{'s' if failed_files != 1 else ''} could not be checked." if failed_files else ""
     if not diagnostics:
-        return "All checks passed!"
+        return f"No findings;{failed}" if failed else "All checks passed!"
     count = len(diagnostics)
-    text = f"Found {count} error{'s' if count != 1 else ''}."
+    text = f"Found {count} error{'s' if count != 1 else ''}.{failed}"
     safe = sum(1 for d in diagnostics if d.fix and d.fix.applicability is Applicability.SAFE)
     unsafe = sum(1 for d in diagnostics if d.fix and d.fix.applicability is Applicability.UNSAFE)
     if unsafe_fixes and safe + unsafe:

@@ -1,0 +1,181 @@
+"""The command line as users drive it: exit codes, formats, selection, config, errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import TRAIN_LOOP
+
+
+def test_check_reports_and_exits_1(run_cli, project):
+    project.write("train.py", TRAIN_LOOP)
+    code, out, err = run_cli("check", project)
+    assert code == 1
+    assert "train.py:10:18: XLA101" in out
+    assert "hint:" in out
+    assert "Found 1 error." in out
+    assert err == ""
+
+
+def test_clean_code_exits_0(run_cli, project):
+    project.write("ok.py", "import torch\nx = torch.ones(3)\n")
+    code, out, _ = run_cli("check", project)
+    assert code == 0
+    assert "All checks passed!" in out
+
+
+def test_exit_zero_and_quiet(run_cli, project):
+    project.write("train.py", TRAIN_LOOP)
+    code, out, _ = run_cli("check", "--exit-zero", "--quiet", project)
+    assert code == 0
+    assert out.count("\n") == 1 and "XLA101" in out and "hint" not in out
+
+
+def test_json_shape_is_ruffs_plus_category(run_cli, project):
+    project.write("train.py", TRAIN_LOOP)
+    code, out, _ = run_cli("check", "--output-format", "json", project)
+    assert code == 1
+    (item,) = json.loads(out)
+    assert set(item) >= {"code", "message", "filename", "location", "end_location", "fix", "url", "noqa_row",
+                         "category"}
+    assert item["code"] == "XLA101" and item["category"] == "item_sync"
+    assert item["location"] == {"row": 10, "column": 18}
+    assert item["end_location"] == {"row": 10, "column": 29}
+    assert item["url"].endswith("/item-in-step.md")
+    assert item["noqa_row"] == 10
+
+
+def test_select_and_ignore(run_cli, project):
+    project.write("train.py", TRAIN_LOOP)
+    assert run_cli("check", "--select", "XLA2", project)[0] == 0
+    assert run_cli("check", "--select", "XLA1", project)[0] == 1
+    assert run_cli("check", "--ignore", "XLA101", project)[0] == 0
+    assert run_cli("check", "--select", "XLA1", "--ignore", "XLA10", project)[0] == 0
+
+
+def test_unknown_selector_is_usage_error(run_cli, project):
+    project.write("train.py", TRAIN_LOOP)
+    code, out, err = run_cli("check", "--select", "XLA999", project)
+    assert code == 2
+    assert "unknown rule selector `XLA999`" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_noqa_suppresses(run_cli, project):
+    project.write("train.py", TRAIN_LOOP.replace("loss.item()", "loss.item()  # noqa: XLA101"))
+    assert run_cli("check", project)[0] == 0
+    project.write("train.py", TRAIN_LOOP.replace("loss.item()", "loss.item()  # noqa"))
+    assert run_cli("check", project)[0] == 0
+    project.write("train.py", TRAIN_LOOP.replace("loss.item()", "loss.item()  # noqa: XLA102"))
+    assert run_cli("check", project)[0] == 1
+    project.write("train.py", "# xlalint: noqa: XLA101\n" + TRAIN_LOOP)
+    assert run_cli("check", project)[0] == 0
+
+
+def test_missing_path(run_cli, project):
+    code, out, err = run_cli("check", project / "nope.py")
+    assert code == 2
+    assert err.strip().endswith("nope.py: error: No such file or directory")
+
+
+def test_syntax_error_and_bad_bytes_exit_2_and_others_still_checked(run_cli, project):
+    project.write("a_broken.py", "import torch\ndef f(:\n    pass\n")
+    project.write("b_latin.py", b"import torch\nname = '\xe9\xff'\n")
+    project.write("c_train.py", TRAIN_LOOP)
+    code, out, err = run_cli("check", project)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 2
+    assert "a_broken.py: error: 2:" in lines[0] and "syntax error" in lines[0]
+    assert "b_latin.py: error: cannot decode as utf-8" in lines[1]
+    assert "Traceback" not in err
+    assert "c_train.py:10:18: XLA101" in out
+
+
+def test_pep263_latin1_is_read(run_cli, project):
+    source = "# -*- coding: latin-1 -*-\n" + TRAIN_LOOP.replace("total = 0.0", "total = 0.0  # é")
+    project.write("train.py", source.encode("latin-1"))
+    code, out, err = run_cli("check", project)
+    assert code == 1, err
+    assert "XLA101" in out
+
+
+def test_config_pyproject_select_and_per_file_ignores(run_cli, project):
+    project.write("pyproject.toml", '[tool.xlalint]\nper-file-ignores = { "legacy_*.py" = ["XLA1"] }\n')
+    project.write("legacy_train.py", TRAIN_LOOP)
+    project.write("train.py", TRAIN_LOOP)
+    code, out, _ = run_cli("check", ".", cwd=project)
+    assert code == 1
+    assert "train.py" in out and "legacy_train.py" not in out
+
+
+def test_config_unknown_key_and_code(run_cli, project):
+    project.write("train.py", TRAIN_LOOP)
+    project.write("xlalint.toml", 'selct = ["XLA1"]\n')
+    code, _, err = run_cli("check", ".", cwd=project)
+    assert code == 2 and "unknown option(s) selct" in err
+    project.write("xlalint.toml", 'ignore = ["XLA777"]\n')
+    code, _, err = run_cli("check", ".", cwd=project)
+    assert code == 2 and "unknown rule selector `XLA777`" in err
+    project.write("xlalint.toml", 'ignore = [\n')
+    code, _, err = run_cli("check", ".", cwd=project)
+    assert code == 2 and "invalid TOML" in err and len(err.strip().splitlines()) == 1
+
+
+def test_explicit_config_file(run_cli, project):
+    project.write("train.py", TRAIN_LOOP)
+    config = project.write("ci/lint.toml", 'ignore = ["XLA101"]\n')
+    assert run_cli("check", "--config", config, project / "train.py")[0] == 0
+    code, _, err = run_cli("check", "--config", project / "missing.toml", project)
+    assert code == 2 and "config file not found" in err
+
+
+def test_excludes_gitignore_and_default_dirs(run_cli, project):
+    (project / ".git").mkdir()
+    project.write(".gitignore", "generated/\n")
+    project.write("generated/train.py", TRAIN_LOOP)
+    project.write(".venv/lib/train.py", TRAIN_LOOP)
+    project.write("build/train.py", TRAIN_LOOP)
+    project.write("xlalint.toml", 'extend-exclude = ["legacy"]\n')
+    project.write("legacy/train.py", TRAIN_LOOP)
+    project.write("src/train.py", TRAIN_LOOP)
+    code, out, _ = run_cli("check", ".", cwd=project)
+    assert code == 1
+    assert "src/train.py" in out
+    for hidden in ("generated", ".venv", "build", "legacy"):
+        assert f"{hidden}/" not in out
+    # a file named explicitly is linted unless --force-exclude (pre-commit passes names)
+    assert run_cli("check", "legacy/train.py", cwd=project)[0] == 1
+    assert run_cli("check", "--force-exclude", "legacy/train.py", cwd=project)[0] == 0
+
+
+def test_explain_and_rules(run_cli):
+    code, out, _ = run_cli("explain", "XLA101")
+    assert code == 0
+    assert out.startswith("# item-in-step (XLA101)")
+    for section in ("## What it does", "## Why is this bad?", "## Example", "Use instead:"):
+        assert section in out
+    assert run_cli("explain", "item-in-step")[1] == out
+    code, _, err = run_cli("explain", "XLA000")
+    assert code == 2 and "unknown rule" in err
+    code, out, _ = run_cli("rules")
+    assert code == 0 and "XLA101" in out and "item-in-step" in out
+    rules = json.loads(run_cli("rules", "--output-format", "json")[1])
+    assert {"code", "name", "category", "summary", "explanation"} <= set(rules[0])
+
+
+def test_console_script_runs_as_a_process(project):
+    project.write("train.py", TRAIN_LOOP)
+    proc = subprocess.run([sys.executable, "-m", "xlalint", "check", str(project)], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert "XLA101" in proc.stdout
+
+
+def test_never_imports_linted_code(run_cli, project):
+    marker = project / "imported.txt"
+    project.write("train.py", f"import torch\nopen({str(marker)!r}, 'w').write('ran')\n" + TRAIN_LOOP)
+    run_cli("check", project)
+    run_cli("fix", "--write", "--unsafe-fixes", project)
+    assert not marker.exists()
+    assert "xlalint_linted" not in sys.modules
