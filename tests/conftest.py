@@ -1,27 +1,9 @@
 import json
-import textwrap
 
 import pytest
 from click.testing import CliRunner
 
 from xlalint.cli import main
-
-TRAIN_LOOP = textwrap.dedent(
-    """\
-    import torch
-
-
-    def train(model, loader, optimizer, loss_fn):
-        total = 0.0
-        for x, y in loader:
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            total += loss.item()
-        return total
-    """
-)
-
 
 @pytest.fixture
 def run_cli():

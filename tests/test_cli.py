@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from conftest import TRAIN_LOOP
+from samples import TRAIN_LOOP
 
 
 def test_check_reports_and_exits_1(run_cli, project):

@@ -62,8 +62,9 @@ class Edit:
 class ImportRequest:
     """An import a fix needs: `import module [as asname]` or `from module import obj [as asname]`.
 
-    `beside` names an existing import binding (e.g. "xm"): when that import sits inside a guard
-    (try/except ImportError, if), the new import is placed next to it, under the same guard.
+    `beside` names an existing import binding (e.g. "xm"): the new import is placed right after
+    that import statement, so it stays under the same guard (try/except ImportError, a function).
+    Without it, imports go to the top of the module (libcst's AddImportsVisitor).
     """
 
     module: str

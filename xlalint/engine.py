@@ -72,7 +72,7 @@ def _span(positions, node) -> tuple[Location, Location]:
 
 
 def _run_rules(ctx: FileContext, rules: list[type[Rule]]) -> list[_Found]:
-    active = [rule(ctx) for rule in rules if ctx.uses_xla or not rule.xla_only]
+    active = [rule(ctx) for rule in rules if rule.applies(ctx)]
     if not active:
         return []
     wrapper = MetadataWrapper(ctx.module, unsafe_skip_copy=True)  # keep node identity for fixes

@@ -64,9 +64,10 @@ def apply_fixes(ctx: FileContext, fixes: list[Fix]) -> cst.Module:
                 continue
             seen.add(request)
             anchor = ctx.index.imports.get(request.beside) if request.beside else None
-            if anchor is not None and anchor.guarded:
-                # keep the new import under the same guard (try/except ImportError) as the old one
-                line = ctx.parent(anchor.statement)
+            line = ctx.parent(anchor.statement) if anchor is not None else None
+            if isinstance(line, cst.SimpleStatementLine):
+                # next to the old import: under the same guard (try/except ImportError), in the same
+                # function, and after any set-up the file does before importing torch_xla
                 previous = replacements.get(id(line))
                 lines = list(previous.nodes) if isinstance(previous, cst.FlattenSentinel) else [line]
                 replacements[id(line)] = cst.FlattenSentinel([*lines, _import_line(request, ctx.module)])
@@ -75,6 +76,9 @@ def apply_fixes(ctx: FileContext, fixes: list[Fix]) -> cst.Module:
     module = ctx.module.visit(_ReplaceNodes(replacements))
     removals = [r for fix in fixes for r in fix.removed_imports]
     if top_level or removals:
+        # the import codemods read the tree's layout fresh: a tree stitched from replacements can
+        # carry blank lines on nodes they then drop
+        module = cst.parse_module(module.bytes)
         context = CodemodContext()
         for request in top_level:
             AddImportsVisitor.add_needed_import(context, request.module, request.obj, request.asname)

@@ -90,6 +90,11 @@ class Rule(cst.BatchableCSTVisitor):
         assert cls.category in CATEGORIES, cls.category
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", cls.name), cls.name
 
+    @classmethod
+    def applies(cls, ctx: "FileContext") -> bool:
+        """Whether to run on this file at all (XLA-only rules need a file that uses XLA)."""
+        return ctx.uses_xla or not cls.xla_only
+
     def report(self, node: cst.CSTNode, message: str | None = None, *, fix: Fix | None = None) -> None:
         self.reports.append(Report(node, message or self.summary, fix))
 

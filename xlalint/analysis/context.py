@@ -97,6 +97,14 @@ class FileContext:
     def is_per_step(self, node: cst.CSTNode) -> bool:
         return steps.is_per_step(self, node)
 
+    @cached_property
+    def per_call_functions(self) -> set[int]:
+        return steps.compute_per_call_functions(self)
+
+    def runs_hot(self, node: cst.CSTNode) -> bool:
+        """Runs every step, or on every call of a loss/metric check, and may run on XLA."""
+        return steps.runs_hot(self, node)
+
     # -- device guards --------------------------------------------------------------------------
     def in_non_xla_code(self, node: cst.CSTNode) -> bool:
         """`node` runs only off XLA: a CUDA-only branch, after `is_xla or`, below `if is_xla: return`."""

@@ -23,7 +23,7 @@ XLA = re.compile(r"(^|_)(xla|tpu|torch_xla|xm|xr|torchax|spmd)($|_)|_xla$|^xla|i
 POSITIVE, NEGATIVE, UNKNOWN = 1, -1, 0  # the branch runs on XLA / never on XLA / can't tell
 
 
-def _words(node: cst.CSTNode) -> list[str]:
+def words(node: cst.CSTNode) -> list[str]:
     words: list[str] = []
 
     class Collect(cst.CSTVisitor):
@@ -64,10 +64,10 @@ def xla_polarity(test: cst.BaseExpression) -> int:
             return UNKNOWN
         if not isinstance(op, (cst.Equal, cst.NotEqual, cst.In, cst.NotIn, cst.Is, cst.IsNot)):
             return UNKNOWN
-        polarity = _word_polarity(_words(test))
+        polarity = _word_polarity(words(test))
         return -polarity if negated else polarity
     if isinstance(test, (cst.Name, cst.Attribute, cst.Call)):
-        return _word_polarity(_words(test))
+        return _word_polarity(words(test))
     return UNKNOWN
 
 
@@ -92,7 +92,7 @@ PERIODIC_WORDS = re.compile(
 
 def is_periodic(test: cst.BaseExpression) -> bool:
     """`step % log_every == 0`, `not step % N`, `if self.control.should_log:`: once every N steps."""
-    if any(PERIODIC_WORDS.search(word) for word in _words(test) if "." not in word):
+    if any(PERIODIC_WORDS.search(word) for word in words(test) if "." not in word):
         return True
     found = False
 

@@ -165,9 +165,115 @@ def is_per_step(ctx: "FileContext", node: cst.CSTNode) -> bool:
             return isinstance(anc, cst.FunctionDef) and is_step_function(ctx, anc)
         if isinstance(anc, cst.If) and child is anc.body and is_periodic(anc.test):
             return False
+        if isinstance(anc, cst.BooleanOperation) and isinstance(anc.operator, cst.And) and child is anc.right \
+                and is_periodic(anc.left):
+            return False  # `step % N == 0 and loss.item() > x`
         if isinstance(anc, cst.For) and child is anc.body and is_step_loop(ctx, anc):
             return True
         if isinstance(anc, cst.While) and child in (anc.body, anc.test) and is_step_loop(ctx, anc):
             return True
         child = anc
     return False
+
+
+# Functions that run once per call on batch data, whoever calls them: losses, criteria and input
+# checks of losses/metrics (`_check_inputs`, `*_tensor_validation`), metric updates. Their callers
+# are often in another module, where the per-step analysis of this file cannot see them.
+PER_CALL_FUNCTION = re.compile(
+    r"(^|_)(loss|losses|criterion)($|_)|[A-Za-z0-9]Loss$|^_*check_|_validation$|"
+    r"^_*validate_(input|tensor|target|pred)|[a-z0-9]_update$"
+)
+MAX_CALL_SITE_DEPTH = 2
+
+
+def compute_per_call_functions(ctx: "FileContext") -> set[int]:
+    """Per-call functions by name, and the module-local functions they call."""
+    result: set[int] = set()
+    work = [f for defs in ctx.index.functions.values() for f in defs if PER_CALL_FUNCTION.search(f.name.value)]
+    while work:
+        func = work.pop()
+        if id(func) in result or ctx.is_step_closure(func):
+            continue
+        result.add(id(func))
+        work.extend(_local_callees(ctx, func))
+    return result
+
+
+def _enclosing_function(ctx: "FileContext", node: cst.CSTNode) -> cst.FunctionDef | None:
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, cst.Lambda):
+            return None
+        if isinstance(anc, cst.FunctionDef):
+            return anc
+    return None
+
+
+def _call_sites(ctx: "FileContext", func: cst.FunctionDef) -> list[cst.Call]:
+    name = func.name.value
+    return [c for c in ctx.index.calls if (dotted_name(c.func) or "") in (name, f"self.{name}", f"cls.{name}")]
+
+
+def runs_hot(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
+    """`node` runs every step (or on every call of a loss/metric check) and may run on XLA.
+
+    A helper that is per-step only because a step function calls it (not by its own name) is
+    judged by its call sites in this module: when every one of them is off XLA
+    (`if not self.tpu: self._check(...)`), every N steps, or not per step, so is the helper.
+    """
+    func = _enclosing_function(ctx, node)
+    if ctx.is_per_step(node) and not _excluded_here(ctx, node):
+        if func is None or depth > MAX_CALL_SITE_DEPTH or STEP_FUNCTION.match(func.name.value) \
+                or _in_step_loop_within(ctx, node, func):
+            return True
+        sites = _call_sites(ctx, func)
+        per_call = id(func) in ctx.per_call_functions
+        return not sites or any(
+            runs_hot(ctx, site, depth + 1) or (per_call and not _site_excluded(ctx, site)) for site in sites
+        )
+    if func is not None and id(func) in ctx.per_call_functions and not _site_excluded(ctx, node):
+        sites = _call_sites(ctx, func)
+        return not sites or any(not _site_excluded(ctx, site) for site in sites)
+    return False
+
+
+def _in_step_loop_within(ctx: "FileContext", node: cst.CSTNode, func: cst.FunctionDef) -> bool:
+    """Per-step because a step loop inside `func` runs it, whoever calls `func`."""
+    child = node
+    for anc in ctx.index.ancestors(node):
+        if anc is func:
+            return False
+        if isinstance(anc, (cst.For, cst.While)) and child is anc.body and is_step_loop(ctx, anc):
+            return True
+        child = anc
+    return False
+
+
+def _excluded_here(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """Never on XLA, or building an error being raised (runs once, when failing)."""
+    if ctx.in_non_xla_code(node):
+        return True
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, cst.Raise):
+            return True
+        if isinstance(anc, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return False
+    return False
+
+
+def _site_excluded(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
+    """`node` never runs on XLA, runs only every N steps, or builds an error being raised; or its
+    function is only called from such places."""
+    if ctx.in_non_xla_code(node):
+        return True
+    child = node
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, cst.Raise) or (isinstance(anc, cst.If) and child is anc.body and is_periodic(anc.test)):
+            return True
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            break
+        child = anc
+    func = _enclosing_function(ctx, node)
+    if func is None or depth > MAX_CALL_SITE_DEPTH or STEP_FUNCTION.match(func.name.value):
+        return False
+    sites = _call_sites(ctx, func)
+    return bool(sites) and all(_site_excluded(ctx, site, depth + 1) for site in sites)

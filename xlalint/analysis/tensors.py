@@ -66,7 +66,7 @@ HOST_MODULES = ("numpy", "np", "math", "random", "pandas", "statistics", "json",
 PY_BUILTINS_NOT_TENSOR = {
     "len", "int", "float", "bool", "str", "repr", "range", "list", "dict", "set", "tuple", "isinstance",
     "type", "hasattr", "getattr", "id", "hash", "round", "sorted", "enumerate", "zip", "print", "format",
-    "open", "any", "all", "iter", "next", "callable", "divmod", "ord", "chr", "hex", "bin", "super",
+    "open", "any", "all", "iter", "next", "callable", "divmod", "ord", "chr", "hex", "bin",
 }
 # Called objects whose result is a model output (a device tensor in a training step).
 MODEL_CALLEE = re.compile(
@@ -106,19 +106,23 @@ class TensorInference:
         self.ctx = ctx
         self.cache: dict[int, Kind] = {}
         self.active: set[int] = set()
+        self.cycles = 0  # recursion-guard hits: results computed through one are not cached
 
     def kind(self, node: cst.BaseExpression) -> Kind:
         key = id(node)
         if key in self.cache:
             return self.cache[key]
         if key in self.active:  # recursive definition such as `x = x + 1`
+            self.cycles += 1
             return Kind.UNKNOWN
         self.active.add(key)
+        cycles = self.cycles
         try:
             result = self._kind(node)
         finally:
             self.active.discard(key)
-        self.cache[key] = result
+        if self.cycles == cycles or not self.active:
+            self.cache[key] = result  # exact: no partial answer from a cycle went into it
         return result
 
     # -- expressions ------------------------------------------------------------------------
