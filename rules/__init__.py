@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from xlalint.rule import Rule
 
-from . import host_sync
+from . import control_flow, dynamic_shapes, host_sync
 
-FAMILIES = (host_sync,)
+FAMILIES = (host_sync, control_flow, dynamic_shapes)
 
 
 def _collect() -> list[type[Rule]]:

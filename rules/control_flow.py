@@ -1,0 +1,473 @@
+"""Python control flow on device tensors: the truth value of a lazy tensor is a host sync."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from xlalint.analysis.guards import is_periodic
+from xlalint.analysis.steps import STEP_FUNCTION
+from xlalint.analysis.names import dotted_name, method_name, positional, receiver
+from xlalint.analysis.tensors import Kind
+from xlalint.rule import Invalid, Rule, Valid
+from xlalint.diagnostics import Applicability, Fix, ImportRequest
+
+from ._common import reportable_sync
+
+# Tensor methods whose result is a tensor when the receiver is one: evident tensor values.
+_TENSOR_REDUCTIONS = {"any", "all", "isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_not",
+                      "logical_and", "logical_or", "eq", "ne", "gt", "ge", "lt", "le", "greater", "less",
+                      "greater_equal", "less_equal", "max", "min", "amax", "amin", "sum", "mean", "norm",
+                      "abs", "count_nonzero", "prod", "std", "var"}
+
+
+def _truth_operands(expr: cst.BaseExpression):
+    """The narrowest sub-expressions whose truth value Python takes when it tests `expr`."""
+    if isinstance(expr, cst.BooleanOperation):
+        yield from _truth_operands(expr.left)
+        yield from _truth_operands(expr.right)
+    elif isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        yield from _truth_operands(expr.expression)
+    else:
+        yield expr
+
+
+class TensorCondition(Rule):
+    """## What it does
+    Flags Python branching on the truth value of a device tensor on a per-step path: the test of an
+    `if`, `elif` or `while`, an `assert`, a conditional expression, an operand of `and`/`or`/`not`,
+    or the `if` of a comprehension, when that value is a tensor (`if loss > 10:`,
+    `if torch.isnan(loss).any():`, `while err > tol:`, `assert (x >= 0).all()`).
+
+    ## Why is this bad?
+    Python needs a real `bool`, so `Tensor.__bool__` runs: the pending lazy graph is compiled and
+    executed right there and the scalar is copied to the host (`aten::_local_scalar_dense`). The
+    step's graph is cut in two at that point, and each combination of taken branches traces a
+    different graph, so the program can also compile once per branch pattern.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        if torch.isnan(loss).any():
+            continue
+        loss.backward()
+        optimizer.step()
+    ```
+
+    Use instead:
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        finite = torch.isfinite(loss)
+        loss = torch.where(finite, loss, torch.zeros_like(loss))  # no branch, no sync
+        loss.backward()
+        optimizer.step()
+    ```
+
+    Keep data-dependent decisions on the device (`torch.where`, `torch.clamp`, masks), check
+    them every N steps, or move validation that only needs to run once out of the step.
+
+    ## Known problems
+    Whether a name holds a tensor is inferred from how it is assigned; a tensor that only reaches
+    the test through another module's function is not seen.
+    """
+
+    code, name, category = "XLA201", "tensor-condition", "control_flow_on_tensor"
+    summary = "Python branches on the value of a device tensor on a per-step path: a host sync and a graph cut"
+    hint = "keep the decision on the device (`torch.where`, `torch.clamp`, a mask), or check it every N steps"
+
+    VALID = [
+        Valid(
+            """
+            def forward(self, x, mask=None):
+                if mask is not None:
+                    x = x.masked_fill(~mask, 0.0)
+                if self.training and x.shape[0] > 1:
+                    x = self.dropout(x)
+                return self.proj(x)
+            """
+        ),
+        Valid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                if step % 100 == 0 and torch.isnan(loss).any():
+                    print("nan at", step)
+            """
+        ),
+        Valid(
+            """
+            def forward(self, x, cache=None):
+                if cache:
+                    x = torch.cat([cache, x], dim=1)
+                if len(x) > 1 and torch.is_tensor(x):
+                    x = x[1:]
+                return self.layer(x)
+            """
+        ),
+        Valid(
+            """
+            counts = torch.bincount(torch.tensor(labels))  # setup on CPU data
+            if (counts == 0).any():
+                raise ValueError("empty class")
+            """
+        ),
+        Valid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                ok = torch.isfinite(loss)
+                scale = torch.where(ok, 1.0, 0.0)  # stays on the device
+            """
+        ),
+        Valid(
+            """
+            def forward(self, x):
+                if x.device.type == "cuda" and (x < 0).any():
+                    x = x.clamp_min(0)
+                return self.layer(x)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                if torch.isnan(loss).any():
+                    continue
+                loss.backward()
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            def forward(self, x, mask=None):
+                if mask is not None and mask.all():
+                    mask = None
+                return self.attn(x, mask)
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            def training_step(self, batch, batch_idx):
+                loss = self.model(batch)
+                assert (loss >= 0).all(), "negative loss"
+                return loss
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            def forward(self, x):
+                err = (self.layer(x) - x).abs().max()
+                while err > self.tol:
+                    x = self.layer(x)
+                    err = (self.layer(x) - x).abs().max()
+                return x
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            def update(self, preds, target):
+                bad = torch.any((target != 0) & (target != 1))
+                if bad:
+                    raise ValueError("targets must be binary")
+                self.total += target.sum()
+            """,
+            line=3,
+        ),
+    ]
+
+    def visit_If(self, node: cst.If) -> None:
+        self._check(node.test)
+
+    def visit_While(self, node: cst.While) -> None:
+        self._check(node.test)
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        self._check(node.test)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._check(node.test)
+
+    def visit_CompIf(self, node: cst.CompIf) -> None:
+        self._check(node.test)
+
+    def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
+        # a value context (`y = a or b`): only the left operand's truth is taken
+        if self._in_truth_context(node):
+            return
+        self._check(node.left)
+
+    def visit_UnaryOperation(self, node: cst.UnaryOperation) -> None:
+        if isinstance(node.operator, cst.Not) and not self._in_truth_context(node):
+            self._check(node.expression)
+
+    def _in_truth_context(self, node: cst.CSTNode) -> bool:
+        parent = self.ctx.parent(node)
+        if isinstance(parent, cst.BooleanOperation):
+            return True
+        if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+            return True
+        if isinstance(parent, (cst.If, cst.While, cst.Assert, cst.CompIf)):
+            return parent.test is node
+        if isinstance(parent, cst.IfExp):
+            return parent.test is node
+        return False
+
+    def _check(self, test: cst.BaseExpression) -> None:
+        for operand in _truth_operands(test):
+            if evident_device_tensor(self.ctx, operand) and reportable_sync(self.ctx, operand) and \
+                    not after_periodic_guard(self.ctx, operand, test):
+                self.report(operand)
+
+
+def after_periodic_guard(ctx, node: cst.CSTNode, stop: cst.CSTNode) -> bool:
+    """`step % N == 0 and <node>`: `node` is evaluated only every N steps."""
+    child = node
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, cst.BooleanOperation) and isinstance(anc.operator, cst.And) and child is anc.right \
+                and is_periodic(anc.left):
+            return True
+        if anc is stop:
+            break
+        child = anc
+    return False
+
+
+def evident_device_tensor(ctx, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """`expr` is a device tensor by what it computes, not only by its name.
+
+    A bare parameter or loop variable (`if cache:`, `if dur > 0:`) is not enough: in a truth test
+    such names are usually Optional/None checks, lists or Python numbers. A torch function, a
+    tensor method or an elementwise comparison involving an evident tensor is.
+    """
+    if depth > 4 or not ctx.on_device(expr):
+        return False
+    if isinstance(expr, cst.Name):
+        values = ctx.reaching_values(expr)
+        return any(evident_device_tensor(ctx, v, depth + 1) for v in values)
+    if isinstance(expr, cst.Attribute):
+        values = ctx.assigned_values(expr)
+        return any(evident_device_tensor(ctx, v, depth + 1) for v in values)
+    if isinstance(expr, cst.Subscript):
+        return evident_device_tensor(ctx, expr.value, depth + 1)
+    if isinstance(expr, cst.Comparison):
+        operands = [expr.left, *(c.comparator for c in expr.comparisons)]
+        if any(isinstance(o, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)) for o in operands):
+            return False
+        return any(evident_device_tensor(ctx, o, depth + 1) for o in operands)
+    if isinstance(expr, cst.BinaryOperation):
+        return any(evident_device_tensor(ctx, o, depth + 1) for o in (expr.left, expr.right))
+    if isinstance(expr, cst.UnaryOperation):
+        return evident_device_tensor(ctx, expr.expression, depth + 1)
+    if isinstance(expr, cst.Call):
+        qualified = ctx.qualified_name(expr.func) or ""
+        if qualified.startswith("torch.") and not qualified.startswith("torch.Tensor"):
+            return True  # a torch function that returns a tensor (kind already says which)
+        method = method_name(expr)
+        recv = receiver(expr)
+        if method in _TENSOR_REDUCTIONS and recv is not None and ctx.on_device(recv):
+            return True
+        return method is not None and recv is not None and evident_device_tensor(ctx, recv, depth + 1)
+    return False
+
+
+class PythonValueFromTensors(Rule):
+    """## What it does
+    Flags calls that turn device tensors into a Python `bool` or pick between them in Python, on a
+    per-step path: `torch.equal(a, b)`, `torch.allclose(a, b)`, `a.equal(b)`, `a.allclose(b)`,
+    `torch.is_nonzero(t)`, and the builtins `max(a, b)` / `min(a, b)` over device tensors.
+
+    ## Why is this bad?
+    These return Python values: the lazy graph executes and the result is copied to the host, every
+    step. `torch.equal` also has no XLA lowering (a CPU fallback). Builtin `max(a, b)` evaluates
+    `b > a` with `Tensor.__bool__`, a hidden sync, and only works for single-element tensors.
+
+    ## Example
+    ```python
+    def forward(self, x):
+        h = self.encoder(x)
+        scale = max(h.norm(), self.eps)  # Python compares two tensors
+        return h / scale
+    ```
+
+    Use instead:
+    ```python
+    def forward(self, x):
+        h = self.encoder(x)
+        scale = torch.maximum(h.norm(), self.eps)  # elementwise, on the device
+        return h / scale
+    ```
+
+    For equality checks keep a tensor: `(a == b).all()`, and read it every N steps.
+
+    ## Fix safety
+    `max(a, b)` / `min(a, b)` of two device tensors becomes `torch.maximum(a, b)` /
+    `torch.minimum(a, b)`. The fix is unsafe: builtin `max` returns one of its arguments unchanged
+    (its dtype, its shape, the same object), ignores a NaN in the second argument and sends the whole
+    gradient to one side, while `torch.maximum` promotes dtypes, broadcasts, propagates NaN and splits
+    the gradient at ties. For multi-element tensors builtin `max` raises, so the rewrite changes an
+    error into a result.
+    """
+
+    code, name, category = "XLA202", "python-value-from-tensors", "control_flow_on_tensor"
+    summary = "`{func}` of device tensors returns a Python value: a host sync on a per-step path"
+    hint = "compare on the device (`(a == b).all()`, `torch.isclose`, `torch.maximum`) and read results every N steps"
+    fix_availability = "sometimes"
+
+    VALID = [
+        Valid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                longest = max(len(s) for s in batch_texts)
+                width = max(x.shape[-1], 8)
+            """
+        ),
+        Valid(
+            """
+            def test_roundtrip():
+                out = model(torch.ones(2, 3))
+                assert torch.allclose(out, expected)  # a test, not a training step
+            """
+        ),
+        Valid(
+            """
+            def forward(self, x):
+                h = self.encoder(x)
+                return torch.maximum(h, torch.zeros_like(h))
+            """
+        ),
+        Valid(
+            """
+            for batch in loader:
+                cpu_a = torch.tensor([1, 2])
+                same = torch.equal(cpu_a, torch.tensor([1, 2]))  # CPU tensors
+                lr = max(scheduler.get_last_lr()[0], 1e-6)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            def update(self, preds, target):
+                if not torch.equal(target, target.round()):
+                    raise ValueError("target must be integral")
+                self.correct += (preds == target).sum()
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            for x, y in loader:
+                out = model(x)
+                drift = out.allclose(y, atol=1e-3)
+                loss = loss_fn(out, y)
+                loss.backward()
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def forward(self, x):
+                h = self.encoder(x)
+                g = self.decoder(h)
+                scale = max(h.norm(), g.norm())
+                return h / scale
+            """,
+            line=6,
+            expected_replacement="""
+            import torch
+
+            def forward(self, x):
+                h = self.encoder(x)
+                g = self.decoder(h)
+                scale = torch.maximum(h.norm(), g.norm())
+                return h / scale
+            """,
+            applicability=Applicability.UNSAFE,
+        ),
+        Invalid(
+            """
+            import torch as th
+
+            def training_step(self, batch, batch_idx):
+                loss_a = self.model(batch["a"])
+                loss_b = self.model(batch["b"])
+                return min(loss_a, loss_b)
+            """,
+            line=6,
+            expected_replacement="""
+            import torch as th
+
+            def training_step(self, batch, batch_idx):
+                loss_a = self.model(batch["a"])
+                loss_b = self.model(batch["b"])
+                return th.minimum(loss_a, loss_b)
+            """,
+            applicability=Applicability.UNSAFE,
+        ),
+    ]
+
+    TORCH_FUNCS = {"torch.equal": "torch.equal", "torch.allclose": "torch.allclose",
+                   "torch.is_nonzero": "torch.is_nonzero"}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        qualified = self.ctx.qualified_name(node.func)
+        args = [a.value for a in node.args if a.keyword is None and not a.star]
+        if qualified in self.TORCH_FUNCS and args:
+            if any(self.ctx.on_device(a) for a in args) and reportable_sync(self.ctx, node):
+                self.report(node, self.summary.format(func=self.TORCH_FUNCS[qualified]))
+            return
+        method = method_name(node)
+        if method in ("equal", "allclose") and args and not (qualified or "").startswith("torch.") and \
+                self._is_tensor_method(node):
+            if reportable_sync(self.ctx, node):
+                self.report(node, self.summary.format(func=f".{method}()"))
+            return
+        name = dotted_name(node.func)
+        if name in ("max", "min") and "max" not in self.ctx.index.imports and "min" not in self.ctx.index.imports \
+                and name not in self.ctx.index.module_names:
+            self._builtin_extreme(node, name, args)
+
+    def _device(self, expr: cst.BaseExpression) -> bool:
+        return evident_device_tensor(self.ctx, expr) or self.ctx.tensor_kind(expr) == Kind.DEVICE
+
+    def _is_tensor_method(self, node: cst.Call) -> bool:
+        recv = receiver(node)
+        args = positional(node)
+        return self._device(recv) and bool(args) and self.ctx.tensor_kind(args[0].value) != Kind.NOT_TENSOR
+
+    def _builtin_extreme(self, node: cst.Call, name: str, args: list[cst.BaseExpression]) -> None:
+        if len(node.args) != 2 or len(args) != 2:
+            return  # max(iterable), key=/default=: not two tensors compared directly
+        if not all(self._device(a) for a in args) or not reportable_sync(self.ctx, node):
+            return
+        spelling = _torch_spelling(self.ctx)
+        func = "maximum" if name == "max" else "minimum"
+        new = node.with_changes(func=cst.parse_expression(f"{spelling}.{func}",
+                                                          config=self.ctx.module.config_for_parsing))
+        imports = [] if spelling != "torch" or "torch" in self.ctx.index.imports else [ImportRequest("torch")]
+        fix = Fix.replace(node, new, title=f"Use `{spelling}.{func}` (elementwise, on the device)", safe=False,
+                          imports=imports)
+        self.report(node, self.summary.format(func=f"{name}()"), fix=fix)
+
+
+def _torch_spelling(ctx) -> str:
+    """The name this file binds to the `torch` module (`torch`, or an alias such as `th`)."""
+    for local, binding in ctx.index.imports.items():
+        if binding.qualified == "torch":
+            return local
+    return "torch"
+

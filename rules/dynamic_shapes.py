@@ -1,0 +1,894 @@
+"""Shapes XLA cannot know ahead of time: data-dependent output shapes and step-varying input shapes."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from xlalint.analysis.names import dotted_name, keyword, last_part, method_name, positional, receiver
+from xlalint.analysis.tensors import Kind
+from xlalint.diagnostics import Applicability, Fix, ImportRequest
+from xlalint.rule import Invalid, Rule, Valid
+
+from ._common import code
+from ._common import reportable_sync
+
+# -- shared helpers ------------------------------------------------------------------------------
+
+_BOOL_FUNCS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "isreal", "signbit", "logical_not",
+               "logical_and", "logical_or", "logical_xor", "eq", "ne", "gt", "ge", "lt", "le", "greater",
+               "greater_equal", "less", "less_equal", "not_equal", "isclose", "isin"}
+_BOOL_METHODS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit", "logical_not", "logical_and",
+                 "logical_or", "logical_xor", "eq", "ne", "gt", "ge", "lt", "le", "greater", "greater_equal",
+                 "less", "less_equal", "not_equal", "bool", "isclose"}
+# ops that keep the shape of their (single tensor) input, for "the mask is built from x itself"
+_ELEMENTWISE_FUNCS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit", "logical_not", "abs"}
+_ELEMENTWISE_METHODS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit", "logical_not", "abs", "bool",
+                        "eq", "ne", "gt", "ge", "lt", "le", "greater", "greater_equal", "less", "less_equal",
+                        "not_equal", "detach"}
+_MASK_NAME = re.compile(r"mask", re.I)
+
+
+def _torch_spelling(ctx) -> tuple[str, list[ImportRequest]]:
+    """The file's own name for the torch module (`torch`, `th`...), and the import a fix needs."""
+    for local, binding in ctx.index.imports.items():
+        if binding.qualified == "torch":
+            return local, []
+    return "torch", [ImportRequest("torch")]
+
+
+def _is_torch(ctx, call: cst.Call, names: set[str]) -> str | None:
+    qualified = ctx.qualified_name(call.func) or ""
+    head, _, tail = qualified.rpartition(".")
+    if head == "torch" and tail in names:
+        return tail
+    return None
+
+
+def is_bool_mask(ctx, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """`expr` is evidently a boolean device tensor: a comparison of tensors, `~m`, `m & n`,
+    `torch.isnan(x)`, `.bool()`, a name assigned from one of those, or a tensor named like a mask."""
+    if depth > 4 or not ctx.on_device(expr):
+        return False
+    if isinstance(expr, cst.Comparison):
+        return not any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in expr.comparisons)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
+        return is_bool_mask(ctx, expr.expression, depth + 1) or _mask_named(ctx, expr.expression)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.BitAnd, cst.BitOr, cst.BitXor)):
+        return any(is_bool_mask(ctx, side, depth + 1) or _mask_named(ctx, side) for side in (expr.left, expr.right))
+    if isinstance(expr, cst.Call):
+        if _is_torch(ctx, expr, _BOOL_FUNCS):
+            return True
+        method = method_name(expr)
+        if method in _BOOL_METHODS and not _is_torch(ctx, expr, _BOOL_FUNCS | {"bool"}):
+            return True
+        if method == "to" and any(dotted_name(a.value) in ("torch.bool", "bool") for a in expr.args):
+            return True
+        if method in ("any", "all") and expr.args and ctx.on_device(receiver(expr)):
+            return True  # a reduction over a dimension: still a mask
+        return False
+    if isinstance(expr, cst.Name):
+        values = ctx.reaching_values(expr)
+        if values:
+            return all(is_bool_mask(ctx, v, depth + 1) for v in values) or _mask_named(ctx, expr)
+        return _mask_named(ctx, expr)
+    if isinstance(expr, cst.Attribute):
+        return _mask_named(ctx, expr)
+    return False
+
+
+def _mask_named(ctx, expr: cst.BaseExpression) -> bool:
+    name = dotted_name(expr)
+    return bool(name) and bool(_MASK_NAME.search(last_part(name))) and ctx.on_device(expr) and \
+        "attention_mask" not in name and "padding_mask" not in name
+
+
+def elementwise_of(ctx, mask: cst.BaseExpression, base: str, depth: int = 0) -> bool:
+    """`mask` is computed elementwise from the tensor spelled `base` (and scalars), so it has
+    exactly `base`'s shape: `x > 0`, `~torch.isnan(x)`, `(x > 0) & (x < 1)`, or a name bound to one."""
+    return _elementwise(ctx, mask, base, depth) == "base"
+
+
+def _elementwise(ctx, expr: cst.BaseExpression, base: str, depth: int) -> str | None:
+    """"base" (shaped like base), "scalar" (a Python number), or None (anything else)."""
+    if depth > 4:
+        return None
+    if code(expr) == base:
+        return "base"
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return "scalar"
+    if isinstance(expr, cst.UnaryOperation):
+        if isinstance(expr.operator, cst.Not):
+            return None
+        return _elementwise(ctx, expr.expression, base, depth + 1)
+    if isinstance(expr, cst.Name):
+        values = ctx.reaching_values(expr)
+        if len(values) == 1:
+            return _elementwise(ctx, values[0], base, depth + 1)
+        if not values and ctx.tensor_kind(expr) == Kind.NOT_TENSOR:
+            return "scalar"
+        return None
+    if isinstance(expr, cst.Attribute):
+        values = ctx.attribute_values(dotted_name(expr) or "")
+        if values and all(ctx.tensor_kind(v) == Kind.NOT_TENSOR for v in values):
+            return "scalar"  # `self.threshold = 0.5` somewhere in the file
+        return None
+    if isinstance(expr, cst.Comparison):
+        if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in expr.comparisons):
+            return None
+        return _combine([_elementwise(ctx, e, base, depth + 1)
+                         for e in (expr.left, *(c.comparator for c in expr.comparisons))])
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, cst.MatrixMultiply):
+            return None
+        return _combine([_elementwise(ctx, expr.left, base, depth + 1), _elementwise(ctx, expr.right, base, depth + 1)])
+    if isinstance(expr, cst.Call):
+        if any(a.keyword is not None or a.star for a in expr.args):
+            return None
+        func = _is_torch(ctx, expr, _ELEMENTWISE_FUNCS | {"logical_and", "logical_or", "logical_xor"})
+        if func:
+            return _combine([_elementwise(ctx, a.value, base, depth + 1) for a in expr.args])
+        method = method_name(expr)
+        if method in _ELEMENTWISE_METHODS and not dotted_name(expr.func) == f"torch.{method}":
+            return _combine([_elementwise(ctx, receiver(expr), base, depth + 1),
+                             *(_elementwise(ctx, a.value, base, depth + 1) for a in expr.args)])
+    return None
+
+
+def _combine(parts: list[str | None]) -> str | None:
+    if any(p is None for p in parts):
+        return None
+    return "base" if "base" in parts else "scalar"
+
+
+def _single_index(node: cst.Subscript) -> cst.BaseExpression | None:
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    index = node.slice[0].slice
+    return None if index.star else index.value
+
+
+def _shaped_out(ctx, node: cst.CSTNode) -> bool:
+    """Code where shapes are irrelevant: not per step, or a branch that never runs on XLA."""
+    return not reportable_sync(ctx, node)
+
+
+def _tensorish(ctx, expr: cst.BaseExpression) -> bool:
+    """A receiver of a tensor-only method (`.masked_select()`, `.nonzero()`) that is not known to be
+    host data: a device tensor, an unknown value, or a chain rooted in a torch function."""
+    kind = ctx.tensor_kind(expr)
+    if kind.on_device or kind == Kind.UNKNOWN:
+        return True
+    while isinstance(expr, (cst.Call, cst.Subscript, cst.Attribute)):
+        if isinstance(expr, cst.Call):
+            qualified = ctx.qualified_name(expr.func) or ""
+            if qualified.startswith("torch.") and qualified.rpartition(".")[2] in _LIKE:
+                return True
+            expr = expr.func
+        else:
+            expr = expr.value
+    return False
+
+
+_LIKE = {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"}
+
+
+# -- XLA301 ----------------------------------------------------------------------------------------
+
+
+class DataDependentShapeOp(Rule):
+    """## What it does
+    Flags ops whose output shape depends on the values of a device tensor, on a per-step path:
+    `nonzero` (also `as_tuple=True`), `argwhere`, one-argument `torch.where(cond)`,
+    `masked_select`, `unique`/`unique_consecutive`, and `repeat_interleave` with tensor repeats.
+
+    ## Why is this bad?
+    XLA compiles programs for static shapes. These ops have no static-shape lowering: torch_xla
+    runs them as CPU fallbacks (`aten::nonzero`, `aten::masked_select`, `aten::_unique2`,
+    `repeat_interleave.Tensor` show up as `aten::` counters), which executes the pending graph,
+    copies the input to the host and the result back. Every distinct output size then traces a new
+    graph downstream, so the step can recompile again and again.
+
+    ## Example
+    ```python
+    def forward(self, hidden, expert_mask):
+        for e, expert in enumerate(self.experts):
+            idx = torch.nonzero(expert_mask[e]).squeeze(-1)
+            hidden[idx] = expert(hidden[idx])
+        return hidden
+    ```
+
+    Use instead:
+    ```python
+    def forward(self, hidden, expert_mask):
+        for e, expert in enumerate(self.experts):
+            # every token through every expert, then select: static shapes
+            hidden = torch.where(expert_mask[e].unsqueeze(-1), expert(hidden), hidden)
+        return hidden
+    ```
+
+    When indices are really needed, bound their number: `torch.nonzero_static(m, size=K,
+    fill_value=-1)` or `torch.topk` over the mask, and mask the padding slots.
+    """
+
+    code, name, category = "XLA301", "data-dependent-shape-op", "dynamic_shape"
+    summary = "`{op}` on a device tensor has a data-dependent output shape: a CPU fallback and recompilations"
+    hint = "use static-shape alternatives: 3-argument `torch.where`, masks, `nonzero_static(m, size=K)`, `unique` over a known range via `bincount(minlength=K)`"
+
+    VALID = [
+        Valid(
+            """
+            def forward(self, x, mask):
+                x = torch.where(mask, x, torch.zeros_like(x))  # three arguments: static shape
+                return x.repeat_interleave(self.n_rep, dim=1)  # integer repeats
+            """
+        ),
+        Valid(
+            """
+            def forward(self, x, mask):
+                idx = torch.nonzero_static(mask.flatten(), size=self.max_tokens, fill_value=-1)
+                return x.flatten(0, 1)[idx.clamp_min(0).squeeze(-1)]
+            """
+        ),
+        Valid(
+            """
+            classes = np.unique(labels)  # host data, at setup
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+            """
+        ),
+        Valid(
+            """
+            vocab = torch.unique(torch.tensor(token_ids))  # CPU tensor, once
+            for batch in loader:
+                loss = model(batch).loss
+                loss.backward()
+            """
+        ),
+        Valid(
+            """
+            def forward(self, x):
+                if x.device.type == "cuda":
+                    keep = x.abs().sum(-1).nonzero()
+                    x = x[keep.squeeze(-1)]
+                return self.layer(x)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            def forward(self, hidden, router_logits):
+                top = router_logits.argmax(-1)
+                for e, expert in enumerate(self.experts):
+                    idx = (top == e).nonzero(as_tuple=True)[0]
+                    hidden[idx] = expert(hidden[idx])
+                return hidden
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            def update(self, preds, target):
+                values = torch.unique(target)
+                self.seen += values.numel()
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            for x, y in loader:
+                out = model(x)
+                rows, cols = torch.where(out > 0.5)
+                loss = loss_fn(out, y)
+                loss.backward()
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            def forward(self, tokens, lengths):
+                counts = lengths.clamp(min=1)
+                return tokens.repeat_interleave(counts, dim=0)
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            def forward(self, pred, target, mask):
+                picked = pred.masked_select(mask)
+                return picked.var()
+            """,
+            line=2,
+        ),
+    ]
+
+    FUNCS = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "repeat_interleave", "where"}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        op = _is_torch(self.ctx, node, self.FUNCS)
+        if op is not None:
+            args = positional(node)
+            if not args:
+                return
+            subject = args[0].value
+            if op == "where" and (len(node.args) != 1 or node.args[0].star):
+                return
+            if op == "repeat_interleave" and not self._tensor_repeats(node, args[1:], functional=True):
+                return
+            label = f"torch.{op}" if op != "where" else "torch.where(cond)"
+        else:
+            op = method_name(node)
+            if op not in self.FUNCS or op == "where":
+                return
+            qualified = self.ctx.qualified_name(node.func) or ""
+            if qualified.split(".")[0] in ("numpy", "np", "pandas", "pd") or qualified.startswith("torch."):
+                return
+            subject = receiver(node)
+            if op == "repeat_interleave" and not self._tensor_repeats(node, positional(node), functional=False):
+                return
+            if op == "nonzero" and node.args and not keyword(node, "as_tuple"):
+                return  # not Tensor.nonzero's signature
+            label = f".{op}()"
+        tensor = self.ctx.on_device(subject) if label.startswith("torch.") else _tensorish(self.ctx, subject)
+        if not tensor or _shaped_out(self.ctx, node):
+            return
+        self.report(node, self.summary.format(op=label))
+
+    def _tensor_repeats(self, node: cst.Call, rest: list[cst.Arg], functional: bool) -> bool:
+        repeats = keyword(node, "repeats")
+        value = repeats.value if repeats is not None else (rest[0].value if rest else None)
+        if value is None:
+            # torch.repeat_interleave(repeats): the one-argument form repeats indices by a tensor
+            return functional
+        return self.ctx.tensor_kind(value) >= Kind.CPU and not isinstance(value, (cst.Integer, cst.Name)) or \
+            (isinstance(value, cst.Name) and self.ctx.tensor_kind(value) >= Kind.CPU and
+             bool(self.ctx.reaching_values(value)))
+
+
+# -- XLA302 ----------------------------------------------------------------------------------------
+
+
+class BooleanMaskIndex(Rule):
+    """## What it does
+    Flags reading a device tensor through a boolean mask, `y = x[mask]`, on a per-step path, where
+    the index is evidently a bool tensor: a comparison of tensors, `~m`, `m & n`, `torch.isnan(...)`,
+    `.bool()`, a name assigned from one of those, or a tensor named like a mask.
+
+    ## Why is this bad?
+    The result has as many elements as the mask has `True` values, which only the data knows.
+    torch_xla turns the mask into indices with `nonzero` (a CPU fallback: the graph executes and
+    the mask is copied to the host), and every distinct count gives downstream code a new shape
+    to compile.
+
+    ## Example
+    ```python
+    def forward(self, logits, labels):
+        valid = labels != -100
+        return self.loss(logits[valid], labels[valid])
+    ```
+
+    Use instead:
+    ```python
+    def forward(self, logits, labels):
+        return self.loss(logits, labels)  # ignore_index=-100 masks on the device
+    ```
+
+    For reductions keep all elements and mask them: `x[m].sum()` becomes
+    `torch.where(m, x, 0).sum()`; a mean is `where(m, x, 0).sum() / m.sum().clamp_min(1)`.
+
+    ## Fix safety
+    Only `x[m].sum()` is rewritten, to `torch.where(m, x, 0).sum()` (`where`, not `x * m`: a NaN
+    outside the mask must not leak into the sum). The fix is safe when the mask is built elementwise
+    from `x` itself (`x[x > 0].sum()`, `x[~torch.isnan(x)].sum()`), so it has `x`'s shape. Otherwise
+    it is unsafe: a row mask of shape `(N,)` over `x` of shape `(N, D)` selects whole rows, while
+    `where` broadcasts it against the last dimension (a wrong result or an error).
+    """
+
+    code, name, category = "XLA302", "boolean-mask-index", "dynamic_shape"
+    summary = "boolean-mask indexing of a device tensor has a data-dependent shape (`nonzero` fallback)"
+    hint = "keep the full shape and mask instead: `torch.where(m, x, 0)`, loss `ignore_index`, masked reductions"
+    fix_availability = "sometimes"
+
+    VALID = [
+        Valid(
+            """
+            def forward(self, x, idx):
+                picked = x[idx]  # integer indices: a gather with a static shape
+                first = x[:, 0]
+                return picked, first
+            """
+        ),
+        Valid(
+            """
+            def forward(self, x):
+                x = torch.where(x > 0, x, torch.zeros_like(x))
+                return x.sum()
+            """
+        ),
+        Valid(
+            """
+            def forward(self, x):
+                x[x < 0] = 0.0  # an assignment: XLA303's business
+                return x
+            """
+        ),
+        Valid(
+            """
+            arr = np.random.rand(10)
+            for batch in loader:
+                kept = arr[arr > 0.5]  # NumPy on the host
+                loss = model(batch).loss
+                loss.backward()
+            """
+        ),
+        Valid(
+            """
+            def prepare(dataset):
+                labels = torch.tensor(dataset.labels)
+                return labels[labels >= 0]  # once, on CPU
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            def forward(self, logits, labels):
+                valid = labels != -100
+                kept = logits[valid]
+                return self.loss(kept, labels.clamp_min(0))
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def forward(self, x):
+                h = self.encoder(x)
+                return h[h > 0].sum()
+            """,
+            line=5,
+            expected_replacement="""
+            import torch
+
+            def forward(self, x):
+                h = self.encoder(x)
+                return torch.where(h > 0, h, 0).sum()
+            """,
+        ),
+        Invalid(
+            """
+            import torch as th
+
+            def forward(self, x):
+                h = self.encoder(x)
+                finite = ~th.isnan(h)
+                return h[finite].sum()
+            """,
+            line=6,
+            expected_replacement="""
+            import torch as th
+
+            def forward(self, x):
+                h = self.encoder(x)
+                finite = ~th.isnan(h)
+                return th.where(finite, h, 0).sum()
+            """,
+        ),
+        Invalid(
+            """
+            def forward(self, x, row_mask):
+                h = self.encoder(x)
+                keep = row_mask.bool()
+                return h[keep].sum()
+            """,
+            line=4,
+            expected_replacement="""
+            import torch
+
+            def forward(self, x, row_mask):
+                h = self.encoder(x)
+                keep = row_mask.bool()
+                return torch.where(keep, h, 0).sum()
+            """,
+            applicability=Applicability.UNSAFE,
+        ),
+    ]
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        index = _single_index(node)
+        if index is None or not is_bool_mask(self.ctx, index) or _is_store(self.ctx, node):
+            return
+        if self.ctx.tensor_kind(node.value) in (Kind.NOT_TENSOR, Kind.CPU) or _shaped_out(self.ctx, node):
+            return
+        self.report(node, fix=self._fix(node, index))
+
+    def _fix(self, node: cst.Subscript, mask: cst.BaseExpression) -> Fix | None:
+        call = self.ctx.parent(node)
+        if not (isinstance(call, cst.Attribute) and call.value is node and call.attr.value == "sum"):
+            return None
+        call = self.ctx.parent(call)
+        if not isinstance(call, cst.Call) or call.args:
+            return None
+        base = code(node.value)
+        safe = elementwise_of(self.ctx, mask, base)
+        torch_name, imports = _torch_spelling(self.ctx)
+        config = self.ctx.module.config_for_parsing
+        new = cst.parse_expression(f"{torch_name}.where({code(mask)}, {base}, 0).sum()", config=config)
+        return Fix.replace(call, new, title="Mask with `where` and reduce over the full tensor", safe=safe,
+                           imports=imports)
+
+
+def _is_store(ctx, node: cst.Subscript) -> bool:
+    parent = ctx.parent(node)
+    if isinstance(parent, cst.AssignTarget) or isinstance(parent, cst.Del):
+        return True
+    if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is node:
+        return True
+    if isinstance(parent, (cst.Element, cst.StarredElement)):
+        outer = ctx.parent(parent)
+        return isinstance(outer, (cst.Tuple, cst.List)) and isinstance(ctx.parent(outer), cst.AssignTarget)
+    return False
+
+
+# -- XLA303 ----------------------------------------------------------------------------------------
+
+
+class BooleanMaskAssign(Rule):
+    """## What it does
+    Flags assigning through a boolean mask, `x[mask] = v`, on a per-step path, where `x` is a
+    device tensor and the index is evidently a bool tensor.
+
+    ## Why is this bad?
+    On CUDA and CPU this looks free: ATen's `_index_put_impl_` kernel checks
+    `canDispatchToMaskedFill` and turns a single bool mask with a one-element value into a
+    `masked_fill_` (pytorch #57515 / PR #61612). That check lives inside the CPU/CUDA kernel.
+    torch_xla registers its own `index_put_` and `_index_put_impl_` (torch_xla/csrc/aten_xla_type.cpp),
+    and its index canonicalisation (`GetCanonicalIndexInfo` -> `ExpandByteTensors` in
+    torch_xla/csrc/ops/index_ops.cpp) replaces every bool mask with `mask.nonzero()`. So on XLA,
+    `x[m] = 0.0` runs `nonzero` (a CPU fallback: the pending graph executes and the mask goes to
+    the host) and then an `index_put` whose index count is data dependent, a new graph for every
+    distinct count (pytorch/xla #4248, still open, shows the early execution and the data-dependent
+    `index_put`). Under torchax the same assignment is `x.at[m].set(v)`, which JAX rejects inside
+    `jit` (`NonConcreteBooleanIndexError`). With a tensor value (`x[m] = y[m]`) the value's size is
+    data dependent too.
+
+    ## Example
+    ```python
+    def forward(self, scores):
+        scores[scores < self.threshold] = float("-inf")
+        return scores.softmax(-1)
+    ```
+
+    Use instead:
+    ```python
+    def forward(self, scores):
+        scores = scores.masked_fill(scores < self.threshold, float("-inf"))
+        return scores.softmax(-1)
+    ```
+
+    For a tensor value use `torch.where(m, y, x)` with `y` shaped like `x`.
+
+    ## Fix safety
+    `x[m] = v` with a Python scalar `v` becomes `x.masked_fill_(m, v)`, which stays in place like
+    the original. It is safe when the mask is built elementwise from `x` itself (so it has `x`'s
+    shape); otherwise it is unsafe: a row mask of shape `(N,)` over `x` of shape `(N, D)` fills
+    whole rows through indexing, but `masked_fill_` broadcasts it against the last dimension.
+    """
+
+    code, name, category = "XLA303", "boolean-mask-assign", "dynamic_shape"
+    summary = "boolean-mask assignment on XLA goes through `index_put` with `nonzero` indices: a fallback and data-dependent shapes"
+    hint = "use `x.masked_fill_(m, v)` for a scalar, `torch.where(m, y, x)` for tensor values"
+    fix_availability = "sometimes"
+
+    VALID = [
+        Valid(
+            """
+            def forward(self, scores, idx):
+                scores[idx] = 0.0  # integer index tensor: a scatter, static shape
+                scores[:, 0] = 1.0
+                return scores
+            """
+        ),
+        Valid(
+            """
+            def forward(self, scores):
+                return scores.masked_fill(scores < 0, 0.0)
+            """
+        ),
+        Valid(
+            """
+            def build_weights(counts):
+                w = torch.ones(10)
+                w[counts == 0] = 0.0  # setup, CPU
+                return w
+            """
+        ),
+        Valid(
+            """
+            for batch in loader:
+                arr = batch["boxes"].numpy()
+                arr[arr < 0] = 0  # NumPy
+                loss = model(batch).loss
+                loss.backward()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            class Sparsify(nn.Module):
+                def __init__(self, threshold: float = 0.1):
+                    super().__init__()
+                    self.threshold = threshold
+
+                def forward(self, scores):
+                    scores[scores < self.threshold] = float("-inf")
+                    return scores.softmax(-1)
+            """,
+            line=7,
+            expected_replacement="""
+            class Sparsify(nn.Module):
+                def __init__(self, threshold: float = 0.1):
+                    super().__init__()
+                    self.threshold = threshold
+
+                def forward(self, scores):
+                    scores.masked_fill_(scores < self.threshold, float("-inf"))
+                    return scores.softmax(-1)
+            """,
+        ),
+        Invalid(
+            """
+            def forward(self, x, pad_mask):
+                h = self.encoder(x)
+                h[pad_mask] = 0.0  # a (B, T) mask over (B, T, D) features
+                return h
+            """,
+            line=3,
+            expected_replacement="""
+            def forward(self, x, pad_mask):
+                h = self.encoder(x)
+                h.masked_fill_(pad_mask, 0.0)  # a (B, T) mask over (B, T, D) features
+                return h
+            """,
+            applicability=Applicability.UNSAFE,
+        ),
+        Invalid(
+            """
+            def forward(self, x, y):
+                out = self.layer(x)
+                keep = torch.isfinite(y)
+                out[keep] = y[keep]
+                return out
+            """,
+            line=4,
+        ),
+    ]
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Subscript):
+            return
+        target = node.targets[0].target
+        mask = _single_index(target)
+        if mask is None or not is_bool_mask(self.ctx, mask):
+            return
+        if self.ctx.tensor_kind(target.value) in (Kind.NOT_TENSOR, Kind.CPU) or _shaped_out(self.ctx, node):
+            return
+        self.report(target, fix=self._fix(node, target, mask))
+
+    def _fix(self, node: cst.Assign, target: cst.Subscript, mask: cst.BaseExpression) -> Fix | None:
+        value = node.value
+        if not _python_scalar(self.ctx, value):
+            return None
+        base = code(target.value)
+        safe = elementwise_of(self.ctx, mask, base)
+        new = cst.Expr(cst.parse_expression(f"{base}.masked_fill_({code(mask)}, {code(value)})",
+                                            config=self.ctx.module.config_for_parsing))
+        return Fix.replace(node, new, title="Use `masked_fill_` (static shape)", safe=safe)
+
+
+def _python_scalar(ctx, value: cst.BaseExpression) -> bool:
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, cst.Name) and value.value in ("True", "False"):
+        return True
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+        return _python_scalar(ctx, value.expression)
+    if isinstance(value, cst.Call) and dotted_name(value.func) == "float" and len(value.args) == 1 and \
+            isinstance(value.args[0].value, cst.SimpleString):
+        return True  # float("-inf")
+    if isinstance(value, cst.Attribute) and ctx.qualified_name(value) in ("math.inf", "math.nan", "math.pi",
+                                                                          "numpy.inf", "numpy.nan"):
+        return True
+    return False
+
+
+# -- XLA311 ----------------------------------------------------------------------------------------
+
+_TRAIN = re.compile(r"train", re.I)
+_NOT_TRAIN = re.compile(r"(^|_|\b)(eval|evaluation|test|testing|val|valid|validation|dev|predict|prediction|"
+                        r"inference|infer|calib|calibration)(_|$|\b|s\b)", re.I)
+
+
+class TrainLoaderWithoutDropLast(Rule):
+    """## What it does
+    Flags a training `DataLoader(...)` built without `drop_last=True` in code that runs on XLA: a
+    loader that shuffles, takes a training sampler, or is named for training, with a batch size
+    other than 1.
+
+    ## Why is this bad?
+    When the dataset size is not a multiple of the batch size, the last batch of every epoch is
+    smaller: a new input shape, so XLA traces and compiles the whole training step again (measured:
+    a 6.9 s compile against a 38 ms step, 185x), and on multi-host TPU each host may compile at a
+    different time.
+
+    ## Example
+    ```python
+    train_loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4)
+    ```
+
+    Use instead:
+    ```python
+    train_loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4, drop_last=True)
+    ```
+
+    Or pad the final batch to the full size and mask the padding.
+
+    ## Fix safety
+    Adding `drop_last=True` is unsafe: each epoch skips up to `batch_size - 1` samples (a different
+    set each epoch when shuffling).
+    """
+
+    code, name, category = "XLA311", "train-loader-without-drop-last", "varying_shape"
+    summary = "training `DataLoader` without `drop_last=True`: the last partial batch recompiles the step"
+    hint = "pass `drop_last=True` (or pad the last batch to the full batch size)"
+    xla_only = True
+    fix_availability = "always"
+
+    VALID = [
+        Valid(
+            """
+            import torch_xla
+            train_loader = DataLoader(train_set, batch_size=64, shuffle=True, drop_last=True)
+            """
+        ),
+        Valid(
+            """
+            import torch_xla
+            eval_loader = DataLoader(eval_set, batch_size=64, shuffle=False)
+            val_loader = DataLoader(val_set, batch_size=64)
+            """
+        ),
+        Valid(
+            """
+            import torch_xla
+            train_loader = DataLoader(train_set, batch_size=1, shuffle=True)
+            train_loader = DataLoader(train_set, batch_sampler=bucket_sampler)
+            """
+        ),
+        Valid(
+            """
+            import torch_xla
+            train_loader = DataLoader(train_set, batch_size=bs, shuffle=True, drop_last=args.drop_last)
+            loader = DataLoader(train_set, **loader_kwargs)
+            """
+        ),
+        Valid(
+            """
+            train_loader = DataLoader(train_set, batch_size=64, shuffle=True)  # no XLA in this file
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch_xla
+            train_loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4)
+            """,
+            line=2,
+            expected_replacement="""
+            import torch_xla
+            train_loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4, drop_last=True)
+            """,
+            applicability=Applicability.UNSAFE,
+        ),
+        Invalid(
+            """
+            import torch_xla.core.xla_model as xm
+            loader = torch.utils.data.DataLoader(
+                dataset,
+                batch_size=args.batch_size,
+                sampler=train_sampler,
+                drop_last=False,
+            )
+            """,
+            line=2,
+            expected_replacement="""
+            import torch_xla.core.xla_model as xm
+            loader = torch.utils.data.DataLoader(
+                dataset,
+                batch_size=args.batch_size,
+                sampler=train_sampler,
+                drop_last=True,
+            )
+            """,
+            applicability=Applicability.UNSAFE,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = dotted_name(node.func)
+        if last_part(name) != "DataLoader":
+            return
+        qualified = self.ctx.qualified_name(node.func) or ""
+        if qualified.split(".")[0] not in ("torch", "DataLoader") and qualified != name:
+            return
+        if any(a.star for a in node.args) or keyword(node, "batch_sampler"):
+            return
+        drop_last = keyword(node, "drop_last")
+        if drop_last is not None and not (isinstance(drop_last.value, cst.Name) and drop_last.value.value == "False"):
+            return
+        args = positional(node)
+        batch = keyword(node, "batch_size")
+        batch_value = batch.value if batch is not None else (args[1].value if len(args) > 1 else None)
+        if batch_value is None or (isinstance(batch_value, cst.Integer) and batch_value.evaluated_value <= 1) or \
+                (isinstance(batch_value, cst.Name) and batch_value.value == "None"):
+            return
+        if len(args) > 2:  # positional shuffle/sampler...: unusual, leave it
+            return
+        if not self._training(node) or self.ctx.in_non_xla_code(node):
+            return
+        self.report(node, fix=self._fix(node, drop_last))
+
+    def _training(self, node: cst.Call) -> bool:
+        words = [code(a.value) for a in node.args if a.keyword is None or a.keyword.value in ("dataset", "sampler")]
+        target = self._target_name(node)
+        if target:
+            words.append(target)
+        text = " ".join(words)
+        if _NOT_TRAIN.search(text.replace(".", "_")):
+            return False
+        shuffle = keyword(node, "shuffle")
+        if shuffle is not None:
+            if isinstance(shuffle.value, cst.Name) and shuffle.value.value == "True":
+                return True
+            if _TRAIN.search(code(shuffle.value)):
+                return True
+            if isinstance(shuffle.value, cst.Name) and shuffle.value.value == "False":
+                return bool(_TRAIN.search(text))
+        sampler = keyword(node, "sampler")
+        if sampler is not None and re.search(r"train|RandomSampler", code(sampler.value)):
+            return True
+        return bool(_TRAIN.search(text))
+
+    def _target_name(self, node: cst.Call) -> str | None:
+        parent = self.ctx.parent(node)
+        while isinstance(parent, (cst.Call, cst.Arg)):  # accelerator.prepare(DataLoader(...))
+            parent = self.ctx.parent(parent)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            return code(parent.targets[0].target)
+        return None
+
+    def _fix(self, node: cst.Call, drop_last: cst.Arg | None) -> Fix:
+        true = cst.Name("True")
+        if drop_last is not None:
+            new = node.with_changes(args=[a.with_changes(value=true) if a is drop_last else a for a in node.args])
+        else:
+            args = list(node.args)
+            last = args[-1]
+            trailing = last.comma
+            new_arg = cst.Arg(keyword=cst.Name("drop_last"), value=true,
+                              equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                    whitespace_after=cst.SimpleWhitespace("")))
+            if isinstance(trailing, cst.Comma):
+                # multi-line call with a trailing comma: keep its layout
+                new_arg = new_arg.with_changes(comma=trailing)
+                args[-1] = last.with_changes(comma=trailing)
+            else:
+                args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            new = node.with_changes(args=[*args, new_arg])
+        return Fix.replace(node, new, title="Add `drop_last=True`", safe=False)
