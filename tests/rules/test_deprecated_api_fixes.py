@@ -1,0 +1,183 @@
+"""XLA601/XLA602 beyond the rule examples: a realistic script fixed end to end, guards, scopes."""
+
+import textwrap
+
+import libcst as cst
+
+from xlalint.rules.deprecated_api import DeprecatedXlaApi, RemovedXlaApi
+from xlalint.testing import fix_code, lint_code
+
+RULES = [RemovedXlaApi, DeprecatedXlaApi]
+
+SCRIPT = textwrap.dedent(
+    '''
+    """Train a small classifier on TPU."""
+    import os
+
+    import torch
+    import torch.nn as nn
+
+    try:
+        import torch_xla.core.xla_model as xm
+        import torch_xla.distributed.parallel_loader as pl
+        import torch_xla.distributed.xla_multiprocessing as xmp
+    except ImportError:  # CPU-only machines
+        xm = None
+
+
+    def log(msg):
+        if xm is None or xm.get_ordinal() == 0:  # only the first replica logs
+            print(msg)
+
+
+    def train(index, flags):
+        device = xm.xla_device()
+        model = nn.Linear(16, 4).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=flags["lr"])
+        loader = pl.MpDeviceLoader(make_loader(xm.xrt_world_size()), device)
+        for step, (x, y) in enumerate(loader):
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            xm.optimizer_step(optimizer)
+            if step % 100 == 0:
+                xm.mark_step()
+        log("done")
+
+
+    if __name__ == "__main__":
+        xmp.spawn(train, args=({"lr": 0.1},), nprocs=None)
+    '''
+).lstrip()
+
+
+def test_realistic_script_safe_fixes_parse_and_converge():
+    found = lint_code(SCRIPT, RULES)
+    assert sorted((d.code, d.location.row) for d in found) == [
+        ("XLA601", 16), ("XLA601", 24), ("XLA602", 21), ("XLA602", 31), ("XLA602", 36)
+    ]
+    fixed = fix_code(SCRIPT, RULES, unsafe=False)
+    compile(fixed, "fixed.py", "exec")
+    assert fix_code(fixed, RULES, unsafe=False) == fixed
+    assert "xm.get_ordinal" not in fixed and "xr.global_ordinal() == 0" in fixed
+    assert "torch_xla.device()" in fixed and "torch_xla.sync()" in fixed
+    assert "xmp.spawn(" in fixed  # unsafe: not applied without opt-in
+    # the new imports sit inside the same try/except ImportError as the old ones
+    module = cst.parse_module(fixed)
+    guarded = cst.Module([module.body[4]]).code
+    assert "import torch_xla.runtime as xr" in guarded and "import torch_xla\n" in guarded
+    left = lint_code(fixed, RULES)
+    assert [d.code for d in left] == ["XLA602"]  # only the unsafe spawn
+
+
+def test_realistic_script_unsafe_fixes_parse_and_converge():
+    fixed = fix_code(SCRIPT, RULES, unsafe=True)
+    compile(fixed, "fixed.py", "exec")
+    assert fix_code(fixed, RULES, unsafe=True) == fixed
+    assert 'torch_xla.launch(train, args=({"lr": 0.1},))' in fixed
+    assert not lint_code(fixed, RULES)
+
+
+def test_function_local_imports_get_their_own_new_import():
+    code = textwrap.dedent(
+        """
+        def device():
+            import torch_xla.core.xla_model as xm
+            return xm.xla_device()
+
+        def save(state, path):
+            import torch_xla.core.xla_model as xm
+            xm.mark_step()
+            xm.save(state, path)
+        """
+    )
+    fixed = fix_code(code, RULES, unsafe=False)
+    assert fixed == textwrap.dedent(
+        """
+        def device():
+            import torch_xla
+            return torch_xla.device()
+
+        def save(state, path):
+            import torch_xla.core.xla_model as xm
+            import torch_xla
+            torch_xla.sync()
+            xm.save(state, path)
+        """
+    )
+
+
+def test_version_guarded_fallbacks_are_not_reported():
+    code = textwrap.dedent(
+        """
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        from packaging import version
+
+        if version.parse(torch_xla.__version__) < version.parse("2.4"):
+            sync = xm.mark_step
+        else:
+            sync = torch_xla.sync
+
+        def world():
+            if _XLA_GREATER_EQUAL_2_1:
+                from torch_xla import runtime as xr
+                return xr.world_size()
+            return xm.xrt_world_size()
+
+        if _XLA_GREATER_EQUAL_2_1:
+            from torch_xla.core.xla_model import broadcast_master_param
+        else:
+            from torch_xla.experimental.pjrt import broadcast_master_param
+
+        try:
+            from torch_xla.distributed.spmd import Mesh
+        except ImportError:
+            from torch_xla.experimental.xla_sharding import Mesh
+        """
+    )
+    assert lint_code(code, RULES) == []
+
+
+def test_guard_that_is_not_about_versions_still_reports():
+    code = textwrap.dedent(
+        """
+        import torch_xla.core.xla_model as xm
+        if global_step >= max_steps:
+            xm.mark_step()
+        try:
+            import torch_xla_py.xla_model as old_xm
+        except ImportError:
+            old_xm = None
+        """
+    ).lstrip()
+    assert [(d.code, d.location.row) for d in lint_code(code, RULES)] == [("XLA602", 3), ("XLA601", 5)]
+
+
+def test_torch_xla_own_implementation_is_not_reported():
+    code = textwrap.dedent(
+        """
+        import torch_xla.distributed.xla_multiprocessing as xmp
+
+        def launch(fn, args=()):
+            xmp.spawn(fn, args=args, nprocs=None)
+        """
+    )
+    assert lint_code(code, RULES, path="site-packages/torch_xla/torch_xla.py") == []
+    assert len(lint_code(code, RULES, path="myproject/launch.py")) == 1
+
+
+def test_aliases_and_full_names_resolve():
+    code = textwrap.dedent(
+        """
+        import torch_xla.core.xla_model
+        from torch_xla.core import xla_model as foo
+
+        torch_xla.core.xla_model.mark_step()
+        foo.mark_step(wait=True)
+        """
+    )
+    fixed = fix_code(code, RULES, unsafe=False)
+    assert "torch_xla.sync()" in fixed and "torch_xla.sync(wait=True)" in fixed
+    compile(fixed, "fixed.py", "exec")
+    assert fix_code(fixed, RULES, unsafe=False) == fixed
