@@ -1,0 +1,47 @@
+"""Every rule documents itself in Ruff's shape, and the generated docs are current."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xlalint.diagnostics import CATEGORIES
+from xlalint.rules import ALL_RULES
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIRED = ("## What it does", "## Why is this bad?", "## Example", "Use instead:")
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_rule_documentation_shape(rule):
+    doc = rule.documentation()
+    positions = [doc.find(section) for section in REQUIRED]
+    assert all(p >= 0 for p in positions), f"{rule.code} misses one of {REQUIRED}"
+    assert positions == sorted(positions), f"{rule.code}: sections out of order"
+    assert doc.count("```python") >= 2, f"{rule.code}: needs a bad and a good example"
+    assert "## Fix Safety" not in doc  # one spelling
+    if rule.fix_availability != "none":
+        assert "## Fix safety" in doc, f"{rule.code} has a fix but no '## Fix safety' section"
+    assert rule.category in CATEGORIES
+    assert rule.summary and "\n" not in rule.summary
+    assert rule.VALID and rule.INVALID, f"{rule.code} needs VALID and INVALID examples"
+
+
+def test_fix_availability_matches_examples():
+    for rule in ALL_RULES:
+        has_fix_example = any(case.expected_replacement is not None for case in rule.INVALID)
+        assert (rule.fix_availability != "none") == has_fix_example, rule.code
+
+
+def test_codes_and_names_are_unique():
+    assert len({r.code for r in ALL_RULES}) == len(ALL_RULES)
+    assert len({r.name for r in ALL_RULES}) == len(ALL_RULES)
+    assert all(re.fullmatch(r"XLA[1-9]\d\d", r.code) for r in ALL_RULES)
+
+
+def test_generated_docs_are_current():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "generate_docs.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
