@@ -8,9 +8,8 @@ import libcst as cst
 
 from xlalint.analysis.names import dotted_name, last_part, method_name, receiver, string_value
 from xlalint.diagnostics import Applicability, Fix
+from xlalint.fixes import importable
 from xlalint.rule import Invalid, Rule, Valid
-
-from .optimizer_step import runtime_name
 
 CLIP_GRAD_NORM = {
     "torch.nn.utils.clip_grad_norm_",
@@ -265,7 +264,7 @@ class ClipGradNormSync(Rule):
         return False
 
     def _fix(self, node: cst.Call, drop: cst.Arg | None, safe: bool) -> Fix:
-        spelled, request = runtime_name(self.ctx, "clip_grad_norm_")
+        spelled, request = importable(self.ctx, "xlalint.runtime", "clip_grad_norm_")
         args = list(node.args)
         if drop is not None:
             index = next(i for i, a in enumerate(args) if a is drop)
@@ -579,7 +578,7 @@ class ManualGradClipping(Rule):
         compared = _norm_denominator(self.ctx.assigned_values(norm)[0].right) if coefficient else norm
         if compared is None or not self._norm_over(compared, params):
             return None
-        spelled, request = runtime_name(self.ctx, "clip_grad_norm_")
+        spelled, request = importable(self.ctx, "xlalint.runtime", "clip_grad_norm_")
         text = f"{spelled}({_code(params)}, {_code(threshold)})"
         statement = cst.parse_statement(text, config=self.ctx.module.config_for_parsing)
         statement = statement.with_changes(leading_lines=node.leading_lines)

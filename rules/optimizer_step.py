@@ -9,7 +9,7 @@ import libcst as cst
 from xlalint.analysis.names import dotted_name, last_part, method_name, receiver
 from xlalint.analysis.steps import DEVICE_LOADER, is_step_loop
 from xlalint.fixes import importable
-from xlalint.diagnostics import Applicability, Fix, ImportRequest
+from xlalint.diagnostics import Applicability, Fix
 from xlalint.rule import Invalid, Rule, Valid
 
 # Receivers named like an optimizer (`optimizer`, `self.opt`, `g_optim`, `optimizers[0]`).
@@ -431,7 +431,7 @@ class OptimizerStepWithoutBarrier(Rule):
         recv = receiver(node)
         if not self._is_optimizer(recv):
             return
-        if not _in_training_path(self.ctx, node) or self.ctx.in_non_xla_code(node):
+        if not self.ctx.is_per_step(node, periodic=True) or self.ctx.in_non_xla_code(node):
             return
         if self._inside_wrapper_step(node) or self._framework_handles_steps() or self._has_barrier(node):
             return
@@ -603,14 +603,14 @@ class OptimizerStepWithoutBarrier(Rule):
     def _file_has_barrier(self) -> bool:
         if self._file_barrier is None:
             self._file_barrier = any(
-                self._is_barrier(call) and (BARRIER_SCOPE == "file" or _in_training_path(self.ctx, call))
+                self._is_barrier(call) and (BARRIER_SCOPE == "file" or self.ctx.is_per_step(call, periodic=True))
                 for call in self.ctx.index.calls
             )
         return self._file_barrier
 
     # -- the fix -------------------------------------------------------------------------------------
     def _fix(self, node: cst.Call, recv: cst.BaseExpression, closure) -> Fix:
-        spelled, request = runtime_name(self.ctx, "optimizer_step")
+        spelled, request = importable(self.ctx, "xlalint.runtime", "optimizer_step")
         text = f"{spelled}({_code(recv)}, barrier=True"
         if closure is not None:
             text += f', optimizer_args={{"closure": {_code(closure)}}}'
@@ -618,46 +618,6 @@ class OptimizerStepWithoutBarrier(Rule):
         replacement = cst.parse_expression(text, config=self.ctx.module.config_for_parsing)
         return Fix.replace(node, replacement, title=f"Replace with `{spelled}(..., barrier=True)`", safe=False,
                            imports=[request])
-
-
-def _bare_names(module: cst.Module) -> set[str]:
-    """Identifiers used as plain names (not as the `.attr` of an attribute access)."""
-    names: set[str] = set()
-
-    class Collect(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            names.add(n.value)
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)
-            return False
-
-    module.visit(Collect())
-    return names
-
-
-def runtime_name(ctx, obj: str) -> tuple[str, ImportRequest]:
-    """`xlalint.fixes.importable(ctx, "xlalint.runtime", obj)`, except that an attribute such as
-    `xm.optimizer_step` or `torch.nn.utils.clip_grad_norm_` does not take the bare name."""
-    spelled, request = importable(ctx, "xlalint.runtime", obj)
-    if spelled != obj and obj not in ctx.index.imports and obj not in _bare_names(ctx.module):
-        return obj, ImportRequest("xlalint.runtime", obj)
-    return spelled, request
-
-
-def _in_training_path(ctx, node: cst.CSTNode) -> bool:
-    """`ctx.is_per_step`, except that `if step % accumulate == 0:` blocks count: an optimizer step
-    under gradient accumulation runs every N iterations, and the loop still needs its barrier."""
-    child = node
-    for anc in ctx.index.ancestors(node):
-        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
-            if ctx.is_step_closure(anc):
-                return False
-            return isinstance(anc, cst.FunctionDef) and ctx.is_step_function(anc)
-        if isinstance(anc, (cst.For, cst.While)) and child is anc.body and is_step_loop(ctx, anc):
-            return True
-        child = anc
-    return False
 
 
 def _closure_argument(call: cst.Call):

@@ -146,6 +146,6 @@ def importable(ctx: FileContext, module: str, obj: str) -> tuple[str, ImportRequ
     binding = ctx.index.imports.get(obj)
     if binding is not None and binding.qualified == f"{module}.{obj}":
         return obj, ImportRequest(module, obj)
-    if obj not in ctx.index.all_names:
+    if obj not in ctx.index.bare_names:
         return obj, ImportRequest(module, obj)
     return f"{module}.{obj}", ImportRequest(module)

@@ -94,8 +94,8 @@ class FileContext:
     def is_step_function(self, func: cst.FunctionDef) -> bool:
         return steps.is_step_function(self, func)
 
-    def is_per_step(self, node: cst.CSTNode) -> bool:
-        return steps.is_per_step(self, node)
+    def is_per_step(self, node: cst.CSTNode, *, periodic: bool = False) -> bool:
+        return steps.is_per_step(self, node, periodic=periodic)
 
     @cached_property
     def per_call_functions(self) -> set[int]:

@@ -39,7 +39,9 @@ class ModuleIndex:
     order: dict[int, int] = field(default_factory=dict)  # id(node) -> pre-order position (source order)
     # id(assigned expression) -> the assignment is an augmented one (`x += v`)
     augmented: set[int] = field(default_factory=set)
-    all_names: set[str] = field(default_factory=set)  # every identifier used, to pick free names for fixes
+    all_names: set[str] = field(default_factory=set)  # every identifier, attribute names included
+    # identifiers used as names (not `.attr`), to pick names a fix may bind without a clash
+    bare_names: set[str] = field(default_factory=set)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(id(node))
@@ -182,6 +184,9 @@ class _Indexer(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.index.all_names.add(node.value)
+        parent = self.stack[-2] if len(self.stack) > 1 else None
+        if not (isinstance(parent, cst.Attribute) and parent.attr is node):
+            self.index.bare_names.add(node.value)
 
 
 COUNTER = cst.Call(func=cst.Name("range"))  # what `i` iterates in `for i, x in enumerate(xs)`

@@ -155,18 +155,19 @@ def iterates_batches(ctx: "FileContext", iterable: cst.BaseExpression) -> bool:
     )
 
 
-def is_per_step(ctx: "FileContext", node: cst.CSTNode) -> bool:
-    """True when `node` runs once per training/evaluation step."""
+def is_per_step(ctx: "FileContext", node: cst.CSTNode, *, periodic: bool = False) -> bool:
+    """True when `node` runs once per training/evaluation step. With `periodic=True`, also when it
+    runs every N steps (`if step % accumulate == 0:`): what a step barrier must cover."""
     child = node
     for anc in ctx.index.ancestors(node):
         if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
             if ctx.is_step_closure(anc):
                 return False
             return isinstance(anc, cst.FunctionDef) and is_step_function(ctx, anc)
-        if isinstance(anc, cst.If) and child is anc.body and is_periodic(anc.test):
+        if not periodic and isinstance(anc, cst.If) and child is anc.body and is_periodic(anc.test):
             return False
-        if isinstance(anc, cst.BooleanOperation) and isinstance(anc.operator, cst.And) and child is anc.right \
-                and is_periodic(anc.left):
+        if not periodic and isinstance(anc, cst.BooleanOperation) and isinstance(anc.operator, cst.And) \
+                and child is anc.right and is_periodic(anc.left):
             return False  # `step % N == 0 and loss.item() > x`
         if isinstance(anc, cst.For) and child is anc.body and is_step_loop(ctx, anc):
             return True
