@@ -98,6 +98,10 @@ class FileContext:
         return steps.is_per_step(self, node, periodic=periodic)
 
     @cached_property
+    def loop_reachable_functions(self) -> set[int]:
+        return steps.loop_reachable_functions(self)
+
+    @cached_property
     def per_call_functions(self) -> set[int]:
         return steps.compute_per_call_functions(self)
 

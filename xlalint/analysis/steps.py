@@ -82,6 +82,23 @@ def is_named_step(ctx: "FileContext", func: cst.FunctionDef) -> bool:
     return False
 
 
+def loop_reachable_functions(ctx: "FileContext") -> set[int]:
+    """Functions that a step loop of this file calls, directly or through module-local calls
+    (unlike step functions, not functions that are per-step by their name alone)."""
+    result: set[int] = set()
+    work: list[cst.CSTNode] = [loop for loop in ctx.index.loops if is_step_loop(ctx, loop)]
+    seen: set[int] = set()
+    while work:
+        owner = work.pop()
+        if id(owner) in seen:
+            continue
+        seen.add(id(owner))
+        for callee in _local_callees(ctx, owner):
+            result.add(id(callee))
+            work.append(callee)
+    return result
+
+
 def _local_callees(ctx: "FileContext", owner: cst.CSTNode):
     """FunctionDefs of this module called from `owner`'s body (`f(...)` or `self.f(...)`)."""
     index = ctx.index

@@ -95,6 +95,10 @@ NON_TENSOR_PARAMS = re.compile(
 )
 
 
+# Helpers that move data to the accelerator: `state.device.tensor_to_device(t)`, `send_to_device(b, d)`.
+TO_DEVICE_CALL = re.compile(r"(^|_)to_(device|xla|tpu|accelerator)$|^(move|send|put)_(\w+_)?to_(device|xla|tpu)$|^xla_move")
+
+
 def combine(*kinds: Kind) -> Kind:
     return max(kinds, default=Kind.NOT_TENSOR)
 
@@ -273,6 +277,8 @@ class TensorInference:
             if root == "torch" and not qualified.startswith("torch.Tensor"):
                 return self._torch_call(node, qualified, head, tail)
         name = dotted_name(node.func)
+        if TO_DEVICE_CALL.search(last_part(name) or method or ""):
+            return Kind.DEVICE
         if name and MODEL_CALLEE.search(last_part(name)) and name.count(".") <= 1:
             return Kind.DEVICE  # `model(x)`, `self.encoder(h)`, `criterion(out, y)`: model outputs
         if method is not None:
