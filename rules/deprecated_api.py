@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import sys
-import weakref
 from dataclasses import dataclass
 from importlib import resources
 from typing import Callable, ClassVar
@@ -19,6 +18,7 @@ from typing import Callable, ClassVar
 import libcst as cst
 
 from xlalint.analysis.context import FileContext
+from xlalint.analysis.index import ImportBinding
 from xlalint.analysis.guards import exits_block, words
 from xlalint.analysis.names import dotted_name
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
@@ -384,97 +384,24 @@ def _own_implementation(ctx: FileContext, node: cst.CSTNode, entry: Migration) -
 # --------------------------------------------------------------------------------------------------
 
 
-_USED_NAMES: "weakref.WeakKeyDictionary[FileContext, set[str]]" = weakref.WeakKeyDictionary()
-
-
 def _used_names(ctx: FileContext) -> set[str]:
-    """Identifiers the file uses outside the dotted paths of its import statements (`torch_xla` in
-    `import torch_xla.core.xla_model as xm` binds nothing)."""
-    names = _USED_NAMES.get(ctx)
-    if names is None:
-        names = set()
-
-        class Collect(cst.CSTVisitor):
-            def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
-                if node.asname is not None:
-                    node.asname.visit(self)
-                elif isinstance(node.name, cst.Name):
-                    names.add(node.name.value)
-                else:
-                    names.add((dotted_name(node.name) or "").split(".")[0])
-                return False
-
-            def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-                if not isinstance(node.names, cst.ImportStar):
-                    for alias in node.names:
-                        alias.visit(self)
-                return False
-
-            def visit_Name(self, node: cst.Name) -> None:
-                names.add(node.value)
-
-        ctx.module.visit(Collect())
-        _USED_NAMES[ctx] = names
-    return names
+    """Identifiers the file uses or binds, outside the dotted paths of its import statements
+    (`torch_xla` in `import torch_xla.core.xla_model as xm` binds nothing)."""
+    return ctx.index.bare_names
 
 
-@dataclass(frozen=True)
-class _Binding:
-    local: str
-    qualified: str  # as the index records it: `import a.b` binds `a` to "a"
-    statement: cst.Import | cst.ImportFrom
-    scope: cst.CSTNode
-    guarded: bool  # inside a function, or under try/if/with
+def _bindings(ctx: FileContext) -> list[ImportBinding]:
+    """Every import binding of the file, function-local ones included."""
+    return ctx.index.import_bindings
 
 
-_BINDINGS: "weakref.WeakKeyDictionary[FileContext, list[_Binding]]" = weakref.WeakKeyDictionary()
-
-
-def _bindings(ctx: FileContext) -> list[_Binding]:
-    """Every import binding of the file, function-local ones included (the index keeps the last
-    binding of each name only)."""
-    found = _BINDINGS.get(ctx)
-    if found is not None:
-        return found
-    statements: list[cst.Import | cst.ImportFrom] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Import(self, node):
-            statements.append(node)
-
-        def visit_ImportFrom(self, node):
-            statements.append(node)
-
-    ctx.module.visit(Collect())
-    found = []
-    for statement in statements:
-        scope = ctx.index.scope_of(statement)
-        guarded = not isinstance(scope, cst.Module) or any(
-            isinstance(a, (cst.Try, cst.If, cst.With)) for a in ctx.index.ancestors(statement))
-        if isinstance(statement, cst.Import):
-            for alias in statement.names:
-                full = dotted_name(alias.name) or ""
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    found.append(_Binding(alias.asname.name.value, full, statement, scope, guarded))
-                elif full:
-                    found.append(_Binding(full.split(".")[0], full.split(".")[0], statement, scope, guarded))
-        elif not statement.relative and statement.module is not None and not isinstance(statement.names, cst.ImportStar):
-            module = dotted_name(statement.module) or ""
-            for alias in statement.names:
-                obj = dotted_name(alias.name) or ""
-                local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else obj
-                found.append(_Binding(local, f"{module}.{obj}", statement, scope, guarded))
-    _BINDINGS[ctx] = found
-    return found
-
-
-def _reaching(ctx: FileContext, name: str, use: cst.CSTNode) -> _Binding | None:
+def _reaching(ctx: FileContext, name: str, use: cst.CSTNode) -> ImportBinding | None:
     """The import that binds `name` where `use` is: the innermost scope that imports it, the last
     such import before `use` (or the last one, for conditional imports after it)."""
     chain = [a for a in ctx.index.ancestors(use) if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.Module))]
     position = ctx.index.order.get(id(use), 0)
     for scope in chain:
-        candidates = [b for b in _bindings(ctx) if b.local == name and b.scope is scope]
+        candidates = [b for b in _bindings(ctx) if b.name == name and b.scope is scope]
         if candidates:
             before = [b for b in candidates if ctx.index.order.get(id(b.statement), 0) < position]
             return (before or candidates)[-1]
@@ -486,15 +413,15 @@ def _spell(ctx: FileContext, target: str, use: cst.CSTNode) -> tuple[str, list[I
     `call_with_name_changes`), and the imports that make it valid. None when no spelling is safe."""
     module, _, obj = target.rpartition(".")
     for binding in _bindings(ctx):  # an import of the target or of its module that reaches `use`
-        if binding.qualified in (target, module) and _reaching(ctx, binding.local, use) is binding:
-            return (binding.local if binding.qualified == target else f"{binding.local}.{obj}"), []
+        if binding.qualified in (target, module) and _reaching(ctx, binding.name, use) is binding:
+            return (binding.name if binding.qualified == target else f"{binding.name}.{obj}"), []
     used = _used_names(ctx)
     alias = ALIASES.get(module)
     if alias and alias not in used:
         return f"{alias}.{obj}", [ImportRequest(module, asname=alias)]
     top = module.split(".")[0]
     bound = _reaching(ctx, top, use)
-    if top not in used or (bound is not None and bound.local == bound.qualified == top):
+    if top not in used or (bound is not None and bound.name == bound.qualified == top):
         return target, ([] if bound is not None and module == top else [ImportRequest(module)])
     return None
 
@@ -697,11 +624,11 @@ class _MigrationVisitor:
         anchor = _reaching(ctx, beside, refs[0]) if beside and refs else None
         if removed is None and anchor is not None:
             if isinstance(anchor.statement, cst.Import):
-                if anchor.local != anchor.qualified.split(".")[0]:  # `import a.b as x`; never `import a.b`
-                    removed = ImportRequest(anchor.qualified, asname=anchor.local)
+                if anchor.name != anchor.qualified.split(".")[0]:  # `import a.b as x`; never `import a.b`
+                    removed = ImportRequest(anchor.qualified, asname=anchor.name)
             else:
                 module, _, obj = anchor.qualified.rpartition(".")
-                removed = ImportRequest(module, obj, anchor.local if anchor.local != obj else None)
+                removed = ImportRequest(module, obj, anchor.name if anchor.name != obj else None)
         return Fix(entry.applicability, f"Use `{spelled}`", replacements, tuple(imports), (removed,) if removed else ())
 
     def _fix_from_module(self, node: cst.ImportFrom, alias: cst.ImportAlias, entry: Migration, full: str) -> Fix | None:

@@ -18,12 +18,14 @@ class ImportBinding:
     qualified: str  # what it refers to, e.g. "torch_xla.core.xla_model"
     statement: cst.CSTNode  # the Import / ImportFrom node
     guarded: bool  # inside try/if/function rather than at module top level
+    scope: cst.CSTNode | None = None  # the Module / FunctionDef / Lambda it binds in
 
 
 @dataclass
 class ModuleIndex:
     parents: dict[int, cst.CSTNode] = field(default_factory=dict)
-    imports: dict[str, ImportBinding] = field(default_factory=dict)
+    imports: dict[str, ImportBinding] = field(default_factory=dict)  # the last binding of each name
+    import_bindings: list[ImportBinding] = field(default_factory=list)  # all of them, in source order
     functions: dict[str, list[cst.FunctionDef]] = field(default_factory=lambda: defaultdict(list))
     # scope node id -> local name -> expressions assigned to it (flow-insensitive)
     assignments: dict[int, dict[str, list[cst.BaseExpression]]] = field(
@@ -40,7 +42,8 @@ class ModuleIndex:
     # id(assigned expression) -> the assignment is an augmented one (`x += v`)
     augmented: set[int] = field(default_factory=set)
     all_names: set[str] = field(default_factory=set)  # every identifier, attribute names included
-    # identifiers used as names (not `.attr`), to pick names a fix may bind without a clash
+    # identifiers used or bound as names (not `.attr`, not the dotted path of an import), to pick
+    # names a fix may bind without a clash
     bare_names: set[str] = field(default_factory=set)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -71,6 +74,7 @@ class _Indexer(cst.CSTVisitor):
         self.stack: list[cst.CSTNode] = []
         self.scopes: list[Scope] = []
         self.guard_depth = 0  # try/if/with blocks at module level
+        self.in_import = 0
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self.stack:
@@ -114,31 +118,42 @@ class _Indexer(cst.CSTVisitor):
             if name and value is not None:  # self.x = ... is looked up as "self.x"
                 self.index.assignments[id(self.scopes[-1])][name].append(value)
 
-    def visit_Import(self, node: cst.Import) -> None:
+    def _import(self, local: str, qualified: str, node: cst.CSTNode) -> None:
         guarded = not self._at_module or self.guard_depth > 0
+        binding = ImportBinding(local, qualified, node, guarded, self.scopes[-1])
+        self.index.imports[local] = binding
+        self.index.import_bindings.append(binding)
+        self.index.bare_names.add(local)
+        self._bind(local, None)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.in_import += 1
         for alias in node.names:
             full = dotted_name(alias.name)
             if not full:
                 continue
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                local, qualified = alias.asname.name.value, full
+                self._import(alias.asname.name.value, full, node)
             else:
-                local = qualified = full.split(".")[0]
-            self.index.imports[local] = ImportBinding(local, qualified, node, guarded)
-            self._bind(local, None)
+                self._import(full.split(".")[0], full.split(".")[0], node)
+
+    def leave_Import(self, original_node: cst.Import) -> None:
+        self.in_import -= 1
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.in_import += 1
         if isinstance(node.names, cst.ImportStar) or node.relative:
             return
         module = dotted_name(node.module) if node.module else None
         if not module:
             return
-        guarded = not self._at_module or self.guard_depth > 0
         for alias in node.names:
             obj = dotted_name(alias.name)
             local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else obj
-            self.index.imports[local] = ImportBinding(local, f"{module}.{obj}", node, guarded)
-            self._bind(local, None)
+            self._import(local, f"{module}.{obj}", node)
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom) -> None:
+        self.in_import -= 1
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.index.functions[node.name.value].append(node)
@@ -185,7 +200,7 @@ class _Indexer(cst.CSTVisitor):
     def visit_Name(self, node: cst.Name) -> None:
         self.index.all_names.add(node.value)
         parent = self.stack[-2] if len(self.stack) > 1 else None
-        if not (isinstance(parent, cst.Attribute) and parent.attr is node):
+        if not self.in_import and not (isinstance(parent, cst.Attribute) and parent.attr is node):
             self.index.bare_names.add(node.value)
 
 
