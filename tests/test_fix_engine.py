@@ -149,3 +149,27 @@ def test_read_source_roundtrips_libcst(tmp_path):
     source = read_source(path)
     assert source.encoding == "utf-8-sig" and source.text == "x = 1\r\n"
     assert cst.parse_module(source.raw).bytes == source.raw
+
+
+class RenameAndDropImport(Rule):
+    """Test rule: like RenameSync, and drops the `xm` import once unused."""
+
+    code, name, category, summary = "XLA993", "test-drop-import", "other", "test"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.qualified_name(node.func) == "torch_xla.core.xla_model.mark_step":
+            new = node.with_changes(func=cst.parse_expression("torch_xla.sync"))
+            self.report(node, fix=Fix.replace(
+                node, new, title="use torch_xla.sync()", safe=True,
+                imports=[ImportRequest("torch_xla", beside="xm")],
+                removed_imports=[ImportRequest("torch_xla.core.xla_model", asname="xm")]))
+
+
+def test_unused_import_is_dropped_but_never_its_comments():
+    plain = "import torch_xla.core.xla_model as xm\n\nxm.mark_step()\n"
+    assert fix(plain, [RenameAndDropImport]).fixed.decode() == "import torch_xla\n\ntorch_xla.sync()\n"
+    commented = "def launch():\n    # TPU support\n    import torch_xla.core.xla_model as xm\n\n    xm.mark_step()\n"
+    out = fix(commented, [RenameAndDropImport]).fixed.decode()
+    assert "    # TPU support\n    import torch_xla.core.xla_model as xm\n    import torch_xla\n" in out
+    trailing = "import torch_xla.core.xla_model as xm  # keep for TPUs\n\nxm.mark_step()\n"
+    assert "# keep for TPUs" in fix(trailing, [RenameAndDropImport]).fixed.decode()

@@ -74,7 +74,7 @@ def apply_fixes(ctx: FileContext, fixes: list[Fix]) -> cst.Module:
             else:
                 top_level.append(request)
     module = ctx.module.visit(_ReplaceNodes(replacements))
-    removals = [r for fix in fixes for r in fix.removed_imports]
+    removals = [r for fix in fixes for r in fix.removed_imports if not _has_own_comments(ctx, r)]
     if top_level or removals:
         # the import codemods read the tree's layout fresh: a tree stitched from replacements can
         # carry blank lines on nodes they then drop
@@ -89,6 +89,22 @@ def apply_fixes(ctx: FileContext, fixes: list[Fix]) -> cst.Module:
                 RemoveImportsVisitor.remove_unused_import(context, request.module, request.obj, request.asname)
             module = RemoveImportsVisitor(context).transform_module(module)
     return module
+
+
+def _has_own_comments(ctx: FileContext, request: ImportRequest) -> bool:
+    """The import to drop carries comments (above it or after it): removing the statement would
+    lose them, so an unused import stays instead."""
+    local = import_binding_name(request) if request.asname or request.obj else request.module.split(".")[0]
+    for binding in ctx.index.import_bindings:
+        if binding.name != local:
+            continue
+        line = ctx.parent(binding.statement)
+        if isinstance(line, cst.SimpleStatementLine) and (
+            any(empty.comment is not None for empty in line.leading_lines)
+            or line.trailing_whitespace.comment is not None
+        ):
+            return True
+    return False
 
 
 def text_edits(before: str, after: str) -> tuple[Edit, ...]:
