@@ -86,6 +86,18 @@ class FileContext:
     def is_step_closure(self, func: cst.CSTNode) -> bool:
         return id(func) in self._step_closures
 
+    @cached_property
+    def collate_functions(self) -> set[str]:
+        """Names of functions passed as `collate_fn=` in this file: they build every batch."""
+        names: set[str] = set()
+        for call in self.index.calls:
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value == "collate_fn":
+                    name = last_part(dotted_name(arg.value))
+                    if name:
+                        names.add(name)
+        return names
+
     # -- per-step paths ----------------------------------------------------------------------------
     @cached_property
     def step_functions(self) -> set[int]:

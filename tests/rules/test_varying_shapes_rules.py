@@ -1,0 +1,230 @@
+"""XLA312 pad-to-longest-in-batch and XLA313 data-dependent-size: look-alikes beyond the docstring examples."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from xlalint.rules.varying_shapes import DataDependentSize, PadToLongestInBatch
+from xlalint.testing import lint_code
+
+
+def findings(rule, source: str) -> list[int]:
+    return [d.location.row for d in lint_code(textwrap.dedent(source).lstrip("\n"), [rule])]
+
+
+# -- XLA312 --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source", [
+    # fixed length or buckets
+    'enc = tokenizer(texts, padding="max_length", max_length=256, truncation=True, return_tensors="pt")\n',
+    'enc = tokenizer(texts, padding=True, pad_to_multiple_of=64, return_tensors="pt")\n',
+    "enc = tokenizer(texts, padding=False)\n",
+    # not a tokenizer: an image transform or a conv layer
+    "img = transforms.Pad(4, padding_mode='edge')(img)\nconv = nn.Conv2d(3, 8, 3, padding=True)\n",
+    # explicit configuration forwarded: the caller decides
+    "collator = DataCollatorWithPadding(tokenizer, **collator_kwargs)\n",
+    "collator = DataCollatorWithPadding(tokenizer, padding=args.padding)\n",
+    # MLM collator with buckets
+    "collator = DataCollatorForLanguageModeling(tokenizer, pad_to_multiple_of=8)\n",
+    # a collator class that does not pad to the longest by default
+    """
+    @dataclass
+    class FixedCollator:
+        tokenizer: object
+        padding: str = "max_length"
+        max_length: int = 512
+    """,
+    # pad_sequence with a fixed total length, and pad_sequence outside a collate path
+    """
+    def collate_fn(batch):
+        return pad_sequence(batch, batch_first=True, padding_value=0, total_length=128)
+    """,
+    """
+    def forward(self, pieces):
+        return pad_sequence(pieces, batch_first=True)
+    """,
+    # the longest length bucketed unconditionally before it sizes the batch
+    """
+    def collate(examples):
+        n = max(len(x) for x in examples)
+        n = (n + 63) // 64 * 64
+        return torch.zeros(len(examples), n, dtype=torch.long)
+    """,
+    # the longest length sizes a NumPy array (not a torch tensor)
+    """
+    def collate(examples):
+        n = max(len(x) for x in examples)
+        return np.zeros((len(examples), n))
+    """,
+])
+def test_pad_to_longest_valid(source):
+    assert findings(PadToLongestInBatch, source) == []
+
+
+@pytest.mark.parametrize("source, line", [
+    ('batch = tokenizer.pad(features, padding="longest", return_tensors="pt")\n', 1),
+    ("enc = self.tokenizer(texts, padding=PaddingStrategy.LONGEST)\n", 1),
+    # with padding=True, max_length only truncates
+    ("enc = tokenizer(texts, padding=True, truncation=True, max_length=128)\n", 1),
+    ("collator = DataCollatorForSeq2Seq(tokenizer, model=model)\n", 1),
+    ("collator = DataCollatorForTokenClassification(tokenizer, padding=True)\n", 1),
+    ("collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)\n", 1),
+    (
+        """
+        class SpeechCollator:
+            def __init__(self, processor, padding="longest"):
+                self.processor = processor
+                self.padding = padding
+        """,
+        2,
+    ),
+    (
+        """
+        def make_batch(samples):
+            return samples
+
+        def batchify(samples):
+            wavs = pad_sequence([s["wav"] for s in samples], batch_first=True)
+            return wavs
+        """,
+        5,
+    ),
+    (
+        """
+        def merge(samples):
+            return pad_sequence([s["ids"] for s in samples], batch_first=True)
+
+        loader = DataLoader(ds, batch_size=8, collate_fn=merge)
+        """,
+        2,
+    ),
+    (
+        """
+        def collate(batch):
+            lengths = [len(x) for x in batch]
+            longest = max(lengths)
+            out = torch.full((len(batch), longest), PAD)
+            return out
+        """,
+        3,
+    ),
+])
+def test_pad_to_longest_invalid(source, line):
+    assert findings(PadToLongestInBatch, source) == [line]
+
+
+def test_pad_to_longest_skips_non_xla_branch():
+    source = """
+    def collate(examples):
+        if not use_tpu:
+            return tokenizer.pad(examples, padding="longest")
+        return tokenizer.pad(examples, padding="max_length", max_length=128)
+    """
+    assert findings(PadToLongestInBatch, source) == []
+
+
+# -- XLA313 --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source", [
+    # sizes from shapes, len() and configuration
+    """
+    def forward(self, x, mask):
+        bs, n = x.shape[:2]
+        pad = x.new_zeros(bs, self.max_len - n, x.size(-1))
+        return torch.cat([x, pad], 1)[:, : self.max_len]
+    """,
+    """
+    def forward(self, x, seq_len=None):
+        return self.cos_cached[:seq_len] * x  # a length the caller took from a shape
+    """,
+    # a host list of lengths in a collator: not a per-step path
+    """
+    def collate(batch, lengths):
+        n = int(lengths.max())
+        return [b[:n] for b in batch]
+    """,
+    # every N steps (logging)
+    """
+    for step, batch in enumerate(loader):
+        out = model(batch["x"])
+        out.loss.backward()
+        optimizer.step()
+        if step % 100 == 0:
+            n = int(batch["len"].max())
+            log_sample(out.logits[:n])
+    """,
+    # a static-shape gather instead of a slice
+    """
+    def forward(self, x, start):
+        idx = start + torch.arange(self.window, device=x.device)
+        return x.index_select(0, idx)
+    """,
+    # slicing a Python list by a data-dependent count is host work, not an XLA shape
+    """
+    def forward(self, x, lengths):
+        names = list(self.names)
+        return self.head(x), names[: int(lengths[0])]
+    """,
+])
+def test_data_dependent_size_valid(source):
+    assert findings(DataDependentSize, source) == []
+
+
+@pytest.mark.parametrize("source, line", [
+    (
+        """
+        def forward(self, hidden, lengths):
+            longest = lengths.max().item()
+            return hidden[:, :longest]
+        """,
+        3,
+    ),
+    (
+        """
+        def compute_loss(self, logits, labels, label_lengths):
+            total = 0
+            for b in range(logits.shape[0]):
+                end = (label_lengths[b] * logits.shape[1]).round().int()
+                total = total + self.ce(logits[b, :end], labels[b, :end])
+            return total
+        """,
+        5,
+    ),
+    (
+        """
+        def forward(self, x, counts):
+            n = int(counts.sum())
+            buf = torch.zeros(n, x.shape[-1], device=x.device)
+            return buf
+        """,
+        3,
+    ),
+    (
+        """
+        def forward(self, x, offsets):
+            start = offsets[0].item()
+            return x.narrow(1, start, 16)
+        """,
+        3,
+    ),
+])
+def test_data_dependent_size_invalid(source, line):
+    assert findings(DataDependentSize, source) == [line]
+
+
+def test_data_dependent_size_one_finding_per_source():
+    source = """
+    def forward(self, feats, groups):
+        sizes = torch.bincount(groups).tolist()
+        a = feats.new_zeros(len(sizes), sizes[0])
+        b = feats.new_zeros(len(sizes), sizes[0], 4)
+        i = 0
+        while i < len(sizes):
+            m = sizes[i]
+            a[i, :m] = 1
+            i += 1
+        return a, b
+    """
+    assert findings(DataDependentSize, source) == [3]
