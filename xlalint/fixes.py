@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.codemod.visitors import AddImportsVisitor
 
 from .analysis.context import FileContext
+from .analysis.names import dotted_name
 from .diagnostics import Edit, Fix, ImportRequest, Location
 
 
@@ -73,22 +75,74 @@ def apply_fixes(ctx: FileContext, fixes: list[Fix]) -> cst.Module:
                 replacements[id(line)] = cst.FlattenSentinel([*lines, _import_line(request, ctx.module)])
             else:
                 top_level.append(request)
+    for request in {r for fix in fixes for r in fix.removed_imports}:
+        _remove_if_unused(ctx, request, replacements)
     module = ctx.module.visit(_ReplaceNodes(replacements))
-    removals = [r for fix in fixes for r in fix.removed_imports if not _has_own_comments(ctx, r)]
-    if top_level or removals:
-        # the import codemods read the tree's layout fresh: a tree stitched from replacements can
-        # carry blank lines on nodes they then drop
-        module = cst.parse_module(module.bytes)
+    if top_level:
+        # AddImportsVisitor needs no metadata: visit it directly (a Codemod would deep-copy the tree)
         context = CodemodContext()
         for request in top_level:
             AddImportsVisitor.add_needed_import(context, request.module, request.obj, request.asname)
-        module = AddImportsVisitor(context).transform_module(module)
-        if removals:
-            context = CodemodContext()
-            for request in removals:
-                RemoveImportsVisitor.remove_unused_import(context, request.module, request.obj, request.asname)
-            module = RemoveImportsVisitor(context).transform_module(module)
+        module = module.visit(AddImportsVisitor(context))
     return module
+
+
+def _remove_if_unused(ctx: FileContext, request: ImportRequest, replacements: dict[int, object]) -> None:
+    """Drop the import `request` names when every use of its binding is being replaced.
+
+    Counted on the file's index rather than with libcst's RemoveImportsVisitor, whose scope
+    analysis cost seconds per fix on large files; a same-named local variable counts as a use,
+    so the import is kept then (never a broken file, at worst an unused import).
+    """
+    local = import_binding_name(request) if request.asname or request.obj else request.module.split(".")[0]
+    qualified = f"{request.module}.{request.obj}" if request.obj else (
+        request.module if request.asname else request.module.split(".")[0])
+    bindings = [b for b in ctx.index.import_bindings if b.name == local]
+    if not bindings or any(b.qualified != qualified for b in bindings) or _has_own_comments(ctx, request):
+        return
+    replaced_code = [cst.Module([]).code_for_node(r) for r in replacements.values() if isinstance(r, cst.CSTNode)]
+    if any(re.search(rf"\b{re.escape(local)}\b", code) for code in replaced_code):
+        return
+    scopes = {id(b.scope) for b in bindings}
+    uses: dict[int, list[bool]] = {}  # binding scope -> replaced? per use it serves
+    for use in ctx.index.name_uses.get(local, ()):
+        scope = next((a for a in ctx.index.ancestors(use) if id(a) in scopes), None)
+        replaced = id(use) in replacements or any(id(a) in replacements for a in ctx.index.ancestors(use))
+        uses.setdefault(id(scope), []).append(replaced)
+    for binding in bindings:
+        served = uses.get(id(binding.scope), [])
+        if served and all(served) and sum(b.scope is binding.scope for b in bindings) == 1:
+            _drop_binding(ctx, binding, local, replacements)
+
+
+def _drop_binding(ctx: FileContext, binding, local: str, replacements: dict[int, object]) -> None:
+    statement = binding.statement
+    line = ctx.parent(statement)
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return
+    if len(statement.names) > 1:
+        kept = [a for a in statement.names if import_alias_name(a) != local]
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        new_line = line.with_changes(body=[statement.with_changes(names=kept)])
+    else:
+        block = ctx.parent(line)
+        siblings = block.body if isinstance(block, (cst.IndentedBlock, cst.Module)) else ()
+        new_line = cst.RemovalSentinel.REMOVE
+        if len(siblings) == 1 and isinstance(block, cst.IndentedBlock):
+            new_line = line.with_changes(body=[cst.Pass()])  # a block may not be empty
+    previous = replacements.get(id(line))
+    if isinstance(previous, cst.FlattenSentinel):  # new imports were placed beside this one
+        rest = list(previous.nodes)[1:]
+        kept_line = [] if new_line is cst.RemovalSentinel.REMOVE or isinstance(new_line.body[0], cst.Pass) else [new_line]
+        replacements[id(line)] = cst.FlattenSentinel([*kept_line, *rest])
+    else:
+        replacements[id(line)] = new_line
+
+
+def import_alias_name(alias: cst.ImportAlias) -> str:
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return (dotted_name(alias.name) or "").split(".")[0]
 
 
 def _has_own_comments(ctx: FileContext, request: ImportRequest) -> bool:

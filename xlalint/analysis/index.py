@@ -45,6 +45,7 @@ class ModuleIndex:
     # identifiers used or bound as names (not `.attr`, not the dotted path of an import), to pick
     # names a fix may bind without a clash
     bare_names: set[str] = field(default_factory=set)
+    name_uses: dict[str, list[cst.Name]] = field(default_factory=lambda: defaultdict(list))  # outside imports
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(id(node))
@@ -202,6 +203,7 @@ class _Indexer(cst.CSTVisitor):
         parent = self.stack[-2] if len(self.stack) > 1 else None
         if not self.in_import and not (isinstance(parent, cst.Attribute) and parent.attr is node):
             self.index.bare_names.add(node.value)
+            self.index.name_uses[node.value].append(node)
 
 
 COUNTER = cst.Call(func=cst.Name("range"))  # what `i` iterates in `for i, x in enumerate(xs)`
