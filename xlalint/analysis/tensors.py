@@ -43,6 +43,7 @@ TORCH_NOT_TENSOR = {
     "allclose",
 }
 TORCH_NOT_TENSOR_PREFIXES = ("torch.cuda.", "torch.distributed.", "torch.backends.", "torch.utils.", "torch.jit.",
+                             "torch.distributions.", "torch.optim.", "torch.amp.", "torch.profiler.",
                              "torch.compiler.", "torch.autograd.", "torch.onnx.", "torch.hub.", "torch.nn.init.")
 FACTORIES = {
     "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
