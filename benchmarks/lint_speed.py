@@ -34,7 +34,8 @@ def main(argv: list[str]) -> None:
         except SourceError:
             pass
     lines = sum(s.text.count("\n") for s in sources)
-    print(f"{len(sources)} files, {lines} lines under {', '.join(map(str, targets))}")
+    where = ", ".join(map(str, targets)) if len(targets) <= 3 else f"{len(targets)} paths"
+    print(f"{len(sources)} files, {lines} lines under {where}")
 
     start = time.perf_counter()
     parsed = 0
