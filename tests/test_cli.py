@@ -179,3 +179,23 @@ def test_never_imports_linted_code(run_cli, project):
     run_cli("fix", "--write", "--unsafe-fixes", project)
     assert not marker.exists()
     assert "xlalint_linted" not in sys.modules
+
+
+def test_internal_error_is_one_line_and_other_files_still_checked(run_cli, project, monkeypatch):
+    import xlalint.cli
+
+    real = xlalint.cli.lint_source
+
+    def flaky(source, rules, **kwargs):
+        if source.path.name == "a_boom.py":
+            raise ValueError("boom")
+        return real(source, rules, **kwargs)
+
+    monkeypatch.setattr(xlalint.cli, "lint_source", flaky)
+    project.write("a_boom.py", TRAIN_LOOP)
+    project.write("b_train.py", TRAIN_LOOP)
+    code, out, err = run_cli("check", project)
+    assert code == 2
+    assert err.strip().endswith("a_boom.py: error: internal error in xlalint (ValueError: boom); please report it")
+    assert len(err.strip().splitlines()) == 1
+    assert "b_train.py:10:18: XLA101" in out

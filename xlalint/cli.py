@@ -5,6 +5,7 @@ Exit codes: 0 nothing found (or all fixed), 1 findings remain, 2 usage/config/IO
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -22,6 +23,13 @@ from .rules import ALL_RULES, RULES_BY_CODE
 from .source import SourceError, read_source, write_atomic
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _internal(path: Path, exc: Exception) -> str:
+    """A bug in xlalint on one file: one line, the other files still checked (XLALINT_DEBUG=1 raises)."""
+    if os.environ.get("XLALINT_DEBUG"):
+        raise exc
+    return f"{path}: error: internal error in xlalint ({type(exc).__name__}: {exc}); please report it"
 
 
 def _error(message: str) -> None:
@@ -90,6 +98,9 @@ def check(paths, config, select, extend_select, ignore, force_exclude, quiet, ou
         except SourceError as exc:
             _error(str(exc))
             failed += 1
+        except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
+            _error(_internal(path, exc))
+            failed += 1
     diagnostics.sort(key=Diagnostic.sort_key)
     unsafe = unsafe_fixes or settings.unsafe_fixes
     click.echo(statistics(diagnostics) if show_statistics else render(
@@ -136,6 +147,9 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, quiet, writ
             failed = True
         except OSError as exc:
             _error(f"{path}: error: cannot write: {exc.strerror or exc}")
+            failed = True
+        except Exception as exc:  # noqa: BLE001 - nothing is written for a file that failed
+            _error(_internal(path, exc))
             failed = True
     remaining.sort(key=Diagnostic.sort_key)
     if write:
