@@ -142,3 +142,17 @@ def test_flow_and_loop_variables():
     assert ctx.tensor_kind(first.args[1].value) is Kind.DEVICE  # rebound by .to(device)
     assert ctx.tensor_kind(second.args[0].value) is Kind.CPU  # the latest assignment wins
     assert ctx.tensor_kind(third.args[0].value) is Kind.CPU  # a plain DataLoader yields host tensors
+
+
+def test_early_return_on_a_periodic_test_gates_the_rest():
+    ctx = context(
+        """
+        class Checkpoint:
+            def on_train_batch_end(self, trainer, outputs):
+                if not self._should_save_on_train_batch_end(trainer):
+                    return
+                print(outputs.loss.item())
+        """
+    )
+    assert not ctx.is_per_step(call_named(ctx, "item"))
+    assert ctx.is_per_step(call_named(ctx, "item"), periodic=True)

@@ -124,6 +124,8 @@ def _gated(ctx: "FileContext", node: cst.CSTNode, owner: cst.CSTNode) -> bool:
             return False
         if isinstance(anc, cst.If) and child is anc.body and is_periodic(anc.test):
             return True
+        if isinstance(anc, cst.IndentedBlock) and _after_periodic_return(anc, child):
+            return True
         if isinstance(anc, (cst.For, cst.While)) and child is anc.body and isinstance(owner, (cst.For, cst.While)):
             return True  # a nested loop is a step loop of its own, the outer one is per epoch
         child = anc
@@ -186,12 +188,32 @@ def is_per_step(ctx: "FileContext", node: cst.CSTNode, *, periodic: bool = False
         if not periodic and isinstance(anc, cst.BooleanOperation) and isinstance(anc.operator, cst.And) \
                 and child is anc.right and is_periodic(anc.left):
             return False  # `step % N == 0 and loss.item() > x`
+        if not periodic and isinstance(anc, cst.IndentedBlock) and _after_periodic_return(anc, child):
+            return False  # `if not self._should_log(step): return` above it
         if isinstance(anc, cst.For) and child is anc.body and is_step_loop(ctx, anc):
             return True
         if isinstance(anc, cst.While) and child in (anc.body, anc.test) and is_step_loop(ctx, anc):
             return True
         child = anc
     return False
+
+
+def _after_periodic_return(block: cst.IndentedBlock, statement: cst.CSTNode) -> bool:
+    """An earlier `if <every-N-steps test>: return` in the block gates `statement`."""
+    for earlier in block.body:
+        if earlier is statement:
+            return False
+        if isinstance(earlier, cst.If) and earlier.orelse is None and is_periodic(earlier.test) \
+                and _returns(earlier.body):
+            return True
+    return False
+
+
+def _returns(body: cst.BaseSuite) -> bool:
+    statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    last = statements[-1] if statements else None
+    small = last.body[-1] if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and last.body else None
+    return isinstance(small, cst.Return)
 
 
 # Functions that run once per call on batch data, whoever calls them: losses, criteria and input
@@ -286,6 +308,8 @@ def _site_excluded(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> boo
     child = node
     for anc in ctx.index.ancestors(node):
         if isinstance(anc, cst.Raise) or (isinstance(anc, cst.If) and child is anc.body and is_periodic(anc.test)):
+            return True
+        if isinstance(anc, cst.IndentedBlock) and _after_periodic_return(anc, child):
             return True
         if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
             break
