@@ -199,3 +199,17 @@ def test_internal_error_is_one_line_and_other_files_still_checked(run_cli, proje
     assert err.strip().endswith("a_boom.py: error: internal error in xlalint (ValueError: boom); please report it")
     assert len(err.strip().splitlines()) == 1
     assert "b_train.py:10:18: XLA101" in out
+
+
+def test_text_output_shows_fixes_and_fix_applies(run_cli, project):
+    script = project.write("train.py", "import torch_xla.core.xla_model as xm\n\nxm.mark_step()\n")
+    code, out, _ = run_cli("check", project)
+    assert code == 1
+    assert "XLA602 [*]" in out and "fix:" in out and "(safe)" in out
+    assert "[*] 1 fixable with `xlalint fix --write`." in out
+    code, out, err = run_cli("fix", project)  # a diff, nothing written
+    assert code == 1 and "+torch_xla.sync()" in out and "xm.mark_step()" in script.read_text()
+    code, out, err = run_cli("fix", "--write", project)
+    assert code == 0, out + err
+    assert script.read_text() == "import torch_xla\n\ntorch_xla.sync()\n"
+    assert run_cli("check", project)[0] == 0

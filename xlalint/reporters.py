@@ -43,8 +43,11 @@ def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsa
             fixable = click.style(" [unsafe fix]", fg="cyan")
         lines.append(f"{where} {click.style(d.code, fg='red', bold=True)}{fixable} {d.message}")
         hint = RULES_BY_CODE[d.code].hint if d.code in RULES_BY_CODE else ""
-        if fmt == "text" and hint and not quiet:
-            lines.append(f"  {click.style('hint:', fg='blue')} {hint}")
+        if fmt == "text" and not quiet:
+            if d.fix is not None and d.fix.title:
+                lines.append(f"  {click.style('fix:', fg='cyan')} {d.fix.title} ({d.fix.applicability.value})")
+            if hint:
+                lines.append(f"  {click.style('hint:', fg='blue')} {hint}")
     if not quiet:
         lines.append(summary(diagnostics, unsafe_fixes, failed_files))
     return "\n".join(lines) + ("\n" if lines else "")
