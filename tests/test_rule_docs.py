@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from xlalint.diagnostics import CATEGORIES
+from xlalint.rule import DOC_SECTIONS as REQUIRED
 from xlalint.rules import ALL_RULES
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUIRED = ("## What it does", "## Why is this bad?", "## Example", "Use instead:")
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)

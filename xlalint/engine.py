@@ -26,7 +26,6 @@ MAX_FIX_PASSES = 10
 class FileResult:
     path: Path
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    error: str | None = None
     source: SourceFile | None = None
     fixed: bytes | None = None  # new file bytes when fixes changed something
     fixed_count: int = 0

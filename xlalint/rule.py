@@ -20,6 +20,7 @@ from .diagnostics import CATEGORIES, Applicability, Fix
 if TYPE_CHECKING:
     from .analysis.context import FileContext
 
+# The sections every rule docstring has, in this order (Ruff's rule docs); tests check them.
 DOC_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "Use instead:")
 
 

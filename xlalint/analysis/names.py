@@ -17,10 +17,6 @@ def dotted_name(node: cst.CSTNode | None) -> str | None:
     return None
 
 
-def call_name(call: cst.Call) -> str | None:
-    return dotted_name(call.func)
-
-
 def method_name(call: cst.Call) -> str | None:
     """`x.item()` -> "item" (the attribute called, whatever the receiver)."""
     return call.func.attr.value if isinstance(call.func, cst.Attribute) else None

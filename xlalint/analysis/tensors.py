@@ -32,7 +32,6 @@ class Kind(enum.IntEnum):
         return self >= Kind.TENSOR
 
 
-TORCH_MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft")
 # torch functions that return something other than a device tensor.
 TORCH_NOT_TENSOR = {
     "is_tensor", "is_floating_point", "is_complex", "is_nonzero", "numel", "device", "dtype", "no_grad",
