@@ -147,9 +147,8 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
     result = FileResult(source.path, source=source)
     if prefilter and not MARKERS.search(source.raw):
         return result
-    current = source
+    current, module = source, parse(source)
     for _ in range(MAX_FIX_PASSES):
-        module = parse(current)
         ctx = FileContext(current.path, module)
         found = _run_rules(ctx, rules)
         diagnostics = _diagnostics(current, found, ctx, with_edits=False)
@@ -162,14 +161,14 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
         try:
             compile(new_code.code, str(current.path), "exec", dont_inherit=True, flags=0x400)  # PyCF_ONLY_AST
             next_source = decode_source(current.path, new_bytes)
-            parse(next_source)
+            next_module = parse(next_source)  # proves the output parses; the next pass lints it
         except (SyntaxError, SourceError, ValueError) as exc:  # a bug in a fix: keep the file as it was
             raise SourceError(source.path, f"a fix produced invalid code ({exc}); file left unchanged") from None
         if new_bytes == current.raw:
             result.diagnostics = diagnostics
             break
         result.fixed_count += len(fixes)
-        current = next_source
+        current, module = next_source, next_module
     else:
         result.diagnostics = lint_source(current, rules, prefilter=False)
     if current.raw != source.raw:
