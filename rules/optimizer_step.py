@@ -49,9 +49,6 @@ FRAMEWORK_MODULES = ("accelerate", "lightning", "pytorch_lightning", "lightning_
                      "torch_xla.distributed.zero_redundancy_optimizer", "torch.nn.parallel",
                      "torch.distributed.fsdp")
 
-# Where to look for the barrier: "loop" (the step loops that run the call, with the functions they
-# call) or "file" (anywhere in the file). Measured on the dev set: see the rule's Known problems.
-BARRIER_SCOPE = "loop"
 
 
 class OptimizerStepWithoutBarrier(Rule):
@@ -589,8 +586,8 @@ class OptimizerStepWithoutBarrier(Rule):
     def _has_barrier(self, node: cst.Call) -> bool:
         if self._under_step_context(node):
             return True
-        if BARRIER_SCOPE == "file":
-            return self._file_has_barrier()
+        # the step loops that run the call, with the functions they call: a barrier elsewhere in the
+        # file (e.g. once per epoch, or in another loop) does not cut this loop's graph
         owners, complete = self._running_loops(node)
         for owner in owners:
             if self._under_step_context(owner) or self._body_has_barrier(owner):
@@ -604,7 +601,7 @@ class OptimizerStepWithoutBarrier(Rule):
     def _file_has_barrier(self) -> bool:
         if self._file_barrier is None:
             self._file_barrier = any(
-                self._is_barrier(call) and (BARRIER_SCOPE == "file" or self.ctx.is_per_step(call, periodic=True))
+                self._is_barrier(call) and self.ctx.is_per_step(call, periodic=True)
                 for call in self.ctx.index.calls
             )
         return self._file_barrier
