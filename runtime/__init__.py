@@ -4,8 +4,8 @@ Each function behaves like the torch call it replaces on CPU/GPU and avoids an
 XLA performance hazard on XLA devices:
 
 * ``optimizer_step``: ``optimizer.step()`` plus, on XLA, the gradient
-  all-reduce and the per-step barrier (XLA109, XLA111).
-* ``clip_grad_norm_``: ``torch.nn.utils.clip_grad_norm_`` without host syncs (XLA112).
+  all-reduce and the per-step barrier (XLA401).
+* ``clip_grad_norm_``: ``torch.nn.utils.clip_grad_norm_`` without host syncs (XLA501, XLA502).
 * ``sync``: ``torch_xla.sync()`` when torch_xla is in use, a no-op elsewhere.
 
 This package imports only torch and the standard library; torch_xla is

@@ -1,0 +1,200 @@
+"""The package as users get it: a built wheel in a fresh venv, and the real pre-commit.
+
+Every other test imports the source tree; these are the only ones that would notice a module left
+out of the wheel (as `xlalint.analysis` once was). They build, create venvs and install from the
+package registry, so they take a minute: `pytest -m "not installed"` skips them while iterating.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from samples import TRAIN_LOOP
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_FOLDERS = {"xlalint": "xlalint", "rules": "xlalint/rules", "runtime": "xlalint/runtime"}
+
+pytestmark = pytest.mark.installed
+
+
+def run(argv, **kwargs):
+    kwargs.setdefault("capture_output", True)
+    kwargs.setdefault("text", True)
+    return subprocess.run([str(a) for a in argv], **kwargs)
+
+
+def clean_env(**extra) -> dict:
+    """The environment without this test run's venv and source tree on any path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(sys.prefix))
+    env.update(extra)
+    return env
+
+
+def tree_snapshot(dest: Path) -> Path:
+    """The working tree as git sees it (tracked and untracked-not-ignored files), committed in a new
+    repository: what a clone of this change would hold."""
+    listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    for name in filter(None, listed.stdout.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", "snapshot")
+    return dest
+
+
+def git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = clean_env(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
+                    GIT_COMMITTER_EMAIL="t@example.com")
+    return run(["git", *args], cwd=cwd, env=env, check=False)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """The sdist, and the wheel built from it (`python -m build` does sdist -> wheel)."""
+    pytest.importorskip("build")
+    out = tmp_path_factory.mktemp("dist")
+    source = tree_snapshot(tmp_path_factory.mktemp("src"))
+    proc = run([sys.executable, "-m", "build", "--outdir", out, source])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (wheel,) = out.glob("*.whl")
+    (sdist,) = out.glob("*.tar.gz")
+    return {"wheel": wheel, "sdist": sdist}
+
+
+def test_wheel_holds_every_module_and_data_file(built):
+    names = set(zipfile.ZipFile(built["wheel"]).namelist())
+    expected = set()
+    for folder, package in SOURCE_FOLDERS.items():
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".py", ".toml", ".typed") and "__pycache__" not in path.parts:
+                expected.add(f"{package}/{path.relative_to(ROOT / folder).as_posix()}")
+    assert expected - names == set(), "left out of the wheel"
+    assert "xlalint/py.typed" in names and "xlalint/rules/xla_migrations.toml" in names
+    assert not [n for n in names if n.startswith(("tests/", "examples/"))]
+
+
+@pytest.fixture(scope="module")
+def user_venv(built, tmp_path_factory) -> Path:
+    """A fresh venv with the wheel and its runtime extra (torch, pinned) installed from the registry."""
+    home = tmp_path_factory.mktemp("venv")
+    venv.create(home, with_pip=True)
+    python = home / "bin" / "python"
+    proc = run([python, "-m", "pip", "install", "-q", "-c", ROOT / "constraints.txt", f"{built['wheel']}[runtime]"],
+               env=clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return home
+
+
+def test_installed_console_script_checks_from_outside_the_tree(user_venv, tmp_path):
+    xlalint = user_venv / "bin" / "xlalint"
+    version = run([xlalint, "--version"], cwd=tmp_path, env=clean_env())
+    assert version.returncode == 0 and "0.1.0" in version.stdout, version.stderr
+    (tmp_path / "train.py").write_text(TRAIN_LOOP)
+    proc = run([xlalint, "check", "train.py"], cwd=tmp_path, env=clean_env())
+    assert proc.returncode == 1, proc.stderr
+    assert "train.py:10:18: XLA101" in proc.stdout
+    explain = run([xlalint, "explain", "XLA601"], cwd=tmp_path, env=clean_env())
+    assert explain.returncode == 0 and "## Why is this bad?" in explain.stdout  # the table shipped
+
+
+def test_installed_fix_imports_the_installed_runtime(user_venv, tmp_path):
+    """`fix` output runs in the user's venv: it imports xlalint.runtime from the wheel."""
+    script = tmp_path / "step.py"
+    script.write_text(
+        "import torch\n"
+        "try:\n    import torch_xla.core.xla_model as xm\nexcept ImportError:  # runs on CPU too\n    xm = None\n\n"
+        "def train(model, opt, x):\n"
+        "    for _ in range(2):\n"
+        "        model(x).sum().backward()\n"
+        "        opt.step()\n"
+    )
+    proc = run([user_venv / "bin" / "xlalint", "fix", "--write", "--unsafe-fixes", "step.py"],
+               cwd=tmp_path, env=clean_env())
+    assert "from xlalint.runtime import optimizer_step" in script.read_text(), proc.stderr
+    probe = ("import sys, torch, step\n"
+             "model = torch.nn.Linear(3, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+             "before = model.weight.detach().clone()\n"
+             "step.train(model, opt, torch.ones(4, 3))\n"
+             "assert not torch.equal(before, model.weight), 'the optimizer did not step'\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('libcst', 'click')))\n")
+    ran = run([user_venv / "bin" / "python", "-c", probe], cwd=tmp_path, env=clean_env())
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.strip().splitlines()[-1] == "[]", "the runtime loaded the linter's dependencies"
+
+
+# -- pre-commit --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hooks_repo(tmp_path_factory) -> Path:
+    return tree_snapshot(tmp_path_factory.mktemp("hooks-repo"))
+
+
+@pytest.fixture
+def user_project(hooks_repo, tmp_path_factory, tmp_path):
+    """A user's git project whose .pre-commit-config.yaml points at this repository, hooks installed."""
+    if shutil.which("pre-commit") is None and not (Path(sys.prefix) / "bin" / "pre-commit").exists():
+        pytest.skip("pre-commit is not installed")
+    rev = git(hooks_repo, "rev-parse", "HEAD").stdout.strip()
+    config = {"repos": [{"repo": str(hooks_repo), "rev": rev,
+                         "hooks": [{"id": "xlalint-fix"}, {"id": "xlalint-check"}]}]}
+    (tmp_path / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".pre-commit-config.yaml")
+    # one hook environment for the whole module: the first test builds it (pip install of the repo)
+    env = clean_env(PRE_COMMIT_HOME=str(tmp_path_factory.getbasetemp() / "pre-commit-home"))
+    env["PATH"] = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{env['PATH']}"  # pre-commit itself, not xlalint
+    proc = run(["pre-commit", "install"], cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path, env
+
+
+def commit(project: Path, env: dict) -> subprocess.CompletedProcess:
+    return run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-m", "change"],
+               cwd=project, env=env)
+
+
+def test_pre_commit_blocks_a_commit_with_a_finding(user_project):
+    project, env = user_project
+    (project / "train.py").write_text(TRAIN_LOOP)
+    git(project, "add", "train.py")
+    proc = commit(project, env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "xlalint check" in output and "Failed" in output
+    assert "train.py:10:18: XLA101" in output
+    assert "ModuleNotFoundError" not in output
+    assert git(project, "rev-list", "--all").stdout == "", "the commit went through"
+
+
+def test_pre_commit_fix_hook_rewrites_and_fails_then_clean_commit_passes(user_project):
+    project, env = user_project
+    script = project / "sync.py"
+    script.write_text("import torch_xla.core.xla_model as xm\n\nxm.mark_step()\n")
+    git(project, "add", "sync.py")
+    proc = commit(project, env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "files were modified by this hook" in output  # pre-commit's verdict on a fixing hook
+    assert "torch_xla.sync()" in script.read_text()
+    git(project, "add", "sync.py")
+    again = commit(project, env)
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output
+    assert re.search(r"xlalint check\.+Passed", output) and re.search(r"xlalint fix\.+Passed", output)
