@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import re
+import ast
 
-import libcst as cst
-
-from xlalint.analysis.guards import is_periodic
-from xlalint.analysis.steps import STEP_FUNCTION
-from xlalint.analysis.names import dotted_name, method_name, positional, receiver
+from xlalint.analysis.context import FileContext
+from xlalint.analysis.names import dotted_name, method_name, receiver
+from xlalint.analysis.steps import after_periodic_operand
 from xlalint.analysis.tensors import Kind
-from xlalint.rule import Invalid, Rule, Valid
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
+from xlalint.fixing.context import CstContext
+from xlalint.rule import Invalid, Rule, Valid
 
 from ._common import reportable_sync
 
@@ -22,13 +21,13 @@ _TENSOR_REDUCTIONS = {"any", "all", "isnan", "isinf", "isfinite", "isneginf", "i
                       "abs", "count_nonzero", "prod", "std", "var"}
 
 
-def _truth_operands(expr: cst.BaseExpression):
+def _truth_operands(expr: ast.expr):
     """The narrowest sub-expressions whose truth value Python takes when it tests `expr`."""
-    if isinstance(expr, cst.BooleanOperation):
-        yield from _truth_operands(expr.left)
-        yield from _truth_operands(expr.right)
-    elif isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        yield from _truth_operands(expr.expression)
+    if isinstance(expr, ast.BoolOp):
+        for value in expr.values:
+            yield from _truth_operands(value)
+    elif isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        yield from _truth_operands(expr.operand)
     else:
         yield expr
 
@@ -185,56 +184,57 @@ class TensorCondition(Rule):
         ),
     ]
 
-    def visit_If(self, node: cst.If) -> None:
+    def visit_If(self, node: ast.If) -> None:
         self._check(node.test)
 
-    def visit_While(self, node: cst.While) -> None:
+    def visit_While(self, node: ast.While) -> None:
         self._check(node.test)
 
-    def visit_Assert(self, node: cst.Assert) -> None:
+    def visit_Assert(self, node: ast.Assert) -> None:
         self._check(node.test)
 
-    def visit_IfExp(self, node: cst.IfExp) -> None:
+    def visit_IfExp(self, node: ast.IfExp) -> None:
         self._check(node.test)
 
-    def visit_CompIf(self, node: cst.CompIf) -> None:
-        self._check(node.test)
+    def visit_comprehension(self, node: ast.comprehension) -> None:
+        for test in node.ifs:
+            self._check(test)
 
-    def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
-        # a value context (`y = a or b`): only the left operand's truth is taken
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        # a value context (`y = a or b`): the truth of every operand but the last is taken
         if self._in_truth_context(node):
             return
-        self._check(node.left)
+        for value in node.values[:-1]:
+            self._check(value, bounded=False)
 
-    def visit_UnaryOperation(self, node: cst.UnaryOperation) -> None:
-        if isinstance(node.operator, cst.Not) and not self._in_truth_context(node):
-            self._check(node.expression)
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
+        if isinstance(node.op, ast.Not) and not self._in_truth_context(node):
+            self._check(node.operand)
 
-    def _in_truth_context(self, node: cst.CSTNode) -> bool:
+    def _in_truth_context(self, node: ast.expr) -> bool:
         parent = self.ctx.parent(node)
-        if isinstance(parent, cst.BooleanOperation):
+        if isinstance(parent, ast.BoolOp):
             return True
-        if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+        if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
             return True
-        if isinstance(parent, (cst.If, cst.While, cst.Assert, cst.CompIf)):
-            return parent.test is node
-        if isinstance(parent, cst.IfExp):
-            return parent.test is node
-        return False
+        field = self.ctx.index.field_of(node)
+        if isinstance(parent, (ast.If, ast.While, ast.Assert, ast.IfExp)):
+            return field == "test"
+        return isinstance(parent, ast.comprehension) and field == "ifs"
 
-    def _check(self, test: cst.BaseExpression) -> None:
+    def _check(self, test: ast.expr, *, bounded: bool = True) -> None:
         for operand in _truth_operands(test):
             if evident_device_tensor(self.ctx, operand) and reportable_sync(self.ctx, operand) and \
-                    not after_periodic_guard(self.ctx, operand, test):
+                    not after_periodic_guard(self.ctx, operand, test if bounded else None):
                 self.report(operand)
 
 
-def after_periodic_guard(ctx, node: cst.CSTNode, stop: cst.CSTNode) -> bool:
-    """`step % N == 0 and <node>`: `node` is evaluated only every N steps."""
+def after_periodic_guard(ctx: FileContext, node: ast.AST, stop: ast.AST | None) -> bool:
+    """`step % N == 0 and <node>`: `node` is evaluated only every N steps (looking no further up
+    than `stop`, when given)."""
     child = node
     for anc in ctx.index.ancestors(node):
-        if isinstance(anc, cst.BooleanOperation) and isinstance(anc.operator, cst.And) and child is anc.right \
-                and is_periodic(anc.left):
+        if isinstance(anc, ast.BoolOp) and isinstance(anc.op, ast.And) and after_periodic_operand(anc, child):
             return True
         if anc is stop:
             break
@@ -242,7 +242,11 @@ def after_periodic_guard(ctx, node: cst.CSTNode, stop: cst.CSTNode) -> bool:
     return False
 
 
-def evident_device_tensor(ctx, expr: cst.BaseExpression, depth: int = 0) -> bool:
+def _is_text(node: ast.expr) -> bool:
+    return isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
+
+
+def evident_device_tensor(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is a device tensor by what it computes, not only by its name.
 
     A bare parameter or loop variable (`if cache:`, `if dur > 0:`) is not enough: in a truth test
@@ -251,24 +255,24 @@ def evident_device_tensor(ctx, expr: cst.BaseExpression, depth: int = 0) -> bool
     """
     if depth > 4 or not ctx.on_device(expr):
         return False
-    if isinstance(expr, cst.Name):
+    if isinstance(expr, ast.Name):
         values = ctx.reaching_values(expr)
         return any(evident_device_tensor(ctx, v, depth + 1) for v in values)
-    if isinstance(expr, cst.Attribute):
+    if isinstance(expr, ast.Attribute):
         values = ctx.assigned_values(expr)
         return any(evident_device_tensor(ctx, v, depth + 1) for v in values)
-    if isinstance(expr, cst.Subscript):
+    if isinstance(expr, ast.Subscript):
         return evident_device_tensor(ctx, expr.value, depth + 1)
-    if isinstance(expr, cst.Comparison):
-        operands = [expr.left, *(c.comparator for c in expr.comparisons)]
-        if any(isinstance(o, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)) for o in operands):
+    if isinstance(expr, ast.Compare):
+        operands = [expr.left, *expr.comparators]
+        if any(_is_text(o) for o in operands):
             return False
         return any(evident_device_tensor(ctx, o, depth + 1) for o in operands)
-    if isinstance(expr, cst.BinaryOperation):
+    if isinstance(expr, ast.BinOp):
         return any(evident_device_tensor(ctx, o, depth + 1) for o in (expr.left, expr.right))
-    if isinstance(expr, cst.UnaryOperation):
-        return evident_device_tensor(ctx, expr.expression, depth + 1)
-    if isinstance(expr, cst.Call):
+    if isinstance(expr, ast.UnaryOp):
+        return evident_device_tensor(ctx, expr.operand, depth + 1)
+    if isinstance(expr, ast.Call):
         qualified = ctx.qualified_name(expr.func) or ""
         if qualified.startswith("torch.") and not qualified.startswith("torch.Tensor"):
             return True  # a torch function that returns a tensor (kind already says which)
@@ -423,16 +427,16 @@ class PythonValueFromTensors(Rule):
     TORCH_FUNCS = {"torch.equal": "torch.equal", "torch.allclose": "torch.allclose",
                    "torch.is_nonzero": "torch.is_nonzero"}
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         qualified = self.ctx.qualified_name(node.func)
-        args = [a.value for a in node.args if a.keyword is None and not a.star]
+        args = [a for a in node.args if not isinstance(a, ast.Starred)]
         if qualified in self.TORCH_FUNCS and args:
             if any(self.ctx.on_device(a) for a in args) and reportable_sync(self.ctx, node):
                 self.report(node, self.summary.format(func=self.TORCH_FUNCS[qualified]))
             return
         method = method_name(node)
         if method in ("equal", "allclose") and args and not (qualified or "").startswith("torch.") and \
-                self._is_tensor_method(node):
+                self._is_tensor_method(node, args):
             if reportable_sync(self.ctx, node):
                 self.report(node, self.summary.format(func=f".{method}()"))
             return
@@ -441,33 +445,33 @@ class PythonValueFromTensors(Rule):
                 and name not in self.ctx.index.module_names:
             self._builtin_extreme(node, name, args)
 
-    def _device(self, expr: cst.BaseExpression) -> bool:
+    def _device(self, expr: ast.expr) -> bool:
         return evident_device_tensor(self.ctx, expr) or self.ctx.tensor_kind(expr) == Kind.DEVICE
 
-    def _is_tensor_method(self, node: cst.Call) -> bool:
-        recv = receiver(node)
-        args = positional(node)
-        return self._device(recv) and bool(args) and self.ctx.tensor_kind(args[0].value) != Kind.NOT_TENSOR
+    def _is_tensor_method(self, node: ast.Call, args: list[ast.expr]) -> bool:
+        return self._device(receiver(node)) and self.ctx.tensor_kind(args[0]) != Kind.NOT_TENSOR
 
-    def _builtin_extreme(self, node: cst.Call, name: str, args: list[cst.BaseExpression]) -> None:
-        if len(node.args) != 2 or len(args) != 2:
+    def _builtin_extreme(self, node: ast.Call, name: str, args: list[ast.expr]) -> None:
+        if len(node.args) + len(node.keywords) != 2 or len(args) != 2:
             return  # max(iterable), key=/default=: not two tensors compared directly
         if not all(self._device(a) for a in args) or not reportable_sync(self.ctx, node):
             return
         spelling = _torch_spelling(self.ctx)
-        func = "maximum" if name == "max" else "minimum"
-        new = node.with_changes(func=cst.parse_expression(f"{spelling}.{func}",
-                                                          config=self.ctx.module.config_for_parsing))
+        func = f"{spelling}.{'maximum' if name == 'max' else 'minimum'}"
         imports = [] if spelling != "torch" or "torch" in self.ctx.index.imports else [ImportRequest("torch")]
-        fix = Fix.replace(node, new, title=f"Use `{spelling}.{func}` (elementwise, on the device)", safe=False,
-                          imports=imports)
-        self.report(node, self.summary.format(func=f"{name}()"), fix=fix)
+        self.report(node, self.summary.format(func=f"{name}()"),
+                    fix=lambda cctx: _use_elementwise(cctx, node, func, imports))
 
 
-def _torch_spelling(ctx) -> str:
+def _use_elementwise(cctx: CstContext, node: ast.Call, func: str, imports: list[ImportRequest]) -> Fix:
+    call = cctx.locate(node)
+    return Fix.replace(call, call.with_changes(func=cctx.parse_expression(func)),
+                       title=f"Use `{func}` (elementwise, on the device)", safe=False, imports=imports)
+
+
+def _torch_spelling(ctx: FileContext) -> str:
     """The name this file binds to the `torch` module (`torch`, or an alias such as `th`)."""
     for local, binding in ctx.index.imports.items():
         if binding.qualified == "torch":
             return local
     return "torch"
-

@@ -5,24 +5,31 @@ TorchFix's model: the moves are data, one generic visitor reads them. `status` p
 over, and `rewrite` names a hand-written rewrite below for what a rename cannot express.
 Names are resolved through the file's imports, so `import torch_xla.core.xla_model as foo;
 foo.mark_step()` and `from torch_xla.core import xla_model` are found too.
+Findings and what their fixes do are decided on `ast`; the fixes are built on libcst (`_UsesFix`, `_fix_*`).
 """
 
 from __future__ import annotations
 
+import ast
+import io
+import itertools
 import re
 import sys
+import tokenize
 from dataclasses import dataclass
+from functools import cached_property, partial
 from importlib import resources
 from typing import Callable, ClassVar
 
 import libcst as cst
 
 from xlalint.analysis.context import FileContext
-from xlalint.analysis.index import ImportBinding
 from xlalint.analysis.guards import exits_block, words
-from xlalint.analysis.names import dotted_name
+from xlalint.analysis.index import FUNCTIONS, SCOPES, ImportBinding
+from xlalint.analysis.names import dotted_name, has_star_args, is_constant, last_part
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
-from xlalint.rule import Invalid, Rule, Valid
+from xlalint.fixing.context import CstContext
+from xlalint.rule import FixBuilder, Invalid, Rule, Valid
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -161,53 +168,42 @@ def _validate(row: dict, where: str, seen: set[str]) -> Migration:
 
 
 # --------------------------------------------------------------------------------------------------
-# Hand-written rewrites (`rewrite = "..."` in the table): call -> new argument list, or None (no fix)
+# Hand-written rewrites (`rewrite = "..."` in the table): call -> what becomes of each argument, or None (no fix)
 # --------------------------------------------------------------------------------------------------
 
+# What becomes of one argument, in source order: None drops it; else (keyword, value): the keyword it
+# is passed as (None: as written) and the code of its new value (None: as written).
+Carry = tuple[str | None, str | None] | None
+KEEP: Carry = (None, None)
+
 _SPAWN_PARAMS = ("fn", "args", "nprocs", "join", "daemon", "start_method")
+_SPAWN_DEFAULTS = {"nprocs": None, "join": True, "daemon": False}  # what launch always uses
 
 
-def _is_literal(node: cst.BaseExpression, value: str) -> bool:
-    if value in ("None", "True", "False"):
-        return isinstance(node, cst.Name) and node.value == value
-    return isinstance(node, cst.Integer) and node.value == value
-
-
-def _as_keyword(arg: cst.Arg, keyword: str, value: cst.BaseExpression | None = None) -> cst.Arg:
-    equal = arg.equal if arg.keyword is not None else cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-    return arg.with_changes(keyword=cst.Name(keyword), equal=equal, value=value if value is not None else arg.value)
-
-
-def spawn_to_launch(ctx: FileContext, call: cst.Call) -> list[cst.Arg] | None:
+def spawn_to_launch(ctx: FileContext, call: ast.Call) -> list[Carry] | None:
     """`xmp.spawn(fn, args, nprocs=None|1, join=True, daemon=False, start_method=...)` as a statement ->
     `torch_xla.launch(fn, args, start_method=..., debug_single_process=True if nprocs was 1)`.
     `launch` returns None, so a call whose result is used gets no fix; any other `nprocs`, `join` or
     `daemon` value has no equivalent."""
-    if not isinstance(ctx.parent(call), cst.Expr):
+    if not isinstance(ctx.parent(call), ast.Expr) or has_star_args(call):
         return None
-    kept: list[cst.Arg] = []
-    for i, arg in enumerate(call.args):
-        if arg.star:
-            return None
-        key = arg.keyword.value if arg.keyword else (_SPAWN_PARAMS[i] if i < len(_SPAWN_PARAMS) else None)
+    positional = [(_SPAWN_PARAMS[i] if i < len(_SPAWN_PARAMS) else None, arg) for i, arg in enumerate(call.args)]
+    carry: list[Carry] = []
+    for key, value in [*positional, *((kw.arg, kw.value) for kw in call.keywords)]:
         if key in ("fn", "args"):
-            kept.append(arg)
+            carry.append(KEEP)
         elif key == "start_method":
-            kept.append(_as_keyword(arg, "start_method"))
-        elif key == "nprocs" and _is_literal(arg.value, "1"):
-            kept.append(_as_keyword(arg, "debug_single_process", cst.Name("True")))
-        elif (key, arg.value.value if isinstance(arg.value, cst.Name) else None) in (
-                ("nprocs", "None"), ("join", "True"), ("daemon", "False")):
-            continue  # the defaults of spawn, which launch always uses
+            carry.append(("start_method", None))
+        elif key == "nprocs" and is_constant(value, 1):
+            carry.append(("debug_single_process", "True"))
+        elif key in _SPAWN_DEFAULTS and is_constant(value, _SPAWN_DEFAULTS[key]):
+            carry.append(None)
         else:
             return None
-    if kept and len(kept) < len(call.args):
-        kept[-1] = kept[-1].with_changes(comma=call.args[-1].comma)
-    return kept
+    return carry
 
 
-REWRITES: dict[str, Callable[[FileContext, cst.Call], list[cst.Arg] | None]] = {
+REWRITES: dict[str, Callable[[FileContext, ast.Call], list[Carry] | None]] = {
     "spawn_to_launch": spawn_to_launch,
 }
 
@@ -244,12 +240,9 @@ def _entries_doc(status: str) -> str:
 # Qualified names, resolved only for files that may hold a finding
 # --------------------------------------------------------------------------------------------------
 
-def _qualified_names(ctx: FileContext, node: cst.CSTNode) -> set[str]:
+def _qualified_names(ctx: FileContext, node: ast.expr) -> set[str]:
     """What `node` names through this file's imports (`xm.mark_step` ->
-    `torch_xla.core.xla_model.mark_step`); empty when its head is not an imported name.
-
-    The file's import table, not libcst's `QualifiedNameProvider`: that needs `ScopeProvider`, which
-    cost 6 s on a 4,800-line trainer (8x its parse) for the same answers on this table's names."""
+    `torch_xla.core.xla_model.mark_step`); empty when its head is not an imported name."""
     name = dotted_name(node)
     if not name or name.split(".")[0] not in ctx.index.imports:
         return set()
@@ -262,6 +255,19 @@ def _relevant(ctx: FileContext) -> bool:
     return ctx.uses_xla or any(
         b.qualified == "torch_xla_py" or b.qualified.startswith("torch_xla_py.") for b in ctx.index.imports.values()
     )
+
+
+def _module_node(ctx: FileContext, node: ast.ImportFrom) -> ast.AST:
+    """A node spanning MODULE in `from MODULE import ...`, for the finding (`ast` keeps only its text)."""
+    tokens = tokenize.generate_tokens(io.StringIO(ctx.code(node)).readline)
+    next(tokens)  # `from`
+    parts = list(itertools.takewhile(lambda t: t.string != "import", tokens))
+
+    def position(row: int, column: int, line: str) -> tuple[int, int]:  # a row and UTF-8 offset, as `ast` has
+        return node.lineno + row - 1, (node.col_offset if row == 1 else 0) + len(line[:column].encode())
+
+    (row, col), (end_row, end_col) = position(*parts[0].start, parts[0].line), position(*parts[-1].end, parts[-1].line)
+    return ast.Name(node.module, ast.Load(), lineno=row, col_offset=col, end_lineno=end_row, end_col_offset=end_col)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -278,90 +284,82 @@ _OLD_WORD = re.compile(r"older|lower|less|<", re.I)
 _MISSING_API_ERRORS = {"AttributeError", "ImportError", "ModuleNotFoundError", "NameError"}
 
 
-def _version_polarity(test: cst.BaseExpression) -> int | None:
+def _version_polarity(test: ast.expr) -> int | None:
     """None if `test` is no version/feature check; else which torch_xla its body is written for."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _version_polarity(test.expression)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _version_polarity(test.operand)
         return None if inner is None else -inner
-    if isinstance(test, cst.Call) and dotted_name(test.func) in ("hasattr", "getattr"):
+    if isinstance(test, ast.Call) and dotted_name(test.func) in ("hasattr", "getattr"):
         return EITHER  # feature detection: either branch may be the compatibility path
-    if isinstance(test, cst.BooleanOperation):
-        sides = [_version_polarity(test.left), _version_polarity(test.right)]
-        known = [s for s in sides if s is not None]
-        if not known:
-            return None
-        return known[0] if len(set(known)) == 1 and len(known) == 2 else EITHER
-    test_words = words(test)
+    if isinstance(test, ast.BoolOp):  # `a and b and c` is `(a and b) and c`
+        polarity = _version_polarity(test.values[0])
+        for value in test.values[1:]:
+            polarity = _combined(polarity, _version_polarity(value))
+        return polarity
+    # keyword and parameter names are words too: `if check(min_version=...)`
+    test_words = [*words(test), *(n.arg for n in ast.walk(test) if isinstance(n, (ast.keyword, ast.arg)) and n.arg)]
     if not any(_VERSION_WORD.search(w) for w in test_words):
         return None
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and not isinstance(
-            test.left, (cst.SimpleString, cst.Integer, cst.Float, cst.Tuple)):
-        op = test.comparisons[0].operator
-        if isinstance(op, (cst.LessThan, cst.LessThanEqual)):
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and not isinstance(test.left, (ast.Constant, ast.Tuple)):
+        op = test.ops[0]
+        if isinstance(op, (ast.Lt, ast.LtE)):
             return OLD
-        if isinstance(op, (cst.GreaterThan, cst.GreaterThanEqual)):
+        if isinstance(op, (ast.Gt, ast.GtE)):
             return NEW
     new = any(_NEW_WORD.search(w) for w in test_words)
     old = any(_OLD_WORD.search(w) for w in test_words)
     return NEW if new and not old else OLD if old and not new else EITHER
 
 
-def _catches_missing_api(handler: cst.ExceptHandler) -> bool:
+def _combined(left: int | None, right: int | None) -> int | None:
+    """Both sides of `and`/`or`: the same direction when both check versions, else EITHER."""
+    known = [s for s in (left, right) if s is not None]
+    if not known:
+        return None
+    return known[0] if len(known) == 2 and left == right else EITHER
+
+
+def _catches_missing_api(handler: ast.ExceptHandler) -> bool:
     if handler.type is None:
         return True
-    types = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
-    for t in types:
-        value = t.value if isinstance(t, cst.Element) else t
-        if (dotted_name(value) or "").rsplit(".", 1)[-1] in _MISSING_API_ERRORS | {"Exception", "BaseException"}:
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(last_part(dotted_name(t)) in _MISSING_API_ERRORS | {"Exception", "BaseException"} for t in types)
+
+
+def _falls_back(handler: ast.ExceptHandler) -> bool:
+    """The handler does something (an import or a call), not just `xm = None` / `pass` / `raise ...`."""
+    stack: list[ast.AST] = list(handler.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Call, ast.Import, ast.ImportFrom)):
             return True
+        if not isinstance(node, ast.Raise):
+            stack.extend(ast.iter_child_nodes(node))
     return False
 
 
-def _falls_back(handler: cst.ExceptHandler) -> bool:
-    """The handler does something (an import or a call), not just `xm = None` / `pass`."""
-    found = False
-
-    class Find(cst.CSTVisitor):
-        def visit_Call(self, node):
-            nonlocal found
-            found = True
-
-        def visit_Import(self, node):
-            nonlocal found
-            found = True
-
-        def visit_ImportFrom(self, node):
-            nonlocal found
-            found = True
-
-        def visit_Raise(self, node):
-            return False
-
-    handler.body.visit(Find())
-    return found
-
-
-def _in_compat_fallback(ctx: FileContext, node: cst.CSTNode) -> bool:
+def _in_compat_fallback(ctx: FileContext, node: ast.AST) -> bool:
     """`node` is the old-torch_xla side of a version/feature check or of a try/except fallback."""
     child = node
     for anc in ctx.index.ancestors(node):
-        if isinstance(anc, (cst.If, cst.IfExp)):
+        field = ctx.index.field_of(child)
+        if isinstance(anc, (ast.If, ast.IfExp)):
             polarity = _version_polarity(anc.test)
             if polarity is not None:
-                if child is anc.body and polarity != NEW:
+                if field == "body" and polarity != NEW:
                     return True
-                if child is anc.orelse and polarity != OLD:
+                if field == "orelse" and polarity != OLD:
                     return True
-        elif isinstance(anc, cst.ExceptHandler) and _catches_missing_api(anc):
-            return True
-        elif isinstance(anc, cst.Try) and child is anc.body:
-            if any(_catches_missing_api(h) and _falls_back(h) for h in anc.handlers):
+        elif isinstance(anc, ast.Try):
+            if field == "handlers" and _catches_missing_api(child):
                 return True
-        elif isinstance(anc, (cst.IndentedBlock, cst.Module)):
-            for earlier in anc.body:
+            if field == "body" and any(_catches_missing_api(h) and _falls_back(h) for h in anc.handlers):
+                return True
+        if isinstance(child, ast.stmt):
+            for earlier in getattr(anc, field):
                 if earlier is child:
                     break
-                if isinstance(earlier, cst.If) and earlier.orelse is None and exits_block(earlier.body):
+                if isinstance(earlier, ast.If) and not earlier.orelse and exits_block(earlier.body):
                     polarity = _version_polarity(earlier.test)
                     if polarity is not None and polarity != OLD:
                         return True  # `if new_xla: ...; return` then the old path
@@ -369,53 +367,61 @@ def _in_compat_fallback(ctx: FileContext, node: cst.CSTNode) -> bool:
     return False
 
 
-def _own_implementation(ctx: FileContext, node: cst.CSTNode, entry: Migration) -> bool:
+def _own_implementation(ctx: FileContext, node: ast.AST, entry: Migration) -> bool:
     """torch_xla's own code implementing the API (e.g. `torch_xla.launch` delegating to `xmp.spawn`)."""
     if "torch_xla" not in ctx.path.parts[:-1]:
         return False
     names = {entry.name.rsplit(".", 1)[-1]}
     if entry.replacement:
         names.add(entry.replacement.rsplit(".", 1)[-1])
-    return any(isinstance(a, cst.FunctionDef) and a.name.value in names for a in ctx.index.ancestors(node))
+    return any(isinstance(a, FUNCTIONS) and a.name in names for a in ctx.index.ancestors(node))
 
 
 # --------------------------------------------------------------------------------------------------
-# Spelling the replacement in the user's file
+# Spelling the replacement in the user's file (decided on `ast`)
 # --------------------------------------------------------------------------------------------------
 
-
-def _used_names(ctx: FileContext) -> set[str]:
-    """Identifiers the file uses or binds, outside the dotted paths of its import statements
-    (`torch_xla` in `import torch_xla.core.xla_model as xm` binds nothing)."""
-    return ctx.index.bare_names
-
-
-def _bindings(ctx: FileContext) -> list[ImportBinding]:
-    """Every import binding of the file, function-local ones included."""
-    return ctx.index.import_bindings
+# Identifiers `ast` keeps as strings, not `Name` nodes: a fix binds none of them, and they are no
+# call or decorator it could rewrite.
+_STRING_NAMES = {
+    ast.FunctionDef: "name", ast.AsyncFunctionDef: "name", ast.ClassDef: "name", ast.arg: "arg", ast.keyword: "arg",
+    ast.ExceptHandler: "name", ast.Global: "names", ast.Nonlocal: "names", ast.MatchAs: "name",
+    ast.MatchStar: "name", ast.MatchMapping: "rest", ast.MatchClass: "kwd_attrs",
+}
 
 
-def _reaching(ctx: FileContext, name: str, use: cst.CSTNode) -> ImportBinding | None:
+def _string_names(ctx: FileContext) -> set[str]:
+    found: set[str] = set()
+    for kind, field in _STRING_NAMES.items():
+        for node in ctx.index.by_type.get(kind, ()):
+            value = getattr(node, field)
+            if isinstance(value, list):
+                found.update(value)
+            elif value:
+                found.add(value)
+    return found
+
+
+def _reaching(ctx: FileContext, name: str, use: ast.AST) -> ImportBinding | None:
     """The import that binds `name` where `use` is: the innermost scope that imports it, the last
     such import before `use` (or the last one, for conditional imports after it)."""
-    chain = [a for a in ctx.index.ancestors(use) if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.Module))]
-    position = ctx.index.order.get(id(use), 0)
-    for scope in chain:
-        candidates = [b for b in _bindings(ctx) if b.name == name and b.scope is scope]
+    order = ctx.index.order
+    for scope in (a for a in ctx.index.ancestors(use) if isinstance(a, SCOPES)):
+        candidates = [b for b in ctx.index.import_bindings if b.name == name and b.scope is scope]
         if candidates:
-            before = [b for b in candidates if ctx.index.order.get(id(b.statement), 0) < position]
+            before = [b for b in candidates if order[b.statement] < order[use]]
             return (before or candidates)[-1]
     return None
 
 
-def _spell(ctx: FileContext, target: str, use: cst.CSTNode) -> tuple[str, list[ImportRequest]] | None:
+def _spell(ctx: FileContext, used: set[str], target: str, use: ast.AST) -> tuple[str, list[ImportRequest]] | None:
     """How the fixed code names `target` at `use`, reusing the file's imports (TorchFix's
-    `call_with_name_changes`), and the imports that make it valid. None when no spelling is safe."""
+    `call_with_name_changes`), and the imports that make it valid. None when no spelling is safe.
+    `used`: the identifiers the file uses or binds."""
     module, _, obj = target.rpartition(".")
-    for binding in _bindings(ctx):  # an import of the target or of its module that reaches `use`
+    for binding in ctx.index.import_bindings:  # an import of the target or of its module that reaches `use`
         if binding.qualified in (target, module) and _reaching(ctx, binding.name, use) is binding:
             return (binding.name if binding.qualified == target else f"{binding.name}.{obj}"), []
-    used = _used_names(ctx)
     alias = ALIASES.get(module)
     if alias and alias not in used:
         return f"{alias}.{obj}", [ImportRequest(module, asname=alias)]
@@ -426,68 +432,126 @@ def _spell(ctx: FileContext, target: str, use: cst.CSTNode) -> tuple[str, list[I
     return None
 
 
-def _placed(ctx: FileContext, requests: list[ImportRequest], beside: str | None, use: cst.CSTNode):
+def _placed(ctx: FileContext, requests: list[ImportRequest], beside: str | None, use: ast.AST):
     """Where the new imports go: next to the import that binds `beside` at `use` (the old module), so a
     guarded (try/except ImportError) or function-local import stays guarded. Returns the requests for
-    `apply_fixes` and any replacement we must do ourselves, or None when no placement is right."""
+    `apply_fixes`, and the import statement to place them after ourselves (or None)."""
     if not requests:
         return [], None
     anchor = _reaching(ctx, beside, use) if beside else None
     if anchor is None:
-        return [ImportRequest(r.module, r.obj, r.asname) for r in requests], None
+        return requests, None
     indexed = ctx.index.imports.get(beside)
     if indexed is not None and indexed.statement is anchor.statement:
         return [ImportRequest(r.module, r.obj, r.asname, beside=beside) for r in requests], None
-    # the engine places `beside` imports next to the last import of that name only: do it here
-    line = ctx.parent(anchor.statement)
-    if not isinstance(line, cst.SimpleStatementLine):
-        return None
-    new_lines = [cst.parse_statement(
-        (f"from {r.module} import {r.obj}" if r.obj else f"import {r.module}") + (f" as {r.asname}" if r.asname else ""),
-        config=ctx.module.config_for_parsing) for r in requests]
-    return [], (line, cst.FlattenSentinel([line, *new_lines]))
+    return [], anchor.statement  # the engine places `beside` imports next to the last import of that name only
 
 
-def _carry_arguments(ctx: FileContext, call: cst.Call, entry: Migration) -> list[cst.Arg] | None:
+def _carry_arguments(ctx: FileContext, call: ast.Call, entry: Migration) -> list[Carry] | None:
+    """What becomes of each argument of `call` (in source order), or None when one has no equivalent."""
     if entry.rewrite:
         return REWRITES[entry.rewrite](ctx, call)
     if entry.params is None:
-        return list(call.args)
+        return [KEEP] * (len(call.args) + len(call.keywords))
     renames = dict(entry.params)
-    out = []
-    for i, arg in enumerate(call.args):
-        if arg.star:
-            return None
-        if arg.keyword is None:
-            if i >= len(entry.params):
-                return None
-            out.append(arg)
-            continue
-        new = renames.get(arg.keyword.value)
-        if new is None:
-            return None
-        out.append(arg if new == arg.keyword.value else arg.with_changes(keyword=cst.Name(new)))
-    return out
+    if has_star_args(call) or len(call.args) > len(entry.params) or any(kw.arg not in renames for kw in call.keywords):
+        return None
+    return [KEEP] * len(call.args) + [(renames[kw.arg], None) for kw in call.keywords]
 
 
-def _use_replacement(ctx: FileContext, ref: cst.BaseExpression, entry: Migration, new_name: str):
-    """(node to replace, replacement) for one reference `ref` to the old function, or None."""
+def _use_change(ctx: FileContext, ref: ast.expr, entry: Migration) -> tuple[ast.expr, list[Carry] | None] | None:
+    """What a fix replaces for one reference `ref` to the old function: the call (with what becomes of
+    its arguments) or a decorator (None), or None when it can't."""
     parent = ctx.parent(ref)
-    expr = cst.parse_expression(new_name, config=ctx.module.config_for_parsing)
-    if isinstance(parent, cst.Call) and parent.func is ref:
-        args = _carry_arguments(ctx, parent, entry)
-        if args is None:
-            return None
-        return parent, parent.with_changes(func=expr, args=args)
-    if isinstance(parent, cst.Decorator) and entry.rewrite is None and (entry.params is None or entry.params):
-        return ref, expr  # called with the decorated function alone
+    if isinstance(parent, ast.Call) and parent.func is ref:
+        carry = _carry_arguments(ctx, parent, entry)
+        return None if carry is None else (parent, carry)
+    if ctx.index.field_of(ref) == "decorator_list" and entry.rewrite is None and (entry.params is None or entry.params):
+        return ref, None  # called with the decorated function alone
     return None  # a reference (`f = xm.mark_step`): we can't see the arguments it will get
 
 
-def _binding_name(ref: cst.BaseExpression) -> str | None:
-    while isinstance(ref, cst.Attribute):
-        ref = ref.value
-    return ref.value if isinstance(ref, cst.Name) else None
+# --------------------------------------------------------------------------------------------------
+# Building the fixes on libcst
+# --------------------------------------------------------------------------------------------------
+
+
+def _as_keyword(arg: cst.Arg, keyword: str, value: cst.BaseExpression | None = None) -> cst.Arg:
+    equal = arg.equal if arg.keyword is not None else cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    return arg.with_changes(keyword=cst.Name(keyword), equal=equal, value=value if value is not None else arg.value)
+
+
+def _carried(cctx: CstContext, call: cst.Call, carry: list[Carry]) -> list[cst.Arg]:
+    kept: list[cst.Arg] = []
+    for arg, change in zip(call.args, carry):
+        if change is None:
+            continue
+        keyword, value = change
+        kept.append(arg if keyword is None else
+                    _as_keyword(arg, keyword, cctx.parse_expression(value) if value is not None else None))
+    if kept and len(kept) < len(call.args):
+        kept[-1] = kept[-1].with_changes(comma=call.args[-1].comma)
+    return kept
+
+
+def _import_line(cctx: CstContext, request: ImportRequest) -> cst.BaseStatement:
+    code = f"from {request.module} import {request.obj}" if request.obj else f"import {request.module}"
+    return cctx.parse_statement(code + (f" as {request.asname}" if request.asname else ""))
+
+
+@dataclass(frozen=True)
+class _UsesFix:
+    """A fix of the uses of an old function, decided on `ast`; `build` makes it on libcst."""
+
+    applicability: Applicability
+    title: str
+    changes: tuple[tuple[ast.expr, list[Carry] | None, str], ...]  # (call or decorator, its arguments, new name)
+    own_imports: dict[ast.stmt, list[ImportRequest]]  # imports to place right after these import statements
+    imports: tuple[ImportRequest, ...]
+    removed: tuple[ImportRequest, ...]
+
+    def build(self, cctx: CstContext) -> Fix | None:
+        replacements: dict[int, tuple] = {}
+        for node, carry, name in self.changes:
+            old = cctx.locate(node)
+            new = cctx.parse_expression(name)
+            if carry is not None:  # a call: the new function, with the arguments that carry over
+                new = old.with_changes(func=new, args=_carried(cctx, old, carry))
+            replacements[id(old)] = (old, new)
+        for statement, requests in self.own_imports.items():
+            line = cctx.parent(cctx.locate(statement))
+            if not isinstance(line, cst.SimpleStatementLine):
+                return None  # `try: import x` on one line: no line of its own to add ours after
+            replacements[id(line)] = (line, cst.FlattenSentinel([line, *(_import_line(cctx, r) for r in requests)]))
+        return Fix(self.applicability, self.title, replacements, self.imports, self.removed)
+
+
+def _fix_import(alias: ast.alias, new: str, entry: Migration, cctx: CstContext) -> Fix:
+    """`import old.module as x` -> `import new.module as x`."""
+    return Fix.replace(cctx.locate(alias).name, cst.parse_expression(new), title=f"Import `{new}`",
+                       safe=entry.fix == "safe")
+
+
+def _fix_from_import(node: ast.ImportFrom, new: str, entry: Migration, cctx: CstContext) -> Fix:
+    """`from old.module import ...` -> `from new.module import ...`."""
+    return Fix.replace(cctx.locate(node).module, cst.parse_expression(new), title=f"Import from `{new}`",
+                       safe=entry.fix == "safe")
+
+
+def _fix_from_module(node: ast.ImportFrom, new: str, entry: Migration, cctx: CstContext) -> Fix:
+    """`from torch_xla.experimental import xla_sharding` (its only name) -> `from torch_xla.distributed
+    import spmd as xla_sharding`."""
+    statement = cctx.locate(node)
+    alias = statement.names[0]
+    new_module, _, new_obj = new.rpartition(".")
+    old_obj = node.names[0].name
+    asname = alias.asname or (cst.AsName(name=cst.Name(old_obj)) if new_obj != old_obj else None)
+    replacement = statement.with_changes(
+        module=cst.parse_expression(new_module),
+        names=[alias.with_changes(name=cst.Name(new_obj), asname=asname, comma=cst.MaybeSentinel.DEFAULT)],
+    )
+    return Fix.replace(statement, replacement, title=f"Import `{new}`", safe=entry.fix == "safe")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -507,61 +571,65 @@ class _MigrationVisitor:
         self.modules = _modules(self.status)
         self.last_parts = {name.rsplit(".", 1)[-1] for name in self.functions}
         self.active = _relevant(ctx) and bool(self.functions or self.modules)
-        self.from_imports: list[tuple[cst.ImportAlias, Migration, str]] = []
+        self.from_imports: list[tuple[ast.alias, Migration, str]] = []
+
+    @cached_property
+    def string_names(self) -> set[str]:
+        return _string_names(self.ctx)
+
+    @cached_property
+    def used_names(self) -> set[str]:
+        return self.ctx.index.bare_names | self.string_names
 
     # -- uses: `xm.mark_step()`, `torch_xla.experimental.compile(f)` ----------------------------------
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if not self.active or node.attr.value not in self.last_parts or self._in_import(node):
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if not self.active or node.attr not in self.last_parts:
             return
         names = _qualified_names(self.ctx, node)
         entry = next((self.functions[n] for n in sorted(names) if n in self.functions), None)
         if entry is None or self._excused(node, entry):
             return
-        old = dotted_name(node) or entry.name
-        self.report(node, entry.message(old), fix=self._fix_uses([node], entry, _binding_name(node), None))
+        old = dotted_name(node)
+        self.report(node, entry.message(old), fix=self._fix_uses([node], entry, old.partition(".")[0], None))
 
     # -- imports ---------------------------------------------------------------------------------------
-    def visit_Import(self, node: cst.Import) -> None:
+    def visit_Import(self, node: ast.Import) -> None:
         if not self.active:
             return
         for alias in node.names:
-            full = dotted_name(alias.name) or ""
-            entry = next((m for m in self.modules if m.matches_module(full)), None)
+            entry = next((m for m in self.modules if m.matches_module(alias.name)), None)
             if entry is None or self._excused(node, entry):
                 continue
-            fix = None
-            new = entry.moved(full)
-            if entry.applicability and new and alias.asname is not None:
-                fix = Fix.replace(alias.name, cst.parse_expression(new), title=f"Import `{new}`",
-                                  safe=entry.fix == "safe")
-            self.report(alias, entry.message(full), fix=fix)
+            new = entry.moved(alias.name)
+            fix = partial(_fix_import, alias, new, entry) if entry.applicability and new and alias.asname else None
+            self.report(alias, entry.message(alias.name), fix=fix)
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if not self.active or node.relative or node.module is None:
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if not self.active or node.level or node.module is None:
             return
-        module = dotted_name(node.module) or ""
+        module = node.module
         entry = next((m for m in self.modules if m.matches_module(module)), None)
         if entry is not None:  # `from torch_xla_py.xla_model import *`: the module moved
             if not self._excused(node, entry):
                 new = entry.moved(module)
-                fix = Fix.replace(node.module, cst.parse_expression(new), title=f"Import from `{new}`",
-                                  safe=entry.fix == "safe") if entry.applicability and new else None
-                self.report(node.module, entry.message(module), fix=fix)
+                fix = partial(_fix_from_import, node, new, entry) if entry.applicability and new else None
+                self.report(_module_node(self.ctx, node), entry.message(module), fix=fix)
             return
-        if isinstance(node.names, cst.ImportStar):
+        if node.names[0].name == "*":
             return
         for alias in node.names:
-            obj = dotted_name(alias.name) or ""
-            full = f"{module}.{obj}"
-            local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else obj
+            full = f"{module}.{alias.name}"
             moved = next((m for m in self.modules if m.matches_module(full)), None)
             if moved is not None:  # `from torch_xla.experimental import pjrt`
                 if not self._excused(node, moved):
-                    self.report(alias, moved.message(full), fix=self._fix_from_module(node, alias, moved, full))
+                    new = moved.moved(full)
+                    fixable = moved.applicability and new and len(node.names) == 1 and "." in new
+                    fix = partial(_fix_from_module, node, new, moved) if fixable else None
+                    self.report(alias, moved.message(full), fix=fix)
             elif full in self.functions and not self._excused(node, self.functions[full]):
-                self.from_imports.append((alias, self.functions[full], local))
+                self.from_imports.append((alias, self.functions[full], alias.asname or alias.name))
 
-    def leave_Module(self, original_node: cst.Module) -> None:
+    def finish(self) -> None:
         # `from torch_xla.core.xla_model import xrt_world_size`: one finding on the import; its fix
         # rewrites every use and drops the import once unused
         for alias, entry, local in self.from_imports:
@@ -572,77 +640,49 @@ class _MigrationVisitor:
             self.report(alias, entry.message(entry.name), fix=fix)
 
     # -- helpers -----------------------------------------------------------------------------------------
-    def _in_import(self, node: cst.CSTNode) -> bool:
-        return any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in self.ctx.index.ancestors(node))
-
-    def _excused(self, node: cst.CSTNode, entry: Migration) -> bool:
+    def _excused(self, node: ast.AST, entry: Migration) -> bool:
         return _in_compat_fallback(self.ctx, node) or _own_implementation(self.ctx, node, entry)
 
-    def _uses_of(self, local: str, qualified: str) -> list[cst.Name]:
-        ctx = self.ctx
-        found: list[cst.Name] = []
+    def _uses_of(self, local: str, qualified: str) -> list[ast.Name]:
+        """The names that refer to the import `local` of `qualified`; none when `local` is also a
+        definition, parameter or keyword (no call or decorator the fix could rewrite)."""
+        binding = self.ctx.index.imports.get(local)
+        if binding is None or binding.qualified != qualified or local in self.string_names:
+            return []
+        return self.ctx.index.name_uses.get(local, [])
 
-        class Find(cst.CSTVisitor):
-            def visit_Import(self, node):
-                return False
-
-            def visit_ImportFrom(self, node):
-                return False
-
-            def visit_Attribute(self, node):
-                node.value.visit(self)  # the attribute name itself is no use of `local`
-                return False
-
-            def visit_Name(self, node):
-                if node.value == local and qualified in _qualified_names(ctx, node):
-                    found.append(node)
-
-        ctx.module.visit(Find())
-        return found
-
-    def _fix_uses(self, refs, entry: Migration, beside: str | None, removed: ImportRequest | None) -> Fix | None:
+    def _fix_uses(self, refs: list[ast.expr], entry: Migration, beside: str | None,
+                  removed: ImportRequest | None) -> FixBuilder | None:
+        """The fix rewriting `refs` (uses of `entry`), decided here, built on libcst; None when a use
+        can't be rewritten."""
         if entry.applicability is None or not entry.replacement:
             return None
         ctx = self.ctx
-        replacements: dict[int, tuple] = {}
+        changes: list[tuple[ast.expr, list[Carry] | None, str]] = []
+        own_imports: dict[ast.stmt, list[ImportRequest]] = {}
         imports: list[ImportRequest] = []
         spelled = None
         for ref in refs:
-            spelling = _spell(ctx, entry.replacement, ref)
-            if spelling is None:
+            spelling = _spell(ctx, self.used_names, entry.replacement, ref)
+            change = _use_change(ctx, ref, entry)
+            if spelling is None or change is None:
                 return None
             spelled, needed = spelling
-            change = _use_replacement(ctx, ref, entry, spelled)
-            placed = _placed(ctx, needed, beside, ref)
-            if change is None or placed is None:
-                return None
-            replacements[id(change[0])] = change
-            requests, own = placed
-            if own is not None:
-                replacements[id(own[0])] = own
+            changes.append((*change, spelled))
+            requests, anchor_statement = _placed(ctx, needed, beside, ref)
+            if anchor_statement is not None:
+                own_imports[anchor_statement] = needed
             imports.extend(r for r in requests if r not in imports)
         anchor = _reaching(ctx, beside, refs[0]) if beside and refs else None
         if removed is None and anchor is not None:
-            if isinstance(anchor.statement, cst.Import):
+            if isinstance(anchor.statement, ast.Import):
                 if anchor.name != anchor.qualified.split(".")[0]:  # `import a.b as x`; never `import a.b`
                     removed = ImportRequest(anchor.qualified, asname=anchor.name)
             else:
                 module, _, obj = anchor.qualified.rpartition(".")
                 removed = ImportRequest(module, obj, anchor.name if anchor.name != obj else None)
-        return Fix(entry.applicability, f"Use `{spelled}`", replacements, tuple(imports), (removed,) if removed else ())
-
-    def _fix_from_module(self, node: cst.ImportFrom, alias: cst.ImportAlias, entry: Migration, full: str) -> Fix | None:
-        new = entry.moved(full)
-        if entry.applicability is None or new is None or len(node.names) != 1 or "." not in new:
-            return None
-        new_module, _, new_obj = new.rpartition(".")
-        old_obj = dotted_name(alias.name)
-        asname = alias.asname or (cst.AsName(name=cst.Name(old_obj)) if new_obj != old_obj else None)
-        replacement = node.with_changes(
-            module=cst.parse_expression(new_module),
-            names=[alias.with_changes(name=cst.Name(new_obj), asname=asname, comma=cst.MaybeSentinel.DEFAULT)],
-        )
-        return Fix.replace(node, replacement, title=f"Import `{new}`", safe=entry.fix == "safe")
+        return _UsesFix(entry.applicability, f"Use `{spelled}`", tuple(changes), own_imports, tuple(imports),
+                        (removed,) if removed else ()).build
 
 
 # --------------------------------------------------------------------------------------------------

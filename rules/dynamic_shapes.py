@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
-from xlalint.analysis.names import dotted_name, keyword, last_part, method_name, positional, receiver
+from xlalint.analysis.context import FileContext
+from xlalint.analysis.names import dotted_name, has_star_args, is_constant, keyword, keyword_value, last_part
+from xlalint.analysis.names import method_name, positional, receiver, string_value
 from xlalint.analysis.tensors import Kind
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
+from xlalint.fixing import cst_names
+from xlalint.fixing.context import CstContext
 from xlalint.rule import Invalid, Rule, Valid
 
-from ._common import code
 from ._common import reportable_sync
 
 # -- shared helpers ------------------------------------------------------------------------------
@@ -28,9 +32,10 @@ _ELEMENTWISE_METHODS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "s
                         "eq", "ne", "gt", "ge", "lt", "le", "greater", "greater_equal", "less", "less_equal",
                         "not_equal", "detach"}
 _MASK_NAME = re.compile(r"mask", re.I)
+_MEMBERSHIP = (ast.Is, ast.IsNot, ast.In, ast.NotIn)
 
 
-def _torch_spelling(ctx) -> tuple[str, list[ImportRequest]]:
+def _torch_spelling(ctx: FileContext) -> tuple[str, list[ImportRequest]]:
     """The file's own name for the torch module (`torch`, `th`...), and the import a fix needs."""
     for local, binding in ctx.index.imports.items():
         if binding.qualified == "torch":
@@ -38,7 +43,7 @@ def _torch_spelling(ctx) -> tuple[str, list[ImportRequest]]:
     return "torch", [ImportRequest("torch")]
 
 
-def _is_torch(ctx, call: cst.Call, names: set[str]) -> str | None:
+def _is_torch(ctx: FileContext, call: ast.Call, names: set[str]) -> str | None:
     qualified = ctx.qualified_name(call.func) or ""
     head, _, tail = qualified.rpartition(".")
     if head == "torch" and tail in names:
@@ -46,93 +51,93 @@ def _is_torch(ctx, call: cst.Call, names: set[str]) -> str | None:
     return None
 
 
-def is_bool_mask(ctx, expr: cst.BaseExpression, depth: int = 0) -> bool:
+def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is evidently a boolean device tensor: a comparison of tensors, `~m`, `m & n`,
     `torch.isnan(x)`, `.bool()`, a name assigned from one of those, or a tensor named like a mask."""
     if depth > 4 or not ctx.on_device(expr):
         return False
-    if isinstance(expr, cst.Comparison):
-        return not any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in expr.comparisons)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
-        return is_bool_mask(ctx, expr.expression, depth + 1) or _mask_named(ctx, expr.expression)
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.BitAnd, cst.BitOr, cst.BitXor)):
+    if isinstance(expr, ast.Compare):
+        return not any(isinstance(op, _MEMBERSHIP) for op in expr.ops)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert):
+        return is_bool_mask(ctx, expr.operand, depth + 1) or _mask_named(ctx, expr.operand)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
         return any(is_bool_mask(ctx, side, depth + 1) or _mask_named(ctx, side) for side in (expr.left, expr.right))
-    if isinstance(expr, cst.Call):
+    if isinstance(expr, ast.Call):
         if _is_torch(ctx, expr, _BOOL_FUNCS):
             return True
         method = method_name(expr)
         if method in _BOOL_METHODS and not _is_torch(ctx, expr, _BOOL_FUNCS | {"bool"}):
             return True
-        if method == "to" and any(dotted_name(a.value) in ("torch.bool", "bool") for a in expr.args):
+        if method == "to" and any(dotted_name(a) in ("torch.bool", "bool")
+                                  for a in (*expr.args, *(k.value for k in expr.keywords))):
             return True
-        if method in ("any", "all") and expr.args and ctx.on_device(receiver(expr)):
+        if method in ("any", "all") and (expr.args or expr.keywords) and ctx.on_device(receiver(expr)):
             return True  # a reduction over a dimension: still a mask
         return False
-    if isinstance(expr, cst.Name):
+    if isinstance(expr, ast.Name):
         values = ctx.reaching_values(expr)
         if values:
             return all(is_bool_mask(ctx, v, depth + 1) for v in values) or _mask_named(ctx, expr)
         return _mask_named(ctx, expr)
-    if isinstance(expr, cst.Attribute):
+    if isinstance(expr, ast.Attribute):
         return _mask_named(ctx, expr)
     return False
 
 
-def _mask_named(ctx, expr: cst.BaseExpression) -> bool:
+def _mask_named(ctx: FileContext, expr: ast.expr) -> bool:
     name = dotted_name(expr)
     return bool(name) and bool(_MASK_NAME.search(last_part(name))) and ctx.on_device(expr) and \
         "attention_mask" not in name and "padding_mask" not in name
 
 
-def elementwise_of(ctx, mask: cst.BaseExpression, base: str, depth: int = 0) -> bool:
+def elementwise_of(ctx: FileContext, mask: ast.expr, base: str, depth: int = 0) -> bool:
     """`mask` is computed elementwise from the tensor spelled `base` (and scalars), so it has
     exactly `base`'s shape: `x > 0`, `~torch.isnan(x)`, `(x > 0) & (x < 1)`, or a name bound to one."""
     return _elementwise(ctx, mask, base, depth) == "base"
 
 
-def _elementwise(ctx, expr: cst.BaseExpression, base: str, depth: int) -> str | None:
+def _elementwise(ctx: FileContext, expr: ast.expr, base: str, depth: int) -> str | None:
     """"base" (shaped like base), "scalar" (a Python number), or None (anything else)."""
     if depth > 4:
         return None
-    if code(expr) == base:
+    if ctx.code(expr) == base:
         return "base"
-    if isinstance(expr, (cst.Integer, cst.Float)):
+    if isinstance(expr, ast.Constant) and type(expr.value) in (int, float):
         return "scalar"
-    if isinstance(expr, cst.UnaryOperation):
-        if isinstance(expr.operator, cst.Not):
+    if isinstance(expr, ast.UnaryOp):
+        if isinstance(expr.op, ast.Not):
             return None
-        return _elementwise(ctx, expr.expression, base, depth + 1)
-    if isinstance(expr, cst.Name):
+        return _elementwise(ctx, expr.operand, base, depth + 1)
+    if isinstance(expr, ast.Name):
         values = ctx.reaching_values(expr)
         if len(values) == 1:
             return _elementwise(ctx, values[0], base, depth + 1)
         if not values and ctx.tensor_kind(expr) == Kind.NOT_TENSOR:
             return "scalar"
         return None
-    if isinstance(expr, cst.Attribute):
+    if isinstance(expr, ast.Attribute):
         values = ctx.attribute_values(dotted_name(expr) or "")
         if values and all(ctx.tensor_kind(v) == Kind.NOT_TENSOR for v in values):
             return "scalar"  # `self.threshold = 0.5` somewhere in the file
         return None
-    if isinstance(expr, cst.Comparison):
-        if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in expr.comparisons):
+    if isinstance(expr, ast.Compare):
+        if any(isinstance(op, _MEMBERSHIP) for op in expr.ops):
             return None
-        return _combine([_elementwise(ctx, e, base, depth + 1)
-                         for e in (expr.left, *(c.comparator for c in expr.comparisons))])
-    if isinstance(expr, cst.BinaryOperation):
-        if isinstance(expr.operator, cst.MatrixMultiply):
+        return _combine([_elementwise(ctx, e, base, depth + 1) for e in (expr.left, *expr.comparators)])
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.MatMult):
             return None
         return _combine([_elementwise(ctx, expr.left, base, depth + 1), _elementwise(ctx, expr.right, base, depth + 1)])
-    if isinstance(expr, cst.Call):
-        if any(a.keyword is not None or a.star for a in expr.args):
+    if isinstance(expr, ast.Call):
+        if expr.keywords or any(isinstance(a, ast.Starred) for a in expr.args):
             return None
         func = _is_torch(ctx, expr, _ELEMENTWISE_FUNCS | {"logical_and", "logical_or", "logical_xor"})
         if func:
-            return _combine([_elementwise(ctx, a.value, base, depth + 1) for a in expr.args])
+            return _combine([_elementwise(ctx, a, base, depth + 1) for a in expr.args])
         method = method_name(expr)
         if method in _ELEMENTWISE_METHODS and not dotted_name(expr.func) == f"torch.{method}":
             return _combine([_elementwise(ctx, receiver(expr), base, depth + 1),
-                             *(_elementwise(ctx, a.value, base, depth + 1) for a in expr.args)])
+                             *(_elementwise(ctx, a, base, depth + 1) for a in expr.args)])
     return None
 
 
@@ -142,26 +147,29 @@ def _combine(parts: list[str | None]) -> str | None:
     return "base" if "base" in parts else "scalar"
 
 
-def _single_index(node: cst.Subscript) -> cst.BaseExpression | None:
-    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
-        return None
-    index = node.slice[0].slice
-    return None if index.star else index.value
+def _single_index(node: ast.Subscript) -> ast.expr | None:
+    """The one index of `x[i]` (or of `x[i,]`, the same index), None for slices, several or starred indices."""
+    index = node.slice
+    if isinstance(index, ast.Tuple):
+        if len(index.elts) != 1:
+            return None
+        index = index.elts[0]
+    return None if isinstance(index, (ast.Slice, ast.Starred)) else index
 
 
-def _shaped_out(ctx, node: cst.CSTNode) -> bool:
+def _shaped_out(ctx: FileContext, node: ast.AST) -> bool:
     """Code where shapes are irrelevant: not per step, or a branch that never runs on XLA."""
     return not reportable_sync(ctx, node)
 
 
-def _tensorish(ctx, expr: cst.BaseExpression) -> bool:
+def _tensorish(ctx: FileContext, expr: ast.expr) -> bool:
     """A receiver of a tensor-only method (`.masked_select()`, `.nonzero()`) that is not known to be
     host data: a device tensor, an unknown value, or a chain rooted in a torch function."""
     kind = ctx.tensor_kind(expr)
     if kind.on_device or kind == Kind.UNKNOWN:
         return True
-    while isinstance(expr, (cst.Call, cst.Subscript, cst.Attribute)):
-        if isinstance(expr, cst.Call):
+    while isinstance(expr, (ast.Call, ast.Subscript, ast.Attribute)):
+        if isinstance(expr, ast.Call):
             qualified = ctx.qualified_name(expr.func) or ""
             if qualified.startswith("torch.") and qualified.rpartition(".")[2] in _LIKE:
                 return True
@@ -307,14 +315,14 @@ class DataDependentShapeOp(Rule):
 
     FUNCS = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "repeat_interleave", "where"}
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         op = _is_torch(self.ctx, node, self.FUNCS)
         if op is not None:
             args = positional(node)
             if not args:
                 return
-            subject = args[0].value
-            if op == "where" and (len(node.args) != 1 or node.args[0].star):
+            subject = args[0]
+            if op == "where" and (len(node.args) + len(node.keywords) != 1 or isinstance(node.args[0], ast.Starred)):
                 return
             if op == "repeat_interleave" and not self._tensor_repeats(node, args[1:], functional=True):
                 return
@@ -329,7 +337,7 @@ class DataDependentShapeOp(Rule):
             subject = receiver(node)
             if op == "repeat_interleave" and not self._tensor_repeats(node, positional(node), functional=False):
                 return
-            if op == "nonzero" and node.args and not keyword(node, "as_tuple"):
+            if op == "nonzero" and (node.args or node.keywords) and not keyword(node, "as_tuple"):
                 return  # not Tensor.nonzero's signature
             label = f".{op}()"
         tensor = self.ctx.on_device(subject) if label.startswith("torch.") else _tensorish(self.ctx, subject)
@@ -337,15 +345,16 @@ class DataDependentShapeOp(Rule):
             return
         self.report(node, self.summary.format(op=label))
 
-    def _tensor_repeats(self, node: cst.Call, rest: list[cst.Arg], functional: bool) -> bool:
-        repeats = keyword(node, "repeats")
-        value = repeats.value if repeats is not None else (rest[0].value if rest else None)
+    def _tensor_repeats(self, node: ast.Call, rest: list[ast.expr], functional: bool) -> bool:
+        value = keyword_value(node, "repeats")
+        if value is None and rest:
+            value = rest[0]
         if value is None:
             # torch.repeat_interleave(repeats): the one-argument form repeats indices by a tensor
             return functional
-        return self.ctx.tensor_kind(value) >= Kind.CPU and not isinstance(value, (cst.Integer, cst.Name)) or \
-            (isinstance(value, cst.Name) and self.ctx.tensor_kind(value) >= Kind.CPU and
-             bool(self.ctx.reaching_values(value)))
+        # a literal is never a tensor; a name only when it is assigned one here
+        return self.ctx.tensor_kind(value) >= Kind.CPU and \
+            (not isinstance(value, ast.Name) or bool(self.ctx.reaching_values(value)))
 
 
 # -- XLA302 ----------------------------------------------------------------------------------------
@@ -498,40 +507,35 @@ class BooleanMaskIndex(Rule):
         ),
     ]
 
-    def visit_Subscript(self, node: cst.Subscript) -> None:
+    def visit_Subscript(self, node: ast.Subscript) -> None:
         index = _single_index(node)
-        if index is None or not is_bool_mask(self.ctx, index) or _is_store(self.ctx, node):
+        if index is None or isinstance(node.ctx, (ast.Store, ast.Del)) or not is_bool_mask(self.ctx, index):
             return
         if self.ctx.tensor_kind(node.value) in (Kind.NOT_TENSOR, Kind.CPU) or _shaped_out(self.ctx, node):
             return
-        self.report(node, fix=self._fix(node, index))
-
-    def _fix(self, node: cst.Subscript, mask: cst.BaseExpression) -> Fix | None:
-        call = self.ctx.parent(node)
-        if not (isinstance(call, cst.Attribute) and call.value is node and call.attr.value == "sum"):
-            return None
-        call = self.ctx.parent(call)
-        if not isinstance(call, cst.Call) or call.args:
-            return None
-        base = code(node.value)
-        safe = elementwise_of(self.ctx, mask, base)
+        if not _summed(self.ctx, node):
+            self.report(node)
+            return
+        safe = elementwise_of(self.ctx, index, self.ctx.code(node.value))
         torch_name, imports = _torch_spelling(self.ctx)
-        config = self.ctx.module.config_for_parsing
-        new = cst.parse_expression(f"{torch_name}.where({code(mask)}, {base}, 0).sum()", config=config)
-        return Fix.replace(call, new, title="Mask with `where` and reduce over the full tensor", safe=safe,
-                           imports=imports)
+        self.report(node, fix=lambda cctx: _sum_with_where(cctx, node, index, torch_name, safe, imports))
 
 
-def _is_store(ctx, node: cst.Subscript) -> bool:
-    parent = ctx.parent(node)
-    if isinstance(parent, cst.AssignTarget) or isinstance(parent, cst.Del):
-        return True
-    if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is node:
-        return True
-    if isinstance(parent, (cst.Element, cst.StarredElement)):
-        outer = ctx.parent(parent)
-        return isinstance(outer, (cst.Tuple, cst.List)) and isinstance(ctx.parent(outer), cst.AssignTarget)
-    return False
+def _summed(ctx: FileContext, node: ast.Subscript) -> bool:
+    """`node.sum()`, with no arguments."""
+    attribute, call = ctx.parent(node), ctx.parent(ctx.parent(node))
+    return isinstance(attribute, ast.Attribute) and attribute.attr == "sum" and \
+        isinstance(call, ast.Call) and call.func is attribute and not call.args and not call.keywords
+
+
+def _sum_with_where(cctx: CstContext, node: ast.Subscript, mask: ast.expr, torch_name: str, safe: bool,
+                    imports: list[ImportRequest]) -> Fix:
+    subscript = cctx.locate(node)
+    call = cctx.parent(cctx.parent(subscript))  # the `.sum()` around it
+    mask_code, base = cctx.code(cctx.locate(mask)), cctx.code(subscript.value)
+    new = cctx.parse_expression(f"{torch_name}.where({mask_code}, {base}, 0).sum()")
+    return Fix.replace(call, new, title="Mask with `where` and reduce over the full tensor", safe=safe,
+                       imports=imports)
 
 
 # -- XLA303 ----------------------------------------------------------------------------------------
@@ -669,39 +673,39 @@ class BooleanMaskAssign(Rule):
         ),
     ]
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Subscript):
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Subscript):
             return
-        target = node.targets[0].target
+        target = node.targets[0]
         mask = _single_index(target)
         if mask is None or not is_bool_mask(self.ctx, mask):
             return
         if self.ctx.tensor_kind(target.value) in (Kind.NOT_TENSOR, Kind.CPU) or _shaped_out(self.ctx, node):
             return
-        self.report(target, fix=self._fix(node, target, mask))
-
-    def _fix(self, node: cst.Assign, target: cst.Subscript, mask: cst.BaseExpression) -> Fix | None:
-        value = node.value
-        if not _python_scalar(self.ctx, value):
-            return None
-        base = code(target.value)
-        safe = elementwise_of(self.ctx, mask, base)
-        new = cst.Expr(cst.parse_expression(f"{base}.masked_fill_({code(mask)}, {code(value)})",
-                                            config=self.ctx.module.config_for_parsing))
-        return Fix.replace(node, new, title="Use `masked_fill_` (static shape)", safe=safe)
+        if not _python_scalar(self.ctx, node.value):
+            self.report(target)
+            return
+        safe = elementwise_of(self.ctx, mask, self.ctx.code(target.value))
+        self.report(target, fix=lambda cctx: _masked_fill(cctx, node, mask, safe))
 
 
-def _python_scalar(ctx, value: cst.BaseExpression) -> bool:
-    if isinstance(value, (cst.Integer, cst.Float)):
+def _masked_fill(cctx: CstContext, node: ast.Assign, mask: ast.expr, safe: bool) -> Fix:
+    assign = cctx.locate(node)
+    base, value = cctx.code(assign.targets[0].target.value), cctx.code(assign.value)
+    mask_code = cctx.code(cctx.locate(mask))
+    new = cst.Expr(cctx.parse_expression(f"{base}.masked_fill_({mask_code}, {value})"))
+    return Fix.replace(assign, new, title="Use `masked_fill_` (static shape)", safe=safe)
+
+
+def _python_scalar(ctx: FileContext, value: ast.expr) -> bool:
+    if isinstance(value, ast.Constant) and type(value.value) in (int, float, bool):
         return True
-    if isinstance(value, cst.Name) and value.value in ("True", "False"):
-        return True
-    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
-        return _python_scalar(ctx, value.expression)
-    if isinstance(value, cst.Call) and dotted_name(value.func) == "float" and len(value.args) == 1 and \
-            isinstance(value.args[0].value, cst.SimpleString):
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
+        return _python_scalar(ctx, value.operand)
+    if isinstance(value, ast.Call) and dotted_name(value.func) == "float" and len(value.args) == 1 and \
+            not value.keywords and string_value(value.args[0]) is not None:
         return True  # float("-inf")
-    if isinstance(value, cst.Attribute) and ctx.qualified_name(value) in ("math.inf", "math.nan", "math.pi",
+    if isinstance(value, ast.Attribute) and ctx.qualified_name(value) in ("math.inf", "math.nan", "math.pi",
                                                                           "numpy.inf", "numpy.nan"):
         return True
     return False
@@ -820,75 +824,80 @@ class TrainLoaderWithoutDropLast(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         name = dotted_name(node.func)
         if last_part(name) != "DataLoader":
             return
         qualified = self.ctx.qualified_name(node.func) or ""
         if qualified.split(".")[0] not in ("torch", "DataLoader") and qualified != name:
             return
-        if any(a.star for a in node.args) or keyword(node, "batch_sampler"):
+        if has_star_args(node) or keyword(node, "batch_sampler"):
             return
-        drop_last = keyword(node, "drop_last")
-        if drop_last is not None and not (isinstance(drop_last.value, cst.Name) and drop_last.value.value == "False"):
+        drop_last = keyword_value(node, "drop_last")
+        if drop_last is not None and not is_constant(drop_last, False):
             return
         args = positional(node)
-        batch = keyword(node, "batch_size")
-        batch_value = batch.value if batch is not None else (args[1].value if len(args) > 1 else None)
-        if batch_value is None or (isinstance(batch_value, cst.Integer) and batch_value.evaluated_value <= 1) or \
-                (isinstance(batch_value, cst.Name) and batch_value.value == "None"):
+        batch = keyword_value(node, "batch_size")
+        if batch is None and len(args) > 1:
+            batch = args[1]
+        if batch is None or is_constant(batch, None) or \
+                (isinstance(batch, ast.Constant) and type(batch.value) is int and batch.value <= 1):
             return
         if len(args) > 2:  # positional shuffle/sampler...: unusual, leave it
             return
         if not self._training(node) or self.ctx.in_non_xla_code(node):
             return
-        self.report(node, fix=self._fix(node, drop_last))
+        self.report(node, fix=lambda cctx: _drop_last(cctx, node))
 
-    def _training(self, node: cst.Call) -> bool:
-        words = [code(a.value) for a in node.args if a.keyword is None or a.keyword.value in ("dataset", "sampler")]
+    def _training(self, node: ast.Call) -> bool:
+        code = self.ctx.code
+        words = [code(a) for a in node.args] + [code(k.value) for k in node.keywords if k.arg in ("dataset", "sampler")]
         target = self._target_name(node)
         if target:
             words.append(target)
         text = " ".join(words)
         if _NOT_TRAIN.search(text.replace(".", "_")):
             return False
-        shuffle = keyword(node, "shuffle")
+        shuffle = keyword_value(node, "shuffle")
         if shuffle is not None:
-            if isinstance(shuffle.value, cst.Name) and shuffle.value.value == "True":
+            if is_constant(shuffle, True):
                 return True
-            if _TRAIN.search(code(shuffle.value)):
+            if _TRAIN.search(code(shuffle)):
                 return True
-            if isinstance(shuffle.value, cst.Name) and shuffle.value.value == "False":
+            if is_constant(shuffle, False):
                 return bool(_TRAIN.search(text))
-        sampler = keyword(node, "sampler")
-        if sampler is not None and re.search(r"train|RandomSampler", code(sampler.value)):
+        sampler = keyword_value(node, "sampler")
+        if sampler is not None and re.search(r"train|RandomSampler", code(sampler)):
             return True
         return bool(_TRAIN.search(text))
 
-    def _target_name(self, node: cst.Call) -> str | None:
+    def _target_name(self, node: ast.Call) -> str | None:
         parent = self.ctx.parent(node)
-        while isinstance(parent, (cst.Call, cst.Arg)):  # accelerator.prepare(DataLoader(...))
+        while isinstance(parent, (ast.Call, ast.keyword)):  # accelerator.prepare(DataLoader(...))
             parent = self.ctx.parent(parent)
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            return code(parent.targets[0].target)
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+            return self.ctx.code(parent.targets[0])
         return None
 
-    def _fix(self, node: cst.Call, drop_last: cst.Arg | None) -> Fix:
-        true = cst.Name("True")
-        if drop_last is not None:
-            new = node.with_changes(args=[a.with_changes(value=true) if a is drop_last else a for a in node.args])
+
+def _drop_last(cctx: CstContext, node: ast.Call) -> Fix:
+    call = cctx.locate(node)
+    drop_last = cst_names.keyword(call, "drop_last")
+    true = cst.Name("True")
+    if drop_last is not None:
+        new = call.with_changes(args=[a.with_changes(value=true) if a is drop_last else a for a in call.args])
+    else:
+        args = list(call.args)
+        last = args[-1]
+        trailing = last.comma
+        new_arg = cst.Arg(keyword=cst.Name("drop_last"), value=true,
+                          equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                whitespace_after=cst.SimpleWhitespace("")))
+        if isinstance(trailing, cst.Comma):
+            # multi-line call with a trailing comma: keep its layout
+            new_arg = new_arg.with_changes(comma=trailing)
+            args[-1] = last.with_changes(comma=trailing)
         else:
-            args = list(node.args)
-            last = args[-1]
-            trailing = last.comma
-            new_arg = cst.Arg(keyword=cst.Name("drop_last"), value=true,
-                              equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                                    whitespace_after=cst.SimpleWhitespace("")))
-            if isinstance(trailing, cst.Comma):
-                # multi-line call with a trailing comma: keep its layout
-                new_arg = new_arg.with_changes(comma=trailing)
-                args[-1] = last.with_changes(comma=trailing)
-            else:
-                args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-            new = node.with_changes(args=[*args, new_arg])
-        return Fix.replace(node, new, title="Add `drop_last=True`", safe=False)
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        new = call.with_changes(args=[*args, new_arg])
+    return Fix.replace(call, new, title="Add `drop_last=True`", safe=False)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
-import libcst as cst
-
-from xlalint.analysis.names import dotted_name, last_part, method_name, receiver, string_value
+from xlalint.analysis.names import dotted_name, is_constant, last_part, method_name, param_default, receiver
+from xlalint.analysis.names import string_value
 from xlalint.diagnostics import Applicability, Fix
-from xlalint.fixes import importable
+from xlalint.fixing.apply import importable
+from xlalint.fixing.context import CstContext
 from xlalint.rule import Invalid, Rule, Valid
 
 CLIP_GRAD_NORM = {
@@ -22,24 +23,32 @@ SIGNATURE = ("parameters", "max_norm", "norm_type", "error_if_nonfinite", "forea
 INF_NAMES = {"math.inf", "torch.inf", "numpy.inf", "np.inf", "numpy.Inf", "np.Inf", "float.inf"}
 
 
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
+def _arguments(call: ast.Call) -> list[ast.expr | ast.keyword]:
+    """The call's arguments in source order, as libcst lists them (`f(a=1, *b)` is valid Python)."""
+    return sorted([*call.args, *call.keywords], key=lambda a: (a.lineno, a.col_offset))
 
 
-def _argument(call: cst.Call, name: str) -> cst.Arg | None:
+def _argument(call: ast.Call, name: str) -> int | None:
+    """The source-order position of the argument bound to `name`; None when a `*`/`**` argument
+    before it makes that unknowable."""
     position = SIGNATURE.index(name)
     index = 0
-    for arg in call.args:
-        if arg.star:
+    for i, arg in enumerate(_arguments(call)):
+        if isinstance(arg, ast.Starred) or (isinstance(arg, ast.keyword) and arg.arg is None):
             return None
-        if arg.keyword is not None:
-            if arg.keyword.value == name:
-                return arg
+        if isinstance(arg, ast.keyword):
+            if arg.arg == name:
+                return i
             continue
         if index == position:
-            return arg
+            return i
         index += 1
     return None
+
+
+def _value(call: ast.Call, position: int) -> ast.expr:
+    arg = _arguments(call)[position]
+    return arg.value if isinstance(arg, ast.keyword) else arg
 
 
 class ClipGradNormSync(Rule):
@@ -222,71 +231,75 @@ class ClipGradNormSync(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         if self.ctx.qualified_name(node.func) not in CLIP_GRAD_NORM:
             return
         reasons = []
         nonfinite = _argument(node, "error_if_nonfinite")
-        raises = nonfinite is not None and self._may_be_true(nonfinite.value)
+        raises = nonfinite is not None and self._may_be_true(_value(node, nonfinite))
         if raises:
             reasons.append("`error_if_nonfinite=True` reads the norm on the host every call")
         foreach = _argument(node, "foreach")
-        drop_foreach = foreach is not None and _is_true(foreach.value)
+        drop_foreach = foreach is not None and _is_true(_value(node, foreach))
         if self.ctx.uses_xla:
             if drop_foreach:
                 reasons.append("`foreach=True` raises under torch_xla's patched `clip_grad_norm_`")
             norm_type = _argument(node, "norm_type")
-            if norm_type is not None and self._is_inf(norm_type.value):
+            if norm_type is not None and self._is_inf(_value(node, norm_type)):
                 reasons.append("`norm_type=inf` syncs once per parameter under torch_xla's patched `clip_grad_norm_`")
         if not reasons or self.ctx.in_non_xla_code(node):
             return
+        drop = foreach if drop_foreach else None
         self.report(node, self.summary.format(what="; ".join(reasons)),
-                    fix=self._fix(node, foreach if drop_foreach else None, safe=not raises))
+                    fix=lambda cctx: self._fix(cctx, node, drop, safe=not raises))
 
-    def _may_be_true(self, value: cst.BaseExpression) -> bool:
+    def _may_be_true(self, value: ast.expr) -> bool:
         if _is_true(value):
             return True
-        if isinstance(value, cst.Name):
+        if isinstance(value, ast.Name):
             # passed through from a parameter whose default is True (the caller usually keeps it)
             param = self.ctx.parameter(value)
             if param is not None and not self.ctx.reaching_values(value):
-                return param.default is not None and _is_true(param.default)
+                default = param_default(self.ctx.parent(self.ctx.parent(param)), param)
+                return default is not None and _is_true(default)
             values = self.ctx.reaching_values(value)
             return bool(values) and all(_is_true(v) for v in values)
         return False
 
-    def _is_inf(self, value: cst.BaseExpression) -> bool:
+    def _is_inf(self, value: ast.expr) -> bool:
         if _is_inf_literal(value, self.ctx.qualified_name):
             return True
-        if isinstance(value, cst.Name):
+        if isinstance(value, ast.Name):
             values = self.ctx.reaching_values(value)
             return bool(values) and all(_is_inf_literal(v, self.ctx.qualified_name) for v in values)
         return False
 
-    def _fix(self, node: cst.Call, drop: cst.Arg | None, safe: bool) -> Fix:
-        spelled, request = importable(self.ctx, "xlalint.runtime", "clip_grad_norm_")
+    @staticmethod
+    def _fix(cctx: CstContext, call: ast.Call, drop: int | None, safe: bool) -> Fix:
+        """Call the runtime's `clip_grad_norm_` instead, without the argument at source position `drop`."""
+        node = cctx.locate(call)
+        spelled, request = importable(cctx, "xlalint.runtime", "clip_grad_norm_")
         args = list(node.args)
         if drop is not None:
-            index = next(i for i, a in enumerate(args) if a is drop)
-            del args[index]
-            if index == len(args) and args:  # it was the last one: the new last takes its comma (or none)
-                args[-1] = args[-1].with_changes(comma=drop.comma)
-        func = cst.parse_expression(spelled, config=self.ctx.module.config_for_parsing)
-        replacement = node.with_changes(func=func, args=args)
+            dropped = args.pop(drop)
+            if drop == len(args) and args:  # it was the last one: the new last takes its comma (or none)
+                args[-1] = args[-1].with_changes(comma=dropped.comma)
+        replacement = node.with_changes(func=cctx.parse_expression(spelled), args=args)
         return Fix.replace(node, replacement, title=f"Call `{spelled}` (no host sync)", safe=safe,
                            imports=[request])
 
 
-def _is_true(value: cst.BaseExpression) -> bool:
-    return isinstance(value, cst.Name) and value.value == "True"
+def _is_true(value: ast.expr) -> bool:
+    return is_constant(value, True)
 
 
-def _is_inf_literal(value: cst.BaseExpression, qualify) -> bool:
+def _is_inf_literal(value: ast.expr, qualify) -> bool:
     text = string_value(value)
     if text is not None:
         return text.strip().lower() in ("inf", "+inf", "infinity")
-    if isinstance(value, cst.Call) and dotted_name(value.func) == "float" and len(value.args) == 1:
-        return _is_inf_literal(value.args[0].value, qualify)
+    if isinstance(value, ast.Call) and dotted_name(value.func) == "float" and len(value.args) == 1 and \
+            not value.keywords:
+        return _is_inf_literal(value.args[0], qualify)
     name = dotted_name(value)
     if name:
         qualified = qualify(value) or name
@@ -470,228 +483,209 @@ class ManualGradClipping(Rule):
         ),
     ]
 
-    def visit_If(self, node: cst.If) -> None:
+    def visit_If(self, node: ast.If) -> None:
         found = self._norm_test(node.test)
         if found is None or not self._scales_gradients(node.body):
             return
         if self.ctx.in_non_xla_code(node):
             return
-        self.report(node.test, fix=self._fix(node, *found))
+        replacement = self._replacement(node, *found)
+        if replacement is None:
+            self.report(node.test)
+        else:
+            self.report(node.test, fix=lambda cctx: self._fix(cctx, node, *replacement))
 
     # -- the test -------------------------------------------------------------------------------
-    def _norm_test(self, test: cst.BaseExpression):
+    def _norm_test(self, test: ast.expr):
         """(norm expression, threshold or None, coefficient form?) for `norm > max` / `coef < 1`."""
-        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        if not isinstance(test, ast.Compare) or len(test.ops) != 1:
             return None
-        target = test.comparisons[0]
-        op = target.operator
-        left, right = test.left, target.comparator
-        if isinstance(op, (cst.LessThan, cst.LessThanEqual)):
+        op = test.ops[0]
+        left, right = test.left, test.comparators[0]
+        if isinstance(op, (ast.Lt, ast.LtE)):
             big, small = right, left
-        elif isinstance(op, (cst.GreaterThan, cst.GreaterThanEqual)):
+        elif isinstance(op, (ast.Gt, ast.GtE)):
             big, small = left, right
         else:
             return None
         # `norm > max_norm`: the norm is the bigger side, a device tensor named like a norm
-        if self._is_device_norm(big) and not _is_zero(small) and not self.ctx.on_device(small):
+        if self._is_device_norm(big) and not _is_number(small, 0.0) and not self.ctx.on_device(small):
             return big, small, False
         # `clip_coef < 1`: a coefficient computed from the norm, compared with 1
-        if _is_one(big) and self.ctx.on_device(small) and self._is_coefficient(small):
+        if _is_number(big, 1.0) and self.ctx.on_device(small) and self._is_coefficient(small):
             return small, None, True
         return None
 
-    def _is_device_norm(self, node: cst.BaseExpression) -> bool:
+    def _is_device_norm(self, node: ast.expr) -> bool:
         name = dotted_name(node)
-        if isinstance(node, cst.Call):
+        if isinstance(node, ast.Call):
             name = method_name(node) or last_part(dotted_name(node.func))
         return bool(name and NORM_NAME.search(last_part(name))) and self.ctx.on_device(node)
 
-    def _is_coefficient(self, node: cst.BaseExpression) -> bool:
+    def _is_coefficient(self, node: ast.expr) -> bool:
         name = dotted_name(node)
         if name and COEF_NAME.search(last_part(name)):
             return True
-        return any(isinstance(v, cst.BinaryOperation) and isinstance(v.operator, cst.Divide)
-                   and self._mentions_norm(v.right) for v in self.ctx.assigned_values(node))
-
-    def _mentions_norm(self, node: cst.CSTNode) -> bool:
-        found = False
-
-        class Find(cst.CSTVisitor):
-            def visit_Name(self, n: cst.Name) -> None:
-                nonlocal found
-                found = found or bool(NORM_NAME.search(n.value))
-
-        node.visit(Find())
-        return found
+        return any(isinstance(v, ast.BinOp) and isinstance(v.op, ast.Div) and _mentions_norm(v.right)
+                   for v in self.ctx.assigned_values(node))
 
     # -- the body -------------------------------------------------------------------------------
-    def _scales_gradients(self, body: cst.BaseSuite) -> bool:
-        found = False
+    def _scales_gradients(self, body: list[ast.stmt]) -> bool:
+        for statement in body:
+            for n in ast.walk(statement):
+                if isinstance(n, ast.Call):
+                    if method_name(n) in SCALING_METHODS and self._mentions_grad(receiver(n)):
+                        return True
+                    if last_part(dotted_name(n.func)) in ("_foreach_mul_", "_foreach_div_"):
+                        return True
+                elif isinstance(n, ast.AugAssign):
+                    if isinstance(n.op, (ast.Mult, ast.Div)) and self._mentions_grad(n.target):
+                        return True
+                elif isinstance(n, ast.Assign):
+                    if any(self._is_grad(t) for t in n.targets) and isinstance(n.value, ast.BinOp) and \
+                            isinstance(n.value.op, (ast.Mult, ast.Div)):
+                        return True
+        return False
 
-        class Find(cst.CSTVisitor):
-            def visit_Call(self, n: cst.Call) -> None:
-                nonlocal found
-                if method_name(n) in SCALING_METHODS and _mentions_grad(receiver(n)):
-                    found = True
-                if last_part(dotted_name(n.func)) in ("_foreach_mul_", "_foreach_div_"):
-                    found = True
+    def _mentions_grad(self, node: ast.expr | None) -> bool:
+        return node is not None and (".grad" in self.ctx.code(node) or "grad" in last_part(dotted_name(node)))
 
-            def visit_AugAssign(self, n: cst.AugAssign) -> None:
-                nonlocal found
-                if isinstance(n.operator, (cst.MultiplyAssign, cst.DivideAssign)) and _mentions_grad(n.target):
-                    found = True
+    def _is_grad(self, node: ast.expr) -> bool:
+        return self.ctx.code(node).endswith((".grad", ".grad.data"))
 
-            def visit_Assign(self, n: cst.Assign) -> None:
-                nonlocal found
-                if any(_is_grad(t.target) for t in n.targets) and isinstance(n.value, cst.BinaryOperation) and \
-                        isinstance(n.value.operator, (cst.Multiply, cst.Divide)):
-                    found = True
-
-        body.visit(Find())
-        return found
-
-    # -- the fix --------------------------------------------------------------------------------
-    def _fix(self, node: cst.If, norm: cst.BaseExpression, threshold, coefficient: bool) -> Fix | None:
-        if node.orelse is not None:
+    # -- the fix: decided here, built on libcst by `_fix` ---------------------------------------------
+    def _replacement(self, node: ast.If, norm: ast.expr, threshold, coefficient: bool) -> tuple[str, str] | None:
+        """(params, max norm) as written, when the `if` is exactly `clip_grad_norm_(params, max norm)`."""
+        if node.orelse:
             return None
         if coefficient:
             threshold = self._threshold_of_coefficient(norm)
             if threshold is None:
                 return None
-        statements = list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else []
         # an `if` holding [coef = max / (norm + eps)]* then one loop over the parameters
-        if not statements or not isinstance(statements[-1], cst.For):
+        loop = node.body[-1]
+        if not isinstance(loop, ast.For):
             return None
-        loop = statements[-1]
-        coefficients = {_code(norm)} if coefficient else set()
-        for statement in statements[:-1]:
+        code = self.ctx.code
+        coefficients = {code(norm)} if coefficient else set()
+        for statement in node.body[:-1]:
             target = _simple_assignment(statement)
             if target is None or not self._is_scale_of(target[1], threshold, norm if not coefficient else None):
                 return None
             coefficients.add(target[0])
-        if not isinstance(loop.target, cst.Name) or loop.orelse is not None:
+        if not isinstance(loop.target, ast.Name) or loop.orelse:
             return None
-        var = loop.target.value
-        if not self._loop_scales_each(loop.body, var, threshold, norm, coefficients):
+        if not self._loop_scales_each(loop.body, loop.target.id, threshold, norm, coefficients):
             return None
         params = loop.iter
         compared = _norm_denominator(self.ctx.assigned_values(norm)[0].right) if coefficient else norm
         if compared is None or not self._norm_over(compared, params):
             return None
-        spelled, request = importable(self.ctx, "xlalint.runtime", "clip_grad_norm_")
-        text = f"{spelled}({_code(params)}, {_code(threshold)})"
-        statement = cst.parse_statement(text, config=self.ctx.module.config_for_parsing)
+        return code(params), code(threshold)
+
+    @staticmethod
+    def _fix(cctx: CstContext, if_node: ast.If, params: str, threshold: str) -> Fix:
+        node = cctx.locate(if_node)
+        spelled, request = importable(cctx, "xlalint.runtime", "clip_grad_norm_")
+        statement = cctx.parse_statement(f"{spelled}({params}, {threshold})")
         statement = statement.with_changes(leading_lines=node.leading_lines)
         return Fix.replace(node, statement, title=f"Replace with `{spelled}(...)`", safe=False, imports=[request])
 
-    def _threshold_of_coefficient(self, coef: cst.BaseExpression):
+    def _threshold_of_coefficient(self, coef: ast.expr):
         values = self.ctx.assigned_values(coef)
         if len(values) != 1:
             return None
         value = values[0]
-        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide) and \
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div) and \
                 _norm_denominator(value.right) is not None and not self.ctx.on_device(value.left):
             return value.left
         return None
 
-    def _is_scale_of(self, value: cst.BaseExpression, threshold, norm) -> bool:
+    def _is_scale_of(self, value: ast.expr, threshold, norm) -> bool:
         """`threshold / (norm + eps)` or `threshold / norm`."""
-        if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
+        if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div)):
             return False
-        if _code(value.left) != _code(threshold):
+        code = self.ctx.code
+        if code(value.left) != code(threshold):
             return False
         denominator = _norm_denominator(value.right)
-        return denominator is not None and (norm is None or _code(denominator) == _code(norm))
+        return denominator is not None and (norm is None or code(denominator) == code(norm))
 
-    def _loop_scales_each(self, body: cst.BaseSuite, var: str, threshold, norm, coefficients: set[str]) -> bool:
-        statements = list(body.body) if isinstance(body, cst.IndentedBlock) else []
-        if len(statements) == 1 and isinstance(statements[0], cst.If) and statements[0].orelse is None and \
-                _code(statements[0].test) == f"{var}.grad is not None":
-            statements = list(statements[0].body.body) if isinstance(statements[0].body, cst.IndentedBlock) else []
-        if len(statements) != 1 or not isinstance(statements[0], cst.SimpleStatementLine) or \
-                len(statements[0].body) != 1:
+    def _loop_scales_each(self, body: list[ast.stmt], var: str, threshold, norm, coefficients: set[str]) -> bool:
+        code = self.ctx.code
+        statements = body
+        if len(statements) == 1 and isinstance(statements[0], ast.If) and not statements[0].orelse and \
+                code(statements[0].test) == f"{var}.grad is not None":
+            statements = statements[0].body
+        if len(statements) != 1:
             return False
-        small = statements[0].body[0]
-        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and method_name(small.value) == "mul_" \
-                and len(small.value.args) == 1:
-            target, factor = receiver(small.value), small.value.args[0].value
-        elif isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.MultiplyAssign):
+        small = statements[0]
+        if isinstance(small, ast.Expr) and isinstance(small.value, ast.Call) and method_name(small.value) == "mul_" \
+                and len(small.value.args) == 1 and not small.value.keywords:
+            target, factor = receiver(small.value), small.value.args[0]
+        elif isinstance(small, ast.AugAssign) and isinstance(small.op, ast.Mult):
             target, factor = small.target, small.value
         else:
             return False
-        if _code(target) not in (f"{var}.grad", f"{var}.grad.data", f"{var}.grad.detach()"):
+        if code(target) not in (f"{var}.grad", f"{var}.grad.data", f"{var}.grad.detach()"):
             return False
-        if _code(factor) in coefficients:
+        if code(factor) in coefficients:
             return True
-        return norm is not None and threshold is not None and _code(norm) not in coefficients and \
+        return norm is not None and threshold is not None and code(norm) not in coefficients and \
             self._is_scale_of(factor, threshold, norm)
 
-    def _norm_over(self, norm: cst.BaseExpression, params: cst.BaseExpression) -> bool:
+    def _norm_over(self, norm: ast.expr, params: ast.expr) -> bool:
         """The compared norm is a 2-norm of the gradients of exactly `params`: every assignment to it
         that reads gradients iterates `params` (a comprehension or a `for` loop over it)."""
         name = dotted_name(norm)
         if not name:
             return False
-        scope = self.ctx.index.scope_of(norm)
-        values = self.ctx.index.assignments.get(id(scope), {}).get(name, [])
-        wanted = _code(params)
+        code = self.ctx.code
+        values = self.ctx.index.assignments.get(self.ctx.index.scope_of(norm), {}).get(name, [])
+        wanted = code(params)
         reads = 0
         for value in values:
-            text = _code(value)
+            text = code(value)
             if ".grad" not in text:
                 continue
             reads += 1
             if re.search(r"inf|\bp=\s*1\b|norm\(\s*1\b|ord=|abs\(|max\(", text):
                 return False
-            if not (_iterates(value, wanted) or self._inside_loop_over(value, wanted)):
+            if not (self._iterates(value, wanted) or self._inside_loop_over(value, wanted)):
                 return False
         return reads > 0
 
-    def _inside_loop_over(self, node: cst.CSTNode, wanted: str) -> bool:
-        return any(isinstance(anc, cst.For) and _code(anc.iter) == wanted for anc in self.ctx.index.ancestors(node))
+    def _iterates(self, node: ast.expr, wanted: str) -> bool:
+        return any(isinstance(n, ast.comprehension) and self.ctx.code(n.iter) == wanted for n in ast.walk(node))
+
+    def _inside_loop_over(self, node: ast.AST, wanted: str) -> bool:
+        return any(isinstance(anc, ast.For) and self.ctx.code(anc.iter) == wanted
+                   for anc in self.ctx.index.ancestors(node))
 
 
-def _iterates(node: cst.CSTNode, wanted: str) -> bool:
-    found = False
-
-    class Find(cst.CSTVisitor):
-        def visit_CompFor(self, n: cst.CompFor) -> None:
-            nonlocal found
-            found = found or _code(n.iter) == wanted
-
-    node.visit(Find())
-    return found
+def _mentions_norm(node: ast.expr) -> bool:
+    """A name or attribute name in `node` reads like a norm (`total_norm`, `self.grad_norm`)."""
+    return any(isinstance(n, ast.Name) and NORM_NAME.search(n.id) or
+               isinstance(n, ast.Attribute) and NORM_NAME.search(n.attr) or
+               isinstance(n, ast.keyword) and n.arg and NORM_NAME.search(n.arg) for n in ast.walk(node))
 
 
-def _norm_denominator(node: cst.BaseExpression):
+def _norm_denominator(node: ast.expr):
     """`norm + 1e-6` -> norm, `(norm + eps)` -> norm, `norm` -> norm."""
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add) and \
-            isinstance(node.right, cst.Float):
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and \
+            isinstance(node.right, ast.Constant) and type(node.right.value) is float:
         return node.left
-    if isinstance(node, (cst.Name, cst.Attribute)):
+    if isinstance(node, (ast.Name, ast.Attribute)):
         return node
     return None
 
 
-def _simple_assignment(statement: cst.CSTNode):
-    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-        small = statement.body[0]
-        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
-            return small.targets[0].target.value, small.value
+def _simple_assignment(statement: ast.stmt):
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+        return statement.targets[0].id, statement.value
     return None
 
 
-def _mentions_grad(node: cst.CSTNode | None) -> bool:
-    return node is not None and (".grad" in _code(node) or "grad" in (last_part(dotted_name(node)) or ""))
-
-
-def _is_grad(node: cst.CSTNode) -> bool:
-    return _code(node).endswith((".grad", ".grad.data"))
-
-
-def _is_zero(node: cst.BaseExpression) -> bool:
-    return isinstance(node, (cst.Integer, cst.Float)) and float(node.value) == 0.0
-
-
-def _is_one(node: cst.BaseExpression) -> bool:
-    return isinstance(node, (cst.Integer, cst.Float)) and float(node.value) == 1.0
+def _is_number(node: ast.expr, value: float) -> bool:
+    """An int or float literal equal to `value` (never `True`)."""
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float) and float(node.value) == value

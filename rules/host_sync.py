@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
-from xlalint.analysis.names import dotted_name, last_part, method_name, receiver
-from xlalint.analysis.tensors import Kind
+from xlalint.analysis.names import dotted_name, is_string, keyword_value, last_part, method_name, receiver
+from xlalint.analysis.tensors import Kind, names_cpu
 from xlalint.rule import Invalid, Rule, Valid
 
 from ._common import reportable_sync
@@ -117,9 +117,9 @@ class ItemInStep(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         method = method_name(node)
-        if method not in ("item", "tolist") or node.args:
+        if method not in ("item", "tolist") or node.args or node.keywords:
             return
         kind = self.ctx.tensor_kind(receiver(node))
         if kind in (Kind.NOT_TENSOR, Kind.CPU) or not reportable_sync(self.ctx, node):
@@ -208,13 +208,13 @@ class HostCopyInStep(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         method = method_name(node)
-        if method == "cpu" and not node.args:
+        if method == "cpu" and not node.args and not node.keywords:
             what = ".cpu()"
-        elif method == "numpy" and not node.args:
+        elif method == "numpy" and not node.args and not node.keywords:
             what = ".numpy()"
-        elif method == "to" and node.args and _to_cpu(node):
+        elif method == "to" and _to_cpu(node):
             what = '.to("cpu")'
         else:
             return
@@ -223,12 +223,11 @@ class HostCopyInStep(Rule):
         self.report(node, self.summary.format(what=what))
 
 
-def _to_cpu(node: cst.Call) -> bool:
-    from xlalint.analysis.tensors import _names_cpu
-
-    target = node.args[0].value if node.args[0].keyword is None else None
-    device = next((a.value for a in node.args if a.keyword and a.keyword.value == "device"), target)
-    return device is not None and _names_cpu(device)
+def _to_cpu(node: ast.Call) -> bool:
+    device = keyword_value(node, "device")
+    if device is None and node.args and not isinstance(node.args[0], ast.Starred):
+        device = node.args[0]
+    return device is not None and names_cpu(device)
 
 
 class ScalarConversionInStep(Rule):
@@ -287,11 +286,12 @@ class ScalarConversionInStep(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         func = dotted_name(node.func)
-        if func not in ("float", "int", "bool") or len(node.args) != 1 or node.args[0].keyword:
+        if func not in ("float", "int", "bool") or len(node.args) != 1 or node.keywords or \
+                isinstance(node.args[0], ast.Starred):
             return
-        if not self.ctx.on_device(node.args[0].value) or not reportable_sync(self.ctx, node):
+        if not self.ctx.on_device(node.args[0]) or not reportable_sync(self.ctx, node):
             return
         self.report(node, self.summary.format(func=func))
 
@@ -371,28 +371,28 @@ class PrintTensorInStep(Rule):
 
     LOG_METHODS = {"print", "info", "debug", "warning", "warn", "error", "log", "write", "set_postfix", "set_description"}
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         name = dotted_name(node.func) or ""
         callee = last_part(name)
-        args = [a.value for a in node.args]
+        args = [*node.args, *(k.value for k in node.keywords)]
         if name == "print" or (callee in self.LOG_METHODS and name != callee and callee != "write"):
-            targets = [a for a in args if not isinstance(a, (cst.FormattedString, cst.SimpleString, cst.BinaryOperation))]
-        elif method_name(node) == "format" and isinstance(receiver(node), cst.SimpleString):
+            targets = [a for a in args if not (is_string(a) or isinstance(a, ast.BinOp))]
+        elif method_name(node) == "format" and is_string(receiver(node)):
             targets = args
         else:
             return
         if any(self.ctx.on_device(t) for t in targets) and reportable_sync(self.ctx, node):
             self.report(node)
 
-    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
-        if self.ctx.on_device(node.expression) and reportable_sync(self.ctx, node):
+    def visit_FormattedValue(self, node: ast.FormattedValue) -> None:
+        if self.ctx.on_device(node.value) and reportable_sync(self.ctx, node):
             self.report(node)
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if not isinstance(node.operator, cst.Modulo) or not isinstance(node.left, cst.SimpleString):
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if not isinstance(node.op, ast.Mod) or not is_string(node.left) or isinstance(node.left, ast.JoinedStr):
             return
         right = node.right
-        values = [e.value for e in right.elements] if isinstance(right, cst.Tuple) else [right]
+        values = list(right.elts) if isinstance(right, ast.Tuple) else [right]
         if any(self.ctx.on_device(v) for v in values) and reportable_sync(self.ctx, node):
             self.report(node)
 
@@ -456,7 +456,7 @@ class MeshReduceInStep(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         if self.ctx.qualified_name(node.func) != "torch_xla.core.xla_model.mesh_reduce":
             return
         if reportable_sync(self.ctx, node):

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
+import ast
 
 from xlalint.analysis.guards import words
-from xlalint.analysis.names import dotted_name, last_part, method_name, receiver
+from xlalint.analysis.index import FUNCTIONS, LOOPS
+from xlalint.analysis.names import (dotted_name, function_params, has_star_args, is_constant, last_part,
+                                    method_name, receiver)
 from xlalint.analysis.steps import DEVICE_LOADER, is_step_loop
-from xlalint.fixes import importable
 from xlalint.diagnostics import Applicability, Fix
+from xlalint.fixing.apply import importable
+from xlalint.fixing.context import CstContext
 from xlalint.rule import Invalid, Rule, Valid
 
 # Receivers named like an optimizer (`optimizer`, `self.opt`, `g_optim`, `optimizers[0]`).
@@ -420,7 +423,7 @@ class OptimizerStepWithoutBarrier(Rule):
         self._framework: bool | None = None
         self._file_barrier: bool | None = None
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         if method_name(node) != "step":
             return
         closure = _closure_argument(node)
@@ -433,11 +436,14 @@ class OptimizerStepWithoutBarrier(Rule):
             return
         if self._inside_wrapper_step(node) or self._framework_handles_steps() or self._has_barrier(node):
             return
-        self.report(node, self.summary.format(receiver=_code(recv)), fix=self._fix(node, recv, closure))
+        # the receiver as written, its own parentheses included: `(opt).step()`
+        spelled = self.ctx.code(node.func).rsplit(".", 1)[0].rstrip()
+        self.report(node, self.summary.format(receiver=spelled),
+                    fix=lambda cctx: _fix(cctx, node, with_closure=closure is not None))
 
     # -- the receiver -------------------------------------------------------------------------
-    def _is_optimizer(self, recv: cst.BaseExpression | None) -> bool:
-        base = recv.value if isinstance(recv, cst.Subscript) else recv  # optimizers[i].step()
+    def _is_optimizer(self, recv: ast.expr | None) -> bool:
+        base = recv.value if isinstance(recv, ast.Subscript) else recv  # optimizers[i].step()
         name = dotted_name(base)
         if not name:
             return False
@@ -446,7 +452,7 @@ class OptimizerStepWithoutBarrier(Rule):
             return False
         values = self.ctx.assigned_values(base)
         for value in values:
-            if isinstance(value, cst.Call):
+            if isinstance(value, ast.Call):
                 qualified = self.ctx.qualified_name(value.func) or ""
                 if qualified.startswith("torch.optim.lr_scheduler") or NOT_OPTIMIZER.search(last_part(qualified)):
                     return False
@@ -455,20 +461,19 @@ class OptimizerStepWithoutBarrier(Rule):
         return bool(OPTIMIZER_NAME.search(last))
 
     # -- what already provides the barrier ---------------------------------------------------------
-    def _inside_wrapper_step(self, node: cst.CSTNode) -> bool:
+    def _inside_wrapper_step(self, node: ast.AST) -> bool:
         """`def step(self, closure=None): ... self.inner.step(closure)` in an optimizer class: a wrapper
         delegating to the optimizer it wraps; the wrapper's caller owns the loop and the barrier."""
         for anc in self.ctx.index.ancestors(node):
-            if isinstance(anc, cst.FunctionDef):
-                if anc.name.value != "step":
+            if isinstance(anc, FUNCTIONS):
+                if anc.name != "step":
                     return False
                 cls = self.ctx.index.enclosing_class(anc)
                 if cls is None:
                     return False
-                params = anc.params
-                names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
-                bases = {last_part(dotted_name(b.value)) for b in cls.bases}
-                return "closure" in names or bool(OPTIMIZER_NAME.search(cls.name.value)) or any(
+                names = {p.arg for p in function_params(anc)}
+                bases = {last_part(dotted_name(b)) for b in cls.bases}
+                return "closure" in names or bool(OPTIMIZER_NAME.search(cls.name)) or any(
                     OPTIMIZER_NAME.search(b) or OPTIMIZER_CLASS.match(b) for b in bases if b)
         return False
 
@@ -485,7 +490,7 @@ class OptimizerStepWithoutBarrier(Rule):
         # A device loader is usually built in `main()` and iterated in another function: file-wide.
         return any(DEVICE_LOADER.match(last_part(dotted_name(call.func))) for call in self.ctx.index.calls)
 
-    def _is_barrier(self, call: cst.Call) -> bool:
+    def _is_barrier(self, call: ast.Call) -> bool:
         qualified = self.ctx.qualified_name(call.func) or ""
         if qualified in BARRIER_CALLS:
             return True
@@ -494,16 +499,16 @@ class OptimizerStepWithoutBarrier(Rule):
             return True
         return name == "sync" and qualified.split(".")[0] in ("torch_xla", "torchax", "xlalint")
 
-    def _body_has_barrier(self, owner: cst.CSTNode) -> bool:
+    def _body_has_barrier(self, owner: ast.AST) -> bool:
         """A barrier call in `owner`'s body or in a module-local function it calls (transitively)."""
-        seen: set[int] = set()
+        seen: set[ast.AST] = set()
         work = [owner]
         while work:
             current = work.pop()
-            if id(current) in seen:
+            if current in seen:
                 continue
-            seen.add(id(current))
-            for call in self.ctx.calls_within(current.body if hasattr(current, "body") else current):
+            seen.add(current)
+            for call in self.ctx.calls_within(current):
                 if self._is_barrier(call):
                     return True
                 name = dotted_name(call.func)
@@ -514,51 +519,52 @@ class OptimizerStepWithoutBarrier(Rule):
                     work.extend(self.ctx.index.functions.get(parts[-1], ()))
         return False
 
-    def _under_step_context(self, node: cst.CSTNode) -> bool:
+    def _under_step_context(self, node: ast.AST) -> bool:
         """Inside `with torch_xla.step():` or a function compiled with `torch_xla.compile`."""
         for anc in self.ctx.index.ancestors(node):
-            if isinstance(anc, cst.With):
+            if isinstance(anc, (ast.With, ast.AsyncWith)):
                 for item in anc.items:
-                    call = item.item
-                    if isinstance(call, cst.Call) and self.ctx.qualified_name(call.func) in ("torch_xla.step",
+                    call = item.context_expr
+                    if isinstance(call, ast.Call) and self.ctx.qualified_name(call.func) in ("torch_xla.step",
                                                                                             "torch_xla.compile"):
                         return True
-            if isinstance(anc, cst.FunctionDef):
-                for decorator in anc.decorators:
-                    target = decorator.decorator
-                    target = target.func if isinstance(target, cst.Call) else target
+            if isinstance(anc, FUNCTIONS):
+                for target in anc.decorator_list:
+                    target = target.func if isinstance(target, ast.Call) else target
                     if self.ctx.qualified_name(target) in ("torch_xla.compile", "torch_xla.step"):
                         return True  # @torch_xla.compile
-                if self._compiled_by_name(anc.name.value):
+                if self._compiled_by_name(anc.name):
                     return True
         return False
 
     def _compiled_by_name(self, name: str) -> bool:
         for call in self.ctx.index.calls:
-            if self.ctx.qualified_name(call.func) == "torch_xla.compile" and call.args:
-                target = call.args[0].value
-                if last_part(dotted_name(target)) == name:
+            if self.ctx.qualified_name(call.func) == "torch_xla.compile":
+                target = _first_argument(call)
+                if isinstance(target, (ast.Starred, ast.keyword)):
+                    target = target.value
+                if target is not None and last_part(dotted_name(target)) == name:
                     return True
         return False
 
-    def _running_loops(self, node: cst.CSTNode) -> tuple[list[cst.CSTNode], bool]:
+    def _running_loops(self, node: ast.AST) -> tuple[list[ast.AST], bool]:
         """The step loops (or functions) that run `node`, and whether all of them were found in this
         file. Walks up to the innermost step loop; from a function, to the loops calling it."""
-        owners: list[cst.CSTNode] = []
+        owners: list[ast.AST] = []
         complete = True
-        pending: list[cst.CSTNode] = [node]
-        seen: set[int] = set()
+        pending: list[ast.AST] = [node]
+        seen: set[ast.AST] = set()
         while pending:
             current = pending.pop()
-            if id(current) in seen:
+            if current in seen:
                 continue
-            seen.add(id(current))
+            seen.add(current)
             func = None
             for anc in self.ctx.index.ancestors(current):
-                if isinstance(anc, (cst.For, cst.While)) and is_step_loop(self.ctx, anc):
+                if isinstance(anc, LOOPS) and is_step_loop(self.ctx, anc):
                     owners.append(anc)
                     break
-                if isinstance(anc, cst.FunctionDef):
+                if isinstance(anc, FUNCTIONS):
                     func = anc
                     break
             else:
@@ -566,13 +572,13 @@ class OptimizerStepWithoutBarrier(Rule):
             if func is None:
                 continue
             owners.append(func)
-            callers = self._call_sites(func.name.value)
+            callers = self._call_sites(func.name)
             if not callers:
                 complete = False
             pending.extend(callers)
         return owners, complete
 
-    def _call_sites(self, name: str) -> list[cst.Call]:
+    def _call_sites(self, name: str) -> list[ast.Call]:
         sites = []
         for call in self.ctx.index.calls:
             called = dotted_name(call.func)
@@ -583,7 +589,7 @@ class OptimizerStepWithoutBarrier(Rule):
                 sites.append(call)
         return sites
 
-    def _has_barrier(self, node: cst.Call) -> bool:
+    def _has_barrier(self, node: ast.Call) -> bool:
         if self._under_step_context(node):
             return True
         # the step loops that run the call, with the functions they call: a barrier elsewhere in the
@@ -606,41 +612,44 @@ class OptimizerStepWithoutBarrier(Rule):
             )
         return self._file_barrier
 
-    # -- the fix -------------------------------------------------------------------------------------
-    def _fix(self, node: cst.Call, recv: cst.BaseExpression, closure) -> Fix:
-        spelled, request = importable(self.ctx, "xlalint.runtime", "optimizer_step")
-        text = f"{spelled}({_code(recv)}, barrier=True"
-        if closure is not None:
-            text += f', optimizer_args={{"closure": {_code(closure)}}}'
-        text += ")"
-        replacement = cst.parse_expression(text, config=self.ctx.module.config_for_parsing)
-        return Fix.replace(node, replacement, title=f"Replace with `{spelled}(..., barrier=True)`", safe=False,
-                           imports=[request])
+
+# -- the fix, built on libcst --------------------------------------------------------------------
+def _fix(cctx: CstContext, node: ast.Call, *, with_closure: bool) -> Fix | None:
+    call = cctx.locate(node)
+    if call is None:
+        return None
+    spelled, request = importable(cctx, "xlalint.runtime", "optimizer_step")
+    text = f"{spelled}({cctx.code(call.func.value)}, barrier=True"
+    if with_closure:  # the call's one argument, positional or `closure=`
+        text += f', optimizer_args={{"closure": {cctx.code(call.args[0].value)}}}'
+    text += ")"
+    return Fix.replace(call, cctx.parse_expression(text), title=f"Replace with `{spelled}(..., barrier=True)`",
+                       safe=False, imports=[request])
 
 
-def _closure_argument(call: cst.Call):
+def _first_argument(call: ast.Call) -> ast.Starred | ast.keyword | ast.expr | None:
+    """The call's first argument as written, positional or keyword (`f(a=1, *rest)`)."""
+    return min([*call.args, *call.keywords], key=lambda a: (a.lineno, a.col_offset), default=None)
+
+
+def _closure_argument(call: ast.Call):
     """None for `step()`, the closure expression for `step(closure)` / `step(closure=c)`, False for
     anything else (`step(found_inf=...)`, `step(**kwargs)`, a scaler's `step(optimizer)`)."""
-    args = list(call.args)
+    args = [*call.args, *call.keywords]
     if not args:
         return None
-    if len(args) != 1 or args[0].star:
+    if len(args) != 1 or has_star_args(call):
         return False
-    arg = args[0]
-    if arg.keyword is not None:
-        return arg.value if arg.keyword.value == "closure" else False
-    value = arg.value
-    if isinstance(value, cst.Name) and value.value == "None":
+    if call.keywords:
+        return call.keywords[0].value if call.keywords[0].arg == "closure" else False
+    value = call.args[0]
+    if is_constant(value, None):
         return False
     # `scaler.step(optimizer)` style: an optimizer passed positionally is not a closure
     name = last_part(dotted_name(value))
     if OPTIMIZER_NAME.search(name):
         return False
     return value
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 SCALER_NAME = re.compile(r"(^|_)(grad_?)?scaler$", re.I)
@@ -765,8 +774,8 @@ class GradScalerStep(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) != "step" or not node.args or node.args[0].keyword is not None:
+    def visit_Call(self, node: ast.Call) -> None:
+        if method_name(node) != "step" or isinstance(_first_argument(node), (ast.keyword, type(None))):
             return
         scaler = receiver(node)
         if not self._is_scaler(scaler) or not self.ctx.is_per_step(node, periodic=True):
@@ -777,34 +786,34 @@ class GradScalerStep(Rule):
             return
         self.report(node)
 
-    def _in_this_files_loop(self, node: cst.CSTNode) -> bool:
+    def _in_this_files_loop(self, node: ast.AST) -> bool:
         child = node
         for anc in self.ctx.index.ancestors(node):
-            if isinstance(anc, (cst.For, cst.While)) and child is anc.body and is_step_loop(self.ctx, anc):
+            if isinstance(anc, LOOPS) and self.ctx.index.field_of(child) == "body" and is_step_loop(self.ctx, anc):
                 return True
-            if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
-                return id(anc) in self.ctx.loop_reachable_functions
+            if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+                return anc in self.ctx.loop_reachable_functions
             child = anc
         return False
 
-    def _scaling_is_optional(self, node: cst.CSTNode) -> bool:
+    def _scaling_is_optional(self, node: ast.AST) -> bool:
         """Under `if scaler:` / `if use_grad_scaling:`: the other branch serves devices without it."""
         child = node
         for anc in self.ctx.index.ancestors(node):
-            if isinstance(anc, cst.If) and child is anc.body and any(
+            if isinstance(anc, ast.If) and self.ctx.index.field_of(child) == "body" and any(
                     SCALING_WORD.search(w) for w in words(anc.test)):
                 return True
-            if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
                 return False
             child = anc
         return False
 
-    def _is_scaler(self, expr: cst.BaseExpression) -> bool:
+    def _is_scaler(self, expr: ast.expr | None) -> bool:
         name = dotted_name(expr)
         if not name:
             return False
         for value in self.ctx.assigned_values(expr):
-            if isinstance(value, cst.Call) and SCALER_CLASS.match(last_part(dotted_name(value.func))):
+            if isinstance(value, ast.Call) and SCALER_CLASS.match(last_part(dotted_name(value.func))):
                 return True
         return bool(SCALER_NAME.search(last_part(name)))
 

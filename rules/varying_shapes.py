@@ -3,15 +3,14 @@ read from tensor data (a new compiled graph for every distinct value)."""
 
 from __future__ import annotations
 
+import ast
 import re
 
-import libcst as cst
-
-from xlalint.analysis.names import dotted_name, keyword, last_part, method_name, positional, receiver, string_value
+from xlalint.analysis.index import FUNCTIONS
+from xlalint.analysis.names import dotted_name, is_constant, keyword, last_part, method_name, param_default
+from xlalint.analysis.names import positional, receiver, string_value
 from xlalint.analysis.tensors import Kind
 from xlalint.rule import Invalid, Rule, Valid
-
-from ._common import code
 
 # -- shared helpers ------------------------------------------------------------------------------
 
@@ -37,16 +36,14 @@ _TOKENIZER_CALLEE = re.compile(r"(^|_)(tokenizer|tokeniser|tok|processor|feature
 _TOKENIZER_METHODS = {"pad", "encode_plus", "batch_encode_plus", "__call__", "apply_chat_template"}
 
 
-def _longest_padding(value: cst.BaseExpression) -> bool:
+def _longest_padding(value: ast.expr) -> bool:
     """`True`, `"longest"`, `PaddingStrategy.LONGEST`: pad to the longest sequence of the batch."""
-    if isinstance(value, cst.Name):
-        return value.value == "True"
-    if string_value(value) == "longest":
+    if is_constant(value, True) or string_value(value) == "longest":
         return True
-    return last_part(dotted_name(value)) == "LONGEST"
+    return isinstance(value, ast.Attribute) and last_part(dotted_name(value)) == "LONGEST"
 
 
-def _fixed_padding(call: cst.Call) -> bool:
+def _fixed_padding(call: ast.Call) -> bool:
     """The call pads to a fixed length or a bucket: `padding="max_length"`, `pad_to_multiple_of=`..."""
     if any(keyword(call, k) is not None for k in _FIXED_LENGTH_KEYWORDS):
         return True
@@ -54,24 +51,24 @@ def _fixed_padding(call: cst.Call) -> bool:
     return padding is not None and not _longest_padding(padding.value)
 
 
-def _enclosing(ctx, node: cst.CSTNode, kind):
+def _enclosing(ctx, node: ast.AST, kind):
     for anc in ctx.index.ancestors(node):
         if isinstance(anc, kind):
             return anc
     return None
 
 
-def _in_collate_path(ctx, node: cst.CSTNode) -> bool:
+def _in_collate_path(ctx, node: ast.AST) -> bool:
     """`node` builds a batch: a collate function (by name, or passed as `collate_fn=`), or a method of
     a collator / batch class."""
-    func = _enclosing(ctx, node, cst.FunctionDef)
+    func = _enclosing(ctx, node, FUNCTIONS)
     if func is None:
         return False
-    name = func.name.value
+    name = func.name
     if name in ctx.collate_functions:
         return True
     cls = ctx.index.enclosing_class(func)
-    if cls is not None and _COLLATOR_CLASS.search(cls.name.value) and (name in ("__call__", "__init__") or
+    if cls is not None and _COLLATOR_CLASS.search(cls.name) and (name in ("__call__", "__init__") or
                                                                        _COLLATE_FUNCTION.search(name)):
         return True
     return bool(_COLLATE_FUNCTION.search(name)) and name != "__call__"
@@ -226,39 +223,39 @@ class PadToLongestInBatch(Rule):
     ]
 
     # -- collator classes: `padding: ... = True` fields and `padding=True` parameters ---------------
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        if not _COLLATOR_CLASS.search(node.name.value) and not self._pads_with_self_padding(node):
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        if not _COLLATOR_CLASS.search(node.name) and not self._pads_with_self_padding(node):
             return
-        fields: dict[str, cst.BaseExpression] = {}
-        spots: dict[str, cst.CSTNode] = {}
-        body = node.body.body if isinstance(node.body, cst.IndentedBlock) else []
-        for statement in body:
-            if isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
-                    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None:
-                        fields[small.target.value] = small.value
-                        spots[small.target.value] = small
-                    elif isinstance(small, cst.Assign) and len(small.targets) == 1 and \
-                            isinstance(small.targets[0].target, cst.Name):
-                        fields[small.targets[0].target.value] = small.value
-                        spots[small.targets[0].target.value] = small
-            elif isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
-                for param in (*statement.params.params, *statement.params.kwonly_params):
-                    if param.default is not None:
-                        fields.setdefault(param.name.value, param.default)
-                        spots.setdefault(param.name.value, param)
+        fields: dict[str, ast.expr] = {}
+        spots: dict[str, ast.AST] = {}
+        for statement in node.body:
+            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and \
+                    statement.value is not None:
+                fields[statement.target.id] = statement.value
+                spots[statement.target.id] = statement
+            elif isinstance(statement, ast.Assign) and len(statement.targets) == 1 and \
+                    isinstance(statement.targets[0], ast.Name):
+                fields[statement.targets[0].id] = statement.value
+                spots[statement.targets[0].id] = statement
+            elif isinstance(statement, FUNCTIONS) and statement.name == "__init__":
+                for param in (*statement.args.args, *statement.args.kwonlyargs):
+                    default = param_default(statement, param)
+                    if default is not None:
+                        fields.setdefault(param.arg, default)
+                        spots.setdefault(param.arg, param)
         padding = fields.get("padding")
         if padding is None or not _longest_padding(padding):
             return
         for name in _FIXED_LENGTH_KEYWORDS:
             value = fields.get(name)
-            if value is not None and not (isinstance(value, cst.Name) and value.value == "None"):
+            if value is not None and not is_constant(value, None):
                 return
         if self.ctx.in_non_xla_code(node):
             return
-        self.report(spots["padding"], self.summary.format(what=f"`{node.name.value}` (default `padding={code(padding)}`)"))
+        what = f"`{node.name}` (default `padding={self.ctx.code(padding)}`)"
+        self.report(spots["padding"], self.summary.format(what=what))
 
-    def _pads_with_self_padding(self, node: cst.ClassDef) -> bool:
+    def _pads_with_self_padding(self, node: ast.ClassDef) -> bool:
         for call in self.ctx.calls_within(node):
             padding = keyword(call, "padding")
             if padding is not None and dotted_name(padding.value) == "self.padding":
@@ -266,15 +263,16 @@ class PadToLongestInBatch(Rule):
         return False
 
     # -- parameters defaulting to a pad-to-longest function ----------------------------------------
-    def visit_Param(self, node: cst.Param) -> None:
-        if node.default is None:
+    def visit_arg(self, node: ast.arg) -> None:
+        default = param_default(self.ctx.parent(self.ctx.parent(node)), node)
+        if default is None:
             return
-        func = self._pad_function(node.default)
+        func = self._pad_function(default)
         if func is None or self.ctx.in_non_xla_code(node):
             return
         self.report(node, self.summary.format(what=f"the default `{func}`"))
 
-    def _pad_function(self, expr: cst.BaseExpression) -> str | None:
+    def _pad_function(self, expr: ast.expr) -> str | None:
         name = dotted_name(expr)
         if not name:
             return None
@@ -283,14 +281,14 @@ class PadToLongestInBatch(Rule):
             _PAD_TO_LONGEST_FUNCS.get(last_part(qualified)) if last_part(qualified) == "batch_pad_right" else None)
 
     # -- calls ----------------------------------------------------------------------------------------
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         what = self._call_finding(node)
         if what is None or self.ctx.in_non_xla_code(node):
             return
         self.report(node, self.summary.format(what=what))
 
-    def _call_finding(self, node: cst.Call) -> str | None:
-        if any(a.star == "**" for a in node.args):
+    def _call_finding(self, node: ast.Call) -> str | None:
+        if any(k.arg is None for k in node.keywords):
             return None  # `**kwargs` may carry `pad_to_multiple_of`
         name = dotted_name(node.func) or ""
         callee = last_part(name)
@@ -313,10 +311,10 @@ class PadToLongestInBatch(Rule):
         padding = keyword(node, "padding")
         if padding is not None and _longest_padding(padding.value) and not _fixed_padding(node) and \
                 self._tokenizer_call(node):
-            return f"`padding={code(padding.value)}`"
+            return f"`padding={self.ctx.code(padding.value)}`"
         return None
 
-    def _tokenizer_call(self, node: cst.Call) -> bool:
+    def _tokenizer_call(self, node: ast.Call) -> bool:
         name = dotted_name(node.func)
         if name and _TOKENIZER_CALLEE.search(last_part(name)):
             return True  # tokenizer(texts, padding=True)
@@ -327,34 +325,34 @@ class PadToLongestInBatch(Rule):
         return False
 
     # -- `max_len = max(len(x) for x in batch)` sizing a torch tensor -----------------------------
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
             return
         if not _batch_max(self.ctx, node.value):
             return
-        target = node.targets[0].target.value
-        func = _enclosing(self.ctx, node, cst.FunctionDef)
+        target = node.targets[0].id
+        func = _enclosing(self.ctx, node, FUNCTIONS)
         if func is None or self.ctx.in_non_xla_code(node):
             return
         if not _sizes_torch_tensor(self.ctx, func, node, target):
             return
-        self.report(node.value, self.summary.format(what=f"`{target} = {code(node.value)}`"))
+        self.report(node.value, self.summary.format(what=f"`{target} = {self.ctx.code(node.value)}`"))
 
 
 _LEN_OF = re.compile(r"^(len\(\w+\)|\w+\.size\((0|dim=0)?\)|\w+\.shape\[0\]|\w+\.numel\(\))$")
 
 
-def _batch_max(ctx, value: cst.BaseExpression) -> bool:
+def _batch_max(ctx, value: ast.expr) -> bool:
     """`max(len(x) for x in batch)`, `max(x.size(0) for x in examples)`, `max(lengths)` where lengths
     is a list of such lengths."""
-    if not isinstance(value, cst.Call) or dotted_name(value.func) != "max" or len(value.args) != 1:
+    if not isinstance(value, ast.Call) or dotted_name(value.func) != "max" or len(_arg_values(value)) != 1:
         return False
-    arg = value.args[0].value
-    if isinstance(arg, (cst.GeneratorExp, cst.ListComp)):
-        return bool(_LEN_OF.match(code(arg.elt))) and arg.for_in.inner_for_in is None
-    if isinstance(arg, cst.Name):
+    arg = _arg_values(value)[0]
+    if isinstance(arg, (ast.GeneratorExp, ast.ListComp)):
+        return bool(_LEN_OF.match(ctx.code(arg.elt))) and len(arg.generators) == 1
+    if isinstance(arg, ast.Name):
         for v in ctx.reaching_values(arg):
-            if isinstance(v, cst.ListComp) and _LEN_OF.match(code(v.elt)):
+            if isinstance(v, ast.ListComp) and _LEN_OF.match(ctx.code(v.elt)):
                 return True
     return False
 
@@ -363,24 +361,20 @@ _TORCH_SIZED = {"zeros", "ones", "empty", "full", "rand", "randn", "randint", "a
 _NEW_SIZED = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
 
 
-def _sizes_torch_tensor(ctx, func: cst.FunctionDef, assign: cst.Assign, name: str) -> bool:
+def _sizes_torch_tensor(ctx, func: ast.FunctionDef, assign: ast.Assign, name: str) -> bool:
     """`name` (assigned by `assign`) is used, in `func`, as a size of a torch allocation or of an
     `F.pad`, and is not rounded up to a bucket unconditionally before."""
     order = ctx.index.order
-    start = order.get(id(assign), 0)
+    start = order[assign]
     # an unconditional re-assignment in the same block (`n = ceil(n / 64) * 64`) buckets the size
-    block = ctx.parent(ctx.parent(assign))
-    if isinstance(block, (cst.IndentedBlock, cst.Module)):
-        for statement in block.body:
-            if order.get(id(statement), 0) <= start or not isinstance(statement, cst.SimpleStatementLine):
-                continue
-            for small in statement.body:
-                if isinstance(small, (cst.Assign, cst.AugAssign)) and name in code(small).split("=")[0]:
-                    return False
-    for call in ctx.calls_within(func.body):
-        if order.get(id(call), 0) <= start:
+    for statement in getattr(ctx.parent(assign), ctx.index.field_of(assign)):
+        if order[statement] > start and isinstance(statement, (ast.Assign, ast.AugAssign)) and \
+                name in ctx.code(statement).split("=")[0]:
+            return False
+    for call in ctx.calls_within(func):
+        if order[call] <= start:
             continue
-        if not any(name in _names_in(a.value) for a in call.args):
+        if not any(name in _names_in(a) for a in _arg_values(call)):
             continue
         qualified = ctx.qualified_name(call.func) or ""
         head, _, tail = qualified.rpartition(".")
@@ -393,14 +387,21 @@ def _sizes_torch_tensor(ctx, func: cst.FunctionDef, assign: cst.Assign, name: st
     return False
 
 
-def _names_in(node: cst.CSTNode) -> set[str]:
+def _arg_values(call: ast.Call) -> list[ast.expr]:
+    """Every argument's value (`*xs` and `**kw` give `xs` and `kw`): positional ones, then keywords."""
+    return [*(a.value if isinstance(a, ast.Starred) else a for a in call.args), *(k.value for k in call.keywords)]
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    """Identifiers in `node`: names, attribute names (`cfg.n` mentions `n`) and keyword names."""
     found: set[str] = set()
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Name):
-            found.add(current.value)
-        stack.extend(current.children)
+    for current in ast.walk(node):
+        if isinstance(current, ast.Name):
+            found.add(current.id)
+        elif isinstance(current, ast.Attribute):
+            found.add(current.attr)
+        elif isinstance(current, ast.keyword) and current.arg:
+            found.add(current.arg)
     return found
 
 
@@ -535,13 +536,14 @@ class DataDependentSize(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._seen: set[tuple[int, int]] = set()
+        # (node, function, source, what) per hot finding; `finish` keeps the first per function and source
+        self._found: list[tuple[ast.AST, ast.AST, ast.AST, str]] = []
 
-    def visit_Subscript(self, node: cst.Subscript) -> None:
+    def visit_Subscript(self, node: ast.Subscript) -> None:
         bounds = []
-        for element in node.slice:
-            if isinstance(element.slice, cst.Slice):
-                bounds.extend(b for b in (element.slice.lower, element.slice.upper) if b is not None)
+        for element in _indices(node):
+            if isinstance(element, ast.Slice):
+                bounds.extend(b for b in (element.lower, element.upper) if b is not None)
         if not bounds:
             return
         if not self.ctx.on_device(node.value):
@@ -549,17 +551,17 @@ class DataDependentSize(Rule):
         for bound in bounds:
             source = _data_dependent(self.ctx, bound)
             if source is not None:
-                self._report(node, source, f"slicing `{_short(node)}`")
+                self._report(node, source, f"slicing `{_short(self.ctx, node)}`")
                 return
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         method = method_name(node)
-        sizes: list[cst.BaseExpression] = []
+        sizes: list[ast.expr] = []
         what = None
         if method == "narrow":
             args = positional(node)
             if len(args) >= 3 and self.ctx.tensor_kind(receiver(node)) not in (Kind.NOT_TENSOR, Kind.CPU):
-                sizes = [args[1].value, args[2].value]
+                sizes = [args[1], args[2]]
                 what = f"`.narrow(...)`"
         elif method in _NEW_SIZED - {"new_tensor"}:
             if self.ctx.tensor_kind(receiver(node)) not in (Kind.NOT_TENSOR, Kind.CPU):
@@ -585,116 +587,117 @@ class DataDependentSize(Rule):
                 return
 
     @staticmethod
-    def _size_args(node: cst.Call, args: list[cst.Arg]) -> list[cst.BaseExpression]:
-        values = [a.value for a in args]
+    def _size_args(node: ast.Call, args: list[ast.expr]) -> list[ast.expr]:
+        values = list(args)
         size = keyword(node, "size")
         if size is not None:
             values.append(size.value)
-        flat: list[cst.BaseExpression] = []
+        flat: list[ast.expr] = []
         for v in values:
-            if isinstance(v, (cst.Tuple, cst.List)):
-                flat.extend(e.value for e in v.elements)
+            if isinstance(v, (ast.Tuple, ast.List)):
+                flat.extend(e.value if isinstance(e, ast.Starred) else e for e in v.elts)
             else:
                 flat.append(v)
         return flat
 
-    def _report(self, node: cst.CSTNode, source: cst.CSTNode, what: str) -> None:
-        if not self.ctx.runs_hot(node):
-            return
-        func = _enclosing(self.ctx, node, (cst.FunctionDef, cst.Module))
-        key = (id(func), id(source))
-        if key in self._seen:
-            return
-        self._seen.add(key)
-        self.report(node, self.summary.format(what=what))
+    def _report(self, node: ast.AST, source: ast.AST, what: str) -> None:
+        if self.ctx.runs_hot(node):
+            self._found.append((node, _enclosing(self.ctx, node, (*FUNCTIONS, ast.Module)), source, what))
+
+    def finish(self) -> None:
+        # calls and subscripts are visited type by type: "first" must mean first in the source
+        seen: set[tuple[ast.AST, ast.AST]] = set()
+        for node, func, source, what in sorted(self._found, key=lambda found: self.ctx.index.order[found[0]]):
+            if (func, source) not in seen:
+                seen.add((func, source))
+                self.report(node, self.summary.format(what=what))
 
 
-def _short(node: cst.Subscript) -> str:
-    text = code(node)
+def _indices(node: ast.Subscript) -> list[ast.expr]:
+    """`x[a, b:c]` -> [a, b:c]; `x[a]` -> [a]."""
+    return node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+
+
+def _short(ctx, node: ast.Subscript) -> str:
+    text = ctx.code(node)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _is_tensor(ctx, expr: cst.BaseExpression) -> bool:
+def _is_tensor(ctx, expr: ast.expr) -> bool:
     """A tensor whose values are data: on a device, on the host, or of unknown device."""
     return ctx.tensor_kind(expr) >= Kind.CPU
 
 
-def _data_dependent(ctx, expr: cst.BaseExpression, depth: int = 0) -> cst.CSTNode | None:
+def _data_dependent(ctx, expr: ast.expr, depth: int = 0) -> ast.AST | None:
     """The node the value of `expr` was read from when `expr` is an integer taken from tensor data
     (`t.item()`, `int(t)`, `t.max()`, `lens[i]`, `t.tolist()[0]`, or arithmetic on one); else None."""
     if depth > 6:
         return None
-    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
-        return None
-    if isinstance(expr, (cst.UnaryOperation,)):
-        return _data_dependent(ctx, expr.expression, depth + 1)
-    if isinstance(expr, cst.BinaryOperation):
+    if isinstance(expr, ast.UnaryOp):
+        return _data_dependent(ctx, expr.operand, depth + 1)
+    if isinstance(expr, ast.BinOp):
         return _data_dependent(ctx, expr.left, depth + 1) or _data_dependent(ctx, expr.right, depth + 1)
-    if isinstance(expr, cst.IfExp):
+    if isinstance(expr, ast.IfExp):
         return _data_dependent(ctx, expr.body, depth + 1) or _data_dependent(ctx, expr.orelse, depth + 1)
-    if isinstance(expr, cst.Name):
+    if isinstance(expr, ast.Name):
         return _name_source(ctx, expr, depth)
-    if isinstance(expr, cst.Attribute):
-        return None  # `x.shape`, `self.max_len`, `cfg.seq_len`: shapes and configuration
-    if isinstance(expr, cst.Subscript):
+    if isinstance(expr, ast.Subscript):
         return _subscript_source(ctx, expr, depth)
-    if isinstance(expr, cst.Call):
+    if isinstance(expr, ast.Call):
         return _call_source(ctx, expr, depth)
-    return None
+    return None  # literals; attributes: `x.shape`, `self.max_len`, `cfg.seq_len` are shapes and configuration
 
 
-def _name_source(ctx, name: cst.Name, depth: int) -> cst.CSTNode | None:
-    if name.value in ("True", "False", "None"):
-        return None
+def _name_source(ctx, name: ast.Name, depth: int) -> ast.AST | None:
     values = ctx.reaching_values(name)
     if values:
         for value in values:
-            value = _unpacked(ctx, name.value, value)
+            value = _unpacked(ctx, name.id, value)
             source = _data_dependent(ctx, value, depth + 1)
             if source is not None:
                 return source
         return None
     param = ctx.parameter(name)
     if param is not None:
-        annotation = code(param.annotation.annotation) if param.annotation is not None else ""
+        annotation = ctx.code(param.annotation) if param.annotation is not None else ""
         return param if "Tensor" in annotation else None
     return None
 
 
-def _unpacked(ctx, name: str, value: cst.BaseExpression) -> cst.BaseExpression:
+def _unpacked(ctx, name: str, value: ast.expr) -> ast.expr:
     """For `a, b = x, y`, the element bound to `name`."""
     assign = ctx.parent(value)
-    if isinstance(assign, cst.Assign) and isinstance(value, cst.Tuple) and len(assign.targets) == 1:
-        target = assign.targets[0].target
-        if isinstance(target, cst.Tuple) and len(target.elements) == len(value.elements):
-            for t, v in zip(target.elements, value.elements):
-                if isinstance(t.value, cst.Name) and t.value.value == name:
-                    return v.value
+    if isinstance(assign, ast.Assign) and isinstance(value, ast.Tuple) and len(assign.targets) == 1:
+        target = assign.targets[0]
+        if isinstance(target, ast.Tuple) and len(target.elts) == len(value.elts):
+            for t, v in zip(target.elts, value.elts):
+                if isinstance(t, ast.Name) and t.id == name:
+                    return v
     return value
 
 
-def _lengthy(ctx, expr: cst.BaseExpression) -> bool:
+def _lengthy(ctx, expr: ast.expr) -> bool:
     """A per-sample length/count container of unknown type named like one (`lens`, `counts`)."""
     name = dotted_name(expr)
     return bool(name) and bool(_LENGTHY.search(last_part(name))) and ctx.tensor_kind(expr) != Kind.NOT_TENSOR
 
 
-def _subscript_source(ctx, expr: cst.Subscript, depth: int) -> cst.CSTNode | None:
+def _subscript_source(ctx, expr: ast.Subscript, depth: int) -> ast.AST | None:
     base = expr.value
-    if isinstance(base, cst.Attribute) and base.attr.value == "shape":
+    if isinstance(base, ast.Attribute) and base.attr == "shape":
         return None
-    if isinstance(base, cst.Call) and method_name(base) in _SHAPE_METHODS:
+    if isinstance(base, ast.Call) and method_name(base) in _SHAPE_METHODS:
         return None
-    if any(isinstance(e.slice, cst.Slice) for e in expr.slice):
+    if any(isinstance(e, ast.Slice) for e in _indices(expr)):
         return None
     if _is_tensor(ctx, base) or _lengthy(ctx, base):
         return _root(ctx, base) or expr
     return _data_dependent(ctx, base, depth + 1)
 
 
-def _root(ctx, expr: cst.BaseExpression) -> cst.CSTNode | None:
+def _root(ctx, expr: ast.expr) -> ast.AST | None:
     """A stable node for the tensor spelled `expr` (its assignment, or its parameter)."""
-    if isinstance(expr, cst.Name):
+    if isinstance(expr, ast.Name):
         values = ctx.reaching_values(expr)
         if values:
             return values[0]
@@ -702,18 +705,18 @@ def _root(ctx, expr: cst.BaseExpression) -> cst.CSTNode | None:
     return None
 
 
-def _call_source(ctx, call: cst.Call, depth: int) -> cst.CSTNode | None:
+def _call_source(ctx, call: ast.Call, depth: int) -> ast.AST | None:
     func = dotted_name(call.func)
-    if func in ("int", "float", "round", "math.ceil", "math.floor", "abs") and call.args:
-        arg = call.args[0].value
+    args = _arg_values(call)
+    if func in ("int", "float", "round", "math.ceil", "math.floor", "abs") and args:
+        arg = args[0]
         deeper = _data_dependent(ctx, arg, depth + 1)  # the tensor it was read from, when known
         if deeper is not None:
             return deeper
         return call if _is_tensor(ctx, arg) or _lengthy(ctx, arg) else None
-    if func in ("max", "min", "sum") and call.args:
-        for a in call.args:
-            value = a.value
-            if isinstance(value, (cst.GeneratorExp, cst.ListComp)):
+    if func in ("max", "min", "sum"):
+        for value in args:
+            if isinstance(value, (ast.GeneratorExp, ast.ListComp)):
                 value = value.elt
             source = _data_dependent(ctx, value, depth + 1)
             if source is not None:

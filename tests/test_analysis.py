@@ -1,25 +1,26 @@
 """The context analysis on its own: per-step paths, device guards, tensor kinds."""
 
+import ast
 import textwrap
 from pathlib import Path
 
-import libcst as cst
 import pytest
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.tensors import Kind
+from xlalint.source import SourceText
 
 
 def context(code):
     code = textwrap.dedent(code)
-    return FileContext(Path("t.py"), cst.parse_module(code))
+    return FileContext(Path("t.py"), ast.parse(code), SourceText(code))
 
 
 def call_named(ctx, name, nth=0):
     """The nth call whose method or function is `name`."""
     found = [c for c in ctx.index.calls
-             if (isinstance(c.func, cst.Attribute) and c.func.attr.value == name)
-             or (isinstance(c.func, cst.Name) and c.func.value == name)]
+             if (isinstance(c.func, ast.Attribute) and c.func.attr == name)
+             or (isinstance(c.func, ast.Name) and c.func.id == name)]
     return found[nth]
 
 
@@ -119,7 +120,7 @@ def test_non_xla_guards(guard, runs_off_xla_only):
 def test_tensor_kinds(statement, kind):
     ctx = context(f"def run(model, batch, device, values, p):\n    {statement}\n    use(v)\n")
     use = call_named(ctx, "use")
-    assert ctx.tensor_kind(use.args[0].value) is kind
+    assert ctx.tensor_kind(use.args[0]) is kind
 
 
 def test_flow_and_loop_variables():
@@ -138,10 +139,10 @@ def test_flow_and_loop_variables():
         """
     )
     first, second, third = (call_named(ctx, "use", n) for n in range(3))
-    assert ctx.tensor_kind(first.args[0].value) is Kind.NOT_TENSOR  # enumerate's index
-    assert ctx.tensor_kind(first.args[1].value) is Kind.DEVICE  # rebound by .to(device)
-    assert ctx.tensor_kind(second.args[0].value) is Kind.CPU  # the latest assignment wins
-    assert ctx.tensor_kind(third.args[0].value) is Kind.CPU  # a plain DataLoader yields host tensors
+    assert ctx.tensor_kind(first.args[0]) is Kind.NOT_TENSOR  # enumerate's index
+    assert ctx.tensor_kind(first.args[1]) is Kind.DEVICE  # rebound by .to(device)
+    assert ctx.tensor_kind(second.args[0]) is Kind.CPU  # the latest assignment wins
+    assert ctx.tensor_kind(third.args[0]) is Kind.CPU  # a plain DataLoader yields host tensors
 
 
 def test_early_return_on_a_periodic_test_gates_the_rest():

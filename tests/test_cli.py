@@ -182,16 +182,16 @@ def test_never_imports_linted_code(run_cli, project):
 
 
 def test_internal_error_is_one_line_and_other_files_still_checked(run_cli, project, monkeypatch):
-    import xlalint.cli
+    import xlalint.workspace
 
-    real = xlalint.cli.lint_source
+    real = xlalint.workspace.lint_source
 
     def flaky(source, rules, **kwargs):
         if source.path.name == "a_boom.py":
             raise ValueError("boom")
         return real(source, rules, **kwargs)
 
-    monkeypatch.setattr(xlalint.cli, "lint_source", flaky)
+    monkeypatch.setattr(xlalint.workspace, "lint_source", flaky)
     project.write("a_boom.py", TRAIN_LOOP)
     project.write("b_train.py", TRAIN_LOOP)
     code, out, err = run_cli("check", project)

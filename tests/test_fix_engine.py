@@ -4,11 +4,13 @@ import os
 import stat
 from pathlib import Path
 
+import ast
+
 import libcst as cst
 
 from xlalint.diagnostics import Fix, ImportRequest
 from xlalint.engine import fix_source, lint_source
-from xlalint.fixes import importable, text_edits
+from xlalint.fixing.apply import importable, text_edits
 from xlalint.rule import Rule
 from xlalint.source import decode_source, read_source, write_atomic
 
@@ -18,11 +20,16 @@ class RenameSync(Rule):
 
     code, name, category, summary = "XLA990", "test-rename-sync", "other", "test"
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         if self.ctx.qualified_name(node.func) == "torch_xla.core.xla_model.mark_step":
-            new = node.with_changes(func=cst.parse_expression("torch_xla.sync"))
-            self.report(node, fix=Fix.replace(node, new, title="use torch_xla.sync()", safe=True,
-                                              imports=[ImportRequest("torch_xla", beside="xm")]))
+            self.report(node, fix=lambda cctx: self.fix(cctx, node))
+
+    @staticmethod
+    def fix(cctx, node):
+        call = cctx.locate(node)
+        new = call.with_changes(func=cst.parse_expression("torch_xla.sync"))
+        return Fix.replace(call, new, title="use torch_xla.sync()", safe=True,
+                           imports=[ImportRequest("torch_xla", beside="xm")])
 
 
 class WrapInStep(Rule):
@@ -30,11 +37,14 @@ class WrapInStep(Rule):
 
     code, name, category, summary = "XLA991", "test-wrap-step", "other", "test"
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "step" and not node.args:
-            spelling, request = importable(self.ctx, "xlalint.runtime", "optimizer_step")
-            new = cst.parse_expression(f"{spelling}({cst.Module([]).code_for_node(node.func.value)}, barrier=True)")
-            self.report(node, fix=Fix.replace(node, new, title="barrier", safe=False, imports=[request]))
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "step" and not node.args:
+            self.report(node, fix=lambda cctx: self.fix(cctx, node))
+
+    def fix(self, cctx, node):
+        spelling, request = importable(cctx, "xlalint.runtime", "optimizer_step")
+        new = cst.parse_expression(f"{spelling}({self.ctx.code(node.func.value)}, barrier=True)")
+        return Fix.replace(cctx.locate(node), new, title="barrier", safe=False, imports=[request])
 
 
 class Outer(Rule):
@@ -42,10 +52,15 @@ class Outer(Rule):
 
     code, name, category, summary = "XLA992", "test-outer", "other", "test"
 
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        if "mark_step" in cst.Module([]).code_for_node(node):
-            new = cst.parse_statement("pass  # replaced\n")
-            self.report(node, fix=Fix.replace(node, new, title="replace", safe=True))
+    def visit_Expr(self, node: ast.Expr) -> None:
+        if "mark_step" in self.ctx.code(node):
+            self.report(node, fix=lambda cctx: self.fix(cctx, node))
+
+    @staticmethod
+    def fix(cctx, node):
+        line = cctx.locate(node, cst.SimpleStatementLine)
+        new = cst.parse_statement("pass  # replaced\n")
+        return Fix.replace(line, new, title="replace", safe=True)
 
 
 GUARDED = """\
@@ -156,13 +171,17 @@ class RenameAndDropImport(Rule):
 
     code, name, category, summary = "XLA993", "test-drop-import", "other", "test"
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         if self.ctx.qualified_name(node.func) == "torch_xla.core.xla_model.mark_step":
-            new = node.with_changes(func=cst.parse_expression("torch_xla.sync"))
-            self.report(node, fix=Fix.replace(
-                node, new, title="use torch_xla.sync()", safe=True,
-                imports=[ImportRequest("torch_xla", beside="xm")],
-                removed_imports=[ImportRequest("torch_xla.core.xla_model", asname="xm")]))
+            self.report(node, fix=lambda cctx: self.fix(cctx, node))
+
+    @staticmethod
+    def fix(cctx, node):
+        call = cctx.locate(node)
+        new = call.with_changes(func=cst.parse_expression("torch_xla.sync"))
+        return Fix.replace(call, new, title="use torch_xla.sync()", safe=True,
+                           imports=[ImportRequest("torch_xla", beside="xm")],
+                           removed_imports=[ImportRequest("torch_xla.core.xla_model", asname="xm")])
 
 
 def test_unused_import_is_dropped_but_never_its_comments():

@@ -15,21 +15,13 @@ from . import __version__
 from .config import ConfigError, Settings, load_settings, validate_selectors
 from .diagnostics import Diagnostic
 from .discovery import MissingPath, discover
-from .engine import fix_source, lint_source
 from .explain import explain_text, rules_table
-from .fixes import unified_diff
 from .reporters import FORMATS, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
-from .source import SourceError, read_source, write_atomic
+from .source import write_atomic
+from .workspace import Workspace
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-
-
-def _internal(path: Path, exc: Exception) -> str:
-    """A bug in xlalint on one file: one line, the other files still checked (XLALINT_DEBUG=1 raises)."""
-    if os.environ.get("XLALINT_DEBUG"):
-        raise exc
-    return f"{path}: error: internal error in xlalint ({type(exc).__name__}: {exc}); please report it"
 
 
 def _error(message: str) -> None:
@@ -40,9 +32,10 @@ def _split(values: tuple[str, ...]) -> list[str]:
     return [part for value in values for part in value.split(",") if part.strip()]
 
 
-def _prepare(paths, config, select, extend_select, ignore, force_exclude):
+def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla):
     targets = [Path(p) for p in paths] or [Path(".")]
     settings: Settings = load_settings(Path(config) if config else None, targets, ALL_RULES)
+    settings.assume_xla = settings.assume_xla or assume_xla
     if select:
         settings.select = validate_selectors(_split(select), ALL_RULES, "--select")
     if extend_select:
@@ -62,7 +55,15 @@ def _selection_options(func):
             click.option("--extend-select", multiple=True, help="Codes or prefixes to enable in addition."),
             click.option("--ignore", multiple=True, help="Codes or prefixes to disable."),
             click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too."),
+            click.option("--assume-xla", is_flag=True,
+                         help="Treat every file as code that runs on an XLA device (migration mode): XLA-only "
+                              "rules also fire in files that do not import torch_xla or torchax."),
             click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only: no hints, no summary."),
+            click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+                         help="Processes to check files with (default: one per core)."),
+            click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
+            click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
+                         help="Where to keep the cache (default: .xlalint_cache in each project's root)."),
         ]
     ):
         func = option(func)
@@ -81,26 +82,26 @@ def main() -> None:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
 @click.option("--unsafe-fixes", is_flag=True, help="Show unsafe fixes as available.")
 @click.option("--statistics", "show_statistics", is_flag=True, help="Count findings per rule.")
-def check(paths, config, select, extend_select, ignore, force_exclude, quiet, output_format, exit_zero,
-          unsafe_fixes, show_statistics):
+def check(paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir,
+          output_format, exit_zero, unsafe_fixes, show_statistics):
     """Lint PATHS (default: the current directory)."""
     try:
-        settings, rules, files = _prepare(paths, config, select, extend_select, ignore, force_exclude)
+        settings, rules, files = _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla)
     except (ConfigError, MissingPath) as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
+    workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir)
+    try:
+        outcomes = workspace.check(files)
+    finally:
+        workspace.close()
     diagnostics: list[Diagnostic] = []
     failed = 0
-    for path in files:
-        try:
-            diagnostics += lint_source(read_source(path), settings.rules_for(path, rules),
-                                       with_edits=output_format == "json")
-        except SourceError as exc:
-            _error(str(exc))
+    for outcome in outcomes:
+        if outcome.error:
+            _error(outcome.error)
             failed += 1
-        except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
-            _error(_internal(path, exc))
-            failed += 1
+        diagnostics += outcome.diagnostics
     diagnostics.sort(key=Diagnostic.sort_key)
     unsafe = unsafe_fixes or settings.unsafe_fixes
     click.echo(statistics(diagnostics) if show_statistics else render(
@@ -115,13 +116,14 @@ def check(paths, config, select, extend_select, ignore, force_exclude, quiet, ou
 @click.option("--write", is_flag=True, help="Apply the fixes to the files (default: print a diff, change nothing).")
 @click.option("--diff", is_flag=True, help="Print a unified diff and change nothing (the default without --write).")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour.")
-def fix(paths, config, select, extend_select, ignore, force_exclude, quiet, write, diff, unsafe_fixes):
+def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir, write,
+        diff, unsafe_fixes):
     """Fix what can be fixed in PATHS. Prints a diff unless --write is given."""
     if write and diff:
         _error("--write and --diff are mutually exclusive")
         sys.exit(EXIT_ERROR)
     try:
-        settings, rules, files = _prepare(paths, config, select, extend_select, ignore, force_exclude)
+        settings, rules, files = _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla)
     except (ConfigError, MissingPath) as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
@@ -129,28 +131,34 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, quiet, writ
     failed = False
     changed_files = fixed = 0
     remaining: list[Diagnostic] = []
-    for path in files:
-        try:
-            result = fix_source(read_source(path), settings.rules_for(path, rules), unsafe=unsafe)
-            if result.fixed is not None:
-                changed_files += 1
-                fixed += result.fixed_count
-                if write:
-                    write_atomic(path, result.fixed)
-                else:
-                    before = result.source.text
-                    after = result.fixed.decode(result.source.encoding).lstrip("\ufeff")
-                    click.echo(unified_diff(str(path), before, after), nl=False)
-            remaining += result.diagnostics
-        except SourceError as exc:
-            _error(str(exc))
+    workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir)
+    try:
+        outcomes = workspace.fix(files, unsafe=unsafe)
+    finally:
+        workspace.close()
+    for outcome in outcomes:
+        if outcome.error:
+            _error(outcome.error)
             failed = True
-        except OSError as exc:
-            _error(f"{path}: error: cannot write: {exc.strerror or exc}")
-            failed = True
-        except Exception as exc:  # noqa: BLE001 - nothing is written for a file that failed
-            _error(_internal(path, exc))
-            failed = True
+            continue
+        result = outcome.result
+        if result.fixed is not None:
+            if write:
+                try:
+                    write_atomic(outcome.path, result.fixed)
+                except OSError as exc:
+                    _error(f"{outcome.path}: error: cannot write: {exc.strerror or exc}")
+                    failed = True
+                    continue
+            else:
+                from .fixing.apply import unified_diff
+
+                before = result.source.text
+                after = result.fixed.decode(result.source.encoding).lstrip("\ufeff")
+                click.echo(unified_diff(str(outcome.path), before, after), nl=False)
+            changed_files += 1
+            fixed += result.fixed_count
+        remaining += result.diagnostics
     remaining.sort(key=Diagnostic.sort_key)
     if write:
         if remaining:

@@ -16,12 +16,12 @@ from .rule import Rule
 CONFIG_FILES = ("xlalint.toml", ".xlalint.toml", "pyproject.toml")
 KNOWN_KEYS = {
     "select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude",
-    "respect-gitignore", "unsafe-fixes",
+    "respect-gitignore", "unsafe-fixes", "assume-xla",
 }
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist",
     "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".eggs", "*.egg-info", "site-packages",
-    "_build", "buck-out", ".ipynb_checkpoints", ".direnv", "__pypackages__",
+    "_build", "buck-out", ".ipynb_checkpoints", ".direnv", "__pypackages__", ".xlalint_cache",
 )
 
 
@@ -41,6 +41,7 @@ class Settings:
     extend_exclude: list[str] = field(default_factory=list)
     respect_gitignore: bool = True
     unsafe_fixes: bool = False
+    assume_xla: bool = False  # treat every file as code that runs on an XLA device (migration mode)
 
     def selected_rules(self, all_rules: list[type[Rule]]) -> list[type[Rule]]:
         chosen = [r for r in all_rules if _matches(r.code, self.select + self.extend_select)]
@@ -141,7 +142,8 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
         settings.exclude = _string_list(table["exclude"], "exclude", where)
     if "extend-exclude" in table:
         settings.extend_exclude = _string_list(table["extend-exclude"], "extend-exclude", where)
-    for key, attr in (("respect-gitignore", "respect_gitignore"), ("unsafe-fixes", "unsafe_fixes")):
+    for key, attr in (("respect-gitignore", "respect_gitignore"), ("unsafe-fixes", "unsafe_fixes"),
+                      ("assume-xla", "assume_xla")):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: `{key}` must be true or false")

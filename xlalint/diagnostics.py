@@ -41,6 +41,10 @@ class Location:
     def to_json(self) -> dict:
         return {"column": self.column, "row": self.row}
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Location":
+        return cls(data["row"], data["column"])
+
 
 @dataclass(frozen=True)
 class Edit:
@@ -56,6 +60,10 @@ class Edit:
             "end_location": self.end_location.to_json(),
             "location": self.location.to_json(),
         }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Edit":
+        return cls(Location.from_json(data["location"]), Location.from_json(data["end_location"]), data["content"])
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,12 @@ class Fix:
             "message": self.title,
         }
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Fix":
+        """A reported fix (applicability, title, edits), as read back from the cache."""
+        return cls(Applicability(data["applicability"]), data["message"],
+                   edits=tuple(Edit.from_json(e) for e in data["edits"]))
+
 
 @dataclass
 class Diagnostic:
@@ -139,3 +153,9 @@ class Diagnostic:
             "severity": "error",
             "url": self.url,
         }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Diagnostic":
+        return cls(data["code"], data["name"], data["message"], data["category"], Path(data["filename"]),
+                   Location.from_json(data["location"]), Location.from_json(data["end_location"]),
+                   Fix.from_json(data["fix"]) if data["fix"] else None, data["noqa_row"])

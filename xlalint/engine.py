@@ -1,21 +1,26 @@
-"""The pipeline for one file: decode -> parse once -> context -> all rules in one walk -> diagnostics
--> (fix: apply non-overlapping fixes, prove the output parses, repeat until nothing changes)."""
+"""The pipeline for one file: decode -> parse (`ast`) -> context -> every rule in one pass over the
+index's nodes -> diagnostics -> fixes built on libcst where a finding has one -> (fix: apply
+non-overlapping fixes, prove the output parses, repeat until nothing changes)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from typing import TYPE_CHECKING
 
 from .analysis.context import FileContext
 from .diagnostics import Diagnostic, Fix, Location
-from .fixes import apply_fixes, text_edits
 from .noqa import parse_noqa
-from .rule import Rule
-from .source import SourceError, SourceFile, decode_source
+from .rule import FixBuilder, Rule
+from .source import SourceError, SourceFile, SourceText, decode_source
+
+if TYPE_CHECKING:  # libcst is imported only where a fix is built (its import alone costs ~0.5 s)
+    import libcst as cst
+
+    from .fixing.context import CstContext
 
 # Files mentioning none of these cannot hold a finding; they are not even parsed (TorchFix does the same).
 MARKERS = re.compile(rb"torch|xla|jax|tpu|tensor|backward|optimi[sz]er|\.item\(", re.I)
@@ -31,109 +36,140 @@ class FileResult:
     fixed_count: int = 0
 
 
-def parse(source: SourceFile) -> cst.Module:
+def parse(source: SourceFile) -> ast.Module:
+    """Python's own parser: its verdict and message on what is valid Python."""
     try:
-        return cst.parse_module(source.raw)
-    except cst.ParserSyntaxError as exc:
-        raise SourceError(source.path, _syntax_error(source, exc)) from None
-    except (SyntaxError, UnicodeDecodeError) as exc:
-        raise SourceError(source.path, f"cannot parse: {exc}") from None
-    except RecursionError:
+        return ast.parse(source.raw, filename=str(source.path))
+    except SyntaxError as exc:
+        where = f"{exc.lineno}:{exc.offset or 1}: " if exc.lineno else ""
+        raise SourceError(source.path, f"{where}syntax error: {exc.msg}") from None
+    except ValueError as exc:  # null bytes (Python 3.11)
+        row = source.raw[: source.raw.find(b"\0")].count(b"\n") + 1 if b"\0" in source.raw else None
+        raise SourceError(source.path, f"{row}:1: syntax error: {exc}" if row else f"syntax error: {exc}") from None
+    except (RecursionError, MemoryError):
         raise SourceError(source.path, "cannot parse: nesting too deep") from None
 
 
-def _syntax_error(source: SourceFile, exc: cst.ParserSyntaxError) -> str:
-    """Python's own message and position when it agrees the code is invalid (libcst's can lag a line)."""
+def parse_cst(source: SourceFile) -> "cst.Module | None":
+    """The lossless tree fixes are built on; None when libcst cannot parse what Python accepts."""
+    import libcst as cst
+
     try:
-        compile(source.text, str(source.path), "exec", dont_inherit=True, flags=0x400)  # PyCF_ONLY_AST
-    except SyntaxError as py_exc:
-        return f"{py_exc.lineno}:{py_exc.offset or 1}: syntax error: {py_exc.msg}"
-    except ValueError as py_exc:  # e.g. null bytes
-        return f"syntax error: {py_exc}"
-    message = exc.message.splitlines()[0] if exc.message else "invalid syntax"
-    return f"{exc.raw_line}:{exc.raw_column + 1}: unsupported syntax: {message}"
+        return cst.parse_module(source.raw)
+    except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, RecursionError, ValueError):
+        return None
 
 
 @dataclass
 class _Found:
     rule: type[Rule]
-    node: cst.CSTNode
+    node: ast.AST
     message: str
-    fix: Fix | None
+    builder: FixBuilder | None
     start: Location
     end: Location
+    fix: Fix | None = None
     fix_spans: tuple[tuple[Location, Location], ...] = ()
 
 
-def _span(positions, node) -> tuple[Location, Location]:
-    where = positions[node]
-    return Location(where.start.line, where.start.column + 1), Location(where.end.line, where.end.column + 1)
+def _location(ctx: FileContext, node: ast.AST) -> tuple[Location, Location]:
+    while not hasattr(node, "lineno"):  # `comprehension`, `withitem`: report their parent's span
+        node = ctx.parent(node)
+    text = ctx.text
+    return (Location(node.lineno, text.column(node.lineno, node.col_offset) + 1),
+            Location(node.end_lineno, text.column(node.end_lineno, node.end_col_offset) + 1))
 
 
 def _run_rules(ctx: FileContext, rules: list[type[Rule]]) -> list[_Found]:
     active = [rule(ctx) for rule in rules if rule.applies(ctx)]
-    if not active:
-        return []
-    wrapper = MetadataWrapper(ctx.module, unsafe_skip_copy=True)  # keep node identity for fixes
-    wrapper.visit_batched(active)
-    reports = [(type(rule), report) for rule in active for report in rule.reports]
-    if not reports:
-        return []
-    positions = wrapper.resolve(PositionProvider)  # only paid for when something was found
+    by_type = ctx.index.by_type
+    for rule in active:
+        for node_type, method in rule.visited_types().items():
+            nodes = by_type.get(node_type)
+            if nodes:
+                visit = getattr(rule, method)
+                for node in nodes:
+                    visit(node)
+        rule.finish()
     found = []
-    for rule, report in reports:
-        start, end = _span(positions, report.node)
-        spans = tuple(_span(positions, node) for node, _ in report.fix.replacements.values()) if report.fix else ()
-        found.append(_Found(rule, report.node, report.message, report.fix, start, end, spans))
+    for rule in active:
+        for report in rule.reports:
+            start, end = _location(ctx, report.node)
+            found.append(_Found(type(rule), report.node, report.message, report.fix, start, end))
     found.sort(key=lambda f: (f.start, f.rule.code))
     return found
 
 
-def _diagnostics(source: SourceFile, found: list[_Found], ctx: FileContext, with_edits: bool) -> list[Diagnostic]:
+def _keep(source: SourceFile, found: list[_Found]) -> list[_Found]:
+    """Drop what `# noqa` suppresses and exact duplicates (same code and range)."""
     noqa = parse_noqa(source.text)
-    diagnostics = []
-    seen = set()
+    kept, seen = [], set()
     for item in found:
         key = (item.rule.code, item.start, item.end)
         if key in seen or noqa.suppresses(item.rule.code, item.start.row, item.end.row):
             continue
         seen.add(key)
-        fix = item.fix
-        if fix is not None and with_edits:
-            fix.edits = text_edits(ctx.module.code, apply_fixes(ctx, [fix]).code)
-        diagnostics.append(
-            Diagnostic(
-                item.rule.code,
-                item.rule.name,
-                item.message,
-                item.rule.category,
-                source.path,
-                item.start,
-                item.end,
-                fix,
-                noqa_row=item.start.row,
-            )
-        )
-    return diagnostics
+        kept.append(item)
+    return kept
+
+
+def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, with_edits: bool) -> "CstContext | None":
+    """Run the fix builders of `found` on the file's libcst tree (parsed here, and only here)."""
+    if not any(item.builder for item in found):
+        return None
+    from .fixing.apply import apply_fixes, text_edits
+    from .fixing.context import CstContext
+
+    module = parse_cst(source)
+    if module is None:
+        return None  # findings stay, without fixes
+    cst_ctx = CstContext(module, ctx.text)
+    for item in found:
+        if item.builder is None:
+            continue
+        item.fix = item.builder(cst_ctx)
+        if item.fix is None:
+            continue
+        item.fix_spans = tuple(_cst_span(cst_ctx, node) for node, _ in item.fix.replacements.values())
+        if with_edits:
+            item.fix.edits = text_edits(module.code, apply_fixes(cst_ctx, [item.fix]).code)
+    return cst_ctx
+
+
+def _cst_span(cst_ctx: "CstContext", node: "cst.CSTNode") -> tuple[Location, Location]:
+    where = cst_ctx.positions[node]
+    return Location(where.start.line, where.start.column + 1), Location(where.end.line, where.end.column + 1)
+
+
+def _diagnostic(source: SourceFile, item: _Found) -> Diagnostic:
+    return Diagnostic(item.rule.code, item.rule.name, item.message, item.rule.category, source.path,
+                      item.start, item.end, item.fix, noqa_row=item.start.row)
+
+
+def analyse(source: SourceFile, *, assume_xla: bool = False, external_steps: frozenset[str] = frozenset()) -> FileContext:
+    return FileContext(source.path, parse(source), SourceText(source.text), assume_xla=assume_xla,
+                       external_steps=external_steps)
 
 
 def lint_source(
-    source: SourceFile, rules: list[type[Rule]], *, with_edits: bool = False, prefilter: bool = True
+    source: SourceFile, rules: list[type[Rule]], *, with_edits: bool = False, prefilter: bool = True,
+    assume_xla: bool = False, with_fixes: bool = True, external_steps: frozenset[str] = frozenset(),
 ) -> list[Diagnostic]:
     if prefilter and not MARKERS.search(source.raw):
         return []
-    module = parse(source)
-    ctx = FileContext(source.path, module)
-    return _diagnostics(source, _run_rules(ctx, rules), ctx, with_edits)
+    ctx = analyse(source, assume_xla=assume_xla, external_steps=external_steps)
+    found = _keep(source, _run_rules(ctx, rules))
+    if with_fixes:
+        _build_fixes(source, ctx, found, with_edits=with_edits)
+    return [_diagnostic(source, item) for item in found]
 
 
-def _choose_fixes(diagnostics: list[Diagnostic], found: list[_Found], unsafe: bool) -> list[Fix]:
+def _choose_fixes(found: list[_Found], unsafe: bool) -> list[Fix]:
     """Fixes allowed at this applicability, skipping any that overlaps one already chosen."""
-    allowed = {id(d.fix) for d in diagnostics if d.fix is not None and d.fix.applicability.allowed(unsafe)}
     chosen: list[Fix] = []
     taken: list[tuple[Location, Location]] = []
     for item in found:
-        if item.fix is None or id(item.fix) not in allowed:
+        if item.fix is None or not item.fix.applicability.allowed(unsafe):
             continue
         if any(a < end and start < b for a, b in item.fix_spans for start, end in taken):
             continue
@@ -142,35 +178,39 @@ def _choose_fixes(diagnostics: list[Diagnostic], found: list[_Found], unsafe: bo
     return chosen
 
 
-def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, prefilter: bool = True) -> FileResult:
+def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, prefilter: bool = True,
+               assume_xla: bool = False, external_steps: frozenset[str] = frozenset()) -> FileResult:
     """Apply fixes until none applies; the result is re-parsed each pass, so it is valid Python."""
     result = FileResult(source.path, source=source)
     if prefilter and not MARKERS.search(source.raw):
         return result
-    current, module = source, parse(source)
+    current = source
     for _ in range(MAX_FIX_PASSES):
-        ctx = FileContext(current.path, module)
-        found = _run_rules(ctx, rules)
-        diagnostics = _diagnostics(current, found, ctx, with_edits=False)
-        fixes = _choose_fixes(diagnostics, found, unsafe)
-        if not fixes:
+        ctx = analyse(current, assume_xla=assume_xla, external_steps=external_steps)
+        found = _keep(current, _run_rules(ctx, rules))
+        cst_ctx = _build_fixes(current, ctx, found, with_edits=False)
+        diagnostics = [_diagnostic(current, item) for item in found]
+        fixes = _choose_fixes(found, unsafe)
+        if not fixes or cst_ctx is None:
             result.diagnostics = diagnostics
             break
-        new_code = apply_fixes(ctx, fixes)
+        from .fixing.apply import apply_fixes
+
+        new_code = apply_fixes(cst_ctx, fixes)
         new_bytes = new_code.bytes
         try:
-            compile(new_code.code, str(current.path), "exec", dont_inherit=True, flags=0x400)  # PyCF_ONLY_AST
+            compile(new_code.code, str(current.path), "exec", dont_inherit=True, flags=ast.PyCF_ONLY_AST)
             next_source = decode_source(current.path, new_bytes)
-            next_module = parse(next_source)  # proves the output parses; the next pass lints it
         except (SyntaxError, SourceError, ValueError) as exc:  # a bug in a fix: keep the file as it was
             raise SourceError(source.path, f"a fix produced invalid code ({exc}); file left unchanged") from None
         if new_bytes == current.raw:
             result.diagnostics = diagnostics
             break
         result.fixed_count += len(fixes)
-        current, module = next_source, next_module
+        current = next_source
     else:
-        result.diagnostics = lint_source(current, rules, prefilter=False)
+        result.diagnostics = lint_source(current, rules, prefilter=False, assume_xla=assume_xla,
+                                         external_steps=external_steps)
     if current.raw != source.raw:
         result.fixed = current.raw
     return result

@@ -1,24 +1,29 @@
-"""The shape of a rule: one small libcst visitor class with its documentation and examples.
+"""The shape of a rule: one small visitor class with its documentation and examples (Fixit's model).
 
-All selected rules share one tree walk (libcst's batched visitors, as in Fixit). A rule reads the
-file's analysis through `self.ctx` and calls `self.report(...)`.
+A rule finds its pattern in Python's `ast` (cheap: no rule needs a lossless tree to *find* a
+hazard) through `visit_<NodeType>` methods, reads the file's analysis through `self.ctx`, and calls
+`self.report(...)`. All selected rules share one pass: the engine hands each rule the nodes of the
+types it visits, filed by the index's single walk. A fix is built on libcst, losslessly, and only
+for files where a finding has one: `report(..., fix=builder)` with `builder(cst_ctx) -> Fix | None`
+(see `xlalint.fixing`).
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
-
-import libcst as cst
-from libcst.metadata import PositionProvider
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 from .diagnostics import CATEGORIES, Applicability, Fix
 
 if TYPE_CHECKING:
     from .analysis.context import FileContext
+    from .fixing.context import CstContext
+
+FixBuilder = Callable[["CstContext"], "Fix | None"]
 
 # The sections every rule docstring has, in this order (Ruff's rule docs); tests check them.
 DOC_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "Use instead:")
@@ -59,13 +64,14 @@ def _dedent(code: str) -> str:
 
 @dataclass(frozen=True)
 class Report:
-    node: cst.CSTNode
+    node: ast.AST
     message: str
-    fix: Fix | None
+    fix: FixBuilder | None
 
 
-class Rule(cst.BatchableCSTVisitor):
-    """Base class. Subclasses set the class attributes below and define visit_* methods."""
+class Rule:
+    """Base class. Subclasses set the class attributes below and define `visit_<ast node type>`
+    methods (and optionally `finish()`, called once every node was visited)."""
 
     code: ClassVar[str]
     name: ClassVar[str]  # kebab-case, names the pattern (a suppression reads "allow <name>")
@@ -76,10 +82,8 @@ class Rule(cst.BatchableCSTVisitor):
     fix_availability: ClassVar[str] = "none"  # none | sometimes | always
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
-    METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(self, ctx: "FileContext") -> None:
-        super().__init__()
         self.ctx = ctx
         self.reports: list[Report] = []
 
@@ -90,14 +94,25 @@ class Rule(cst.BatchableCSTVisitor):
         assert re.fullmatch(r"XLA\d{3}", cls.code), cls.code
         assert cls.category in CATEGORIES, cls.category
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", cls.name), cls.name
+        for attr in dir(cls):
+            if attr.startswith("visit_"):
+                assert isinstance(getattr(ast, attr[6:], None), type), f"{cls.__name__}.{attr}: no such ast node"
+
+    @classmethod
+    def visited_types(cls) -> dict[type, str]:
+        """The `ast` node types this rule visits, with the method for each."""
+        return {getattr(ast, attr[6:]): attr for attr in dir(cls) if attr.startswith("visit_")}
 
     @classmethod
     def applies(cls, ctx: "FileContext") -> bool:
         """Whether to run on this file at all (XLA-only rules need a file that uses XLA)."""
         return ctx.uses_xla or not cls.xla_only
 
-    def report(self, node: cst.CSTNode, message: str | None = None, *, fix: Fix | None = None) -> None:
+    def report(self, node: ast.AST, message: str | None = None, *, fix: FixBuilder | None = None) -> None:
         self.reports.append(Report(node, message or self.summary, fix))
+
+    def finish(self) -> None:
+        """Called after every node was visited (for findings that need the whole file)."""
 
     @classmethod
     def documentation(cls) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 import tempfile
 import tokenize
@@ -71,3 +72,36 @@ def write_atomic(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+class SourceText:
+    """Lines of decoded source, for `ast` positions: `ast` counts columns in UTF-8 bytes, users
+    (and Ruff's JSON) in characters."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        # only \r\n, \r and \n end a line for Python's tokenizer (not \f or \u2028, as for splitlines)
+        self.lines = _LINE.findall(text)
+
+    def _line(self, row: int) -> str:
+        return self.lines[row - 1] if 0 < row <= len(self.lines) else ""
+
+    def column(self, row: int, byte_offset: int) -> int:
+        """0-based character column of a UTF-8 byte offset on 1-based `row`."""
+        line = self._line(row)
+        if line.isascii():
+            return byte_offset
+        return len(line.encode("utf-8")[:byte_offset].decode("utf-8", errors="replace"))
+
+    def segment(self, node) -> str:
+        """The source text of an `ast` node, as written (without surrounding parentheses)."""
+        first, last = node.lineno, node.end_lineno
+        start = self.column(first, node.col_offset)
+        end = self.column(last, node.end_col_offset)
+        if first == last:
+            return self._line(first)[start:end]
+        parts = [self._line(first)[start:], *(self._line(r) for r in range(first + 1, last)), self._line(last)[:end]]
+        return "".join(parts)

@@ -2,35 +2,52 @@
 
 from __future__ import annotations
 
+import ast
 from functools import cached_property
 from pathlib import Path
 
-import libcst as cst
-
 from . import guards, steps
-from .index import ModuleIndex, build_index, loop_bindings
-from .names import dotted_name, last_part, positional
+from .index import FUNCTIONS, ModuleIndex, build_index, loop_bindings
+from .names import dotted_name, function_params, last_part, positional
+from .project import qualname
+from ..source import SourceText
 from .tensors import Kind, TensorInference
 
 XLA_MODULES = ("torch_xla", "torchax")
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
 class FileContext:
-    def __init__(self, path: Path, module: cst.Module) -> None:
+    def __init__(self, path: Path, tree: ast.Module, text: SourceText, *, assume_xla: bool = False,
+                 external_steps: frozenset[str] = frozenset()) -> None:
         self.path = path
-        self.module = module
-        self.index: ModuleIndex = build_index(module)
+        self.tree = tree
+        self.text = text
+        self.assume_xla = assume_xla
+        # qualnames of this file's functions that other modules of the project call every step
+        self.external_steps = external_steps
+        self.index: ModuleIndex = build_index(tree)
         self.tensors = TensorInference(self)
-        self.step_loop_cache: dict[int, bool] = {}
-        self._calls_within: dict[int, list[cst.Call]] = {}
+        self.step_loop_cache: dict[ast.AST, bool] = {}
+        self._calls_within: dict[ast.AST, list[ast.Call]] = {}
 
-    # -- imports and names ----------------------------------------------------------------
+    # -- source ----------------------------------------------------------------------------------
+    def code(self, node: ast.AST) -> str:
+        """The source text of `node`, as written."""
+        return self.text.segment(node)
+
+    # -- imports and names ----------------------------------------------------------------------
     @cached_property
-    def uses_xla(self) -> bool:
-        """The file imports torch_xla or torchax (XLA-only rules fire only here)."""
+    def imports_xla(self) -> bool:
+        """The file imports torch_xla or torchax."""
         return any(b.qualified.split(".")[0] in XLA_MODULES for b in self.index.imports.values())
 
-    def qualified_name(self, node: cst.CSTNode) -> str | None:
+    @property
+    def uses_xla(self) -> bool:
+        """XLA-only rules fire here: the file imports torch_xla/torchax, or `--assume-xla` is on."""
+        return self.assume_xla or self.imports_xla
+
+    def qualified_name(self, node: ast.AST) -> str | None:
         """`xm.mark_step` -> `torch_xla.core.xla_model.mark_step`, through this file's imports."""
         name = dotted_name(node)
         if not name:
@@ -42,196 +59,209 @@ class FileContext:
         return f"{binding.qualified}.{rest}" if rest else binding.qualified
 
     # -- structure --------------------------------------------------------------------------
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+    def parent(self, node: ast.AST) -> ast.AST | None:
         return self.index.parent(node)
 
-    def calls_within(self, node: cst.CSTNode) -> list[cst.Call]:
-        """Calls under `node`, not descending into nested functions, lambdas or classes."""
-        key = id(node)
-        if key not in self._calls_within:
-            found: list[cst.Call] = []
-            stack = [node]
+    def calls_within(self, owner: ast.AST) -> list[ast.Call]:
+        """Calls in `owner`'s body (a loop, function or module; else `owner` itself), not descending
+        into nested functions, lambdas or classes."""
+        found = self._calls_within.get(owner)
+        if found is None:
+            found = []
+            roots = owner.body if isinstance(owner, (*FUNCTIONS, ast.For, ast.AsyncFor, ast.While, ast.Module)) \
+                else [owner]
+            stack = list(roots)
             while stack:
                 current = stack.pop()
-                if isinstance(current, cst.Call):
+                if isinstance(current, ast.Call):
                     found.append(current)
-                for child in current.children:
-                    if not isinstance(child, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                for child in ast.iter_child_nodes(current):
+                    if not isinstance(child, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
                         stack.append(child)
-            self._calls_within[key] = found
-        return self._calls_within[key]
+            found.sort(key=self.index.order.__getitem__)
+            self._calls_within[owner] = found
+        return found
 
     # -- step closures ------------------------------------------------------------------------
     @cached_property
-    def _step_closures(self) -> set[int]:
+    def _step_closures(self) -> set[ast.AST]:
         """Callbacks passed to `xm.add_step_closure`: they run after the step's graph executed."""
-        closures: set[int] = set()
+        closures: set[ast.AST] = set()
         for call in self.index.calls:
             if last_part(dotted_name(call.func)) != "add_step_closure":
                 continue
             args = positional(call)
             if not args:
                 continue
-            target = args[0].value
-            if isinstance(target, cst.Call) and last_part(dotted_name(target.func)) == "partial" and target.args:
-                target = target.args[0].value
-            if isinstance(target, cst.Lambda):
-                closures.add(id(target))
+            target = args[0]
+            if isinstance(target, ast.Call) and last_part(dotted_name(target.func)) == "partial" and target.args:
+                target = target.args[0]
+            if isinstance(target, ast.Lambda):
+                closures.add(target)
             name = dotted_name(target)
             if name:
-                for func in self.index.functions.get(last_part(name), ()):
-                    closures.add(id(func))
+                closures.update(self.index.functions.get(last_part(name), ()))
         return closures
 
-    def is_step_closure(self, func: cst.CSTNode) -> bool:
-        return id(func) in self._step_closures
+    def is_step_closure(self, func: ast.AST) -> bool:
+        return func in self._step_closures
 
     @cached_property
     def collate_functions(self) -> set[str]:
         """Names of functions passed as `collate_fn=` in this file: they build every batch."""
         names: set[str] = set()
         for call in self.index.calls:
-            for arg in call.args:
-                if arg.keyword is not None and arg.keyword.value == "collate_fn":
-                    name = last_part(dotted_name(arg.value))
+            for kw in call.keywords:
+                if kw.arg == "collate_fn":
+                    name = last_part(dotted_name(kw.value))
                     if name:
                         names.add(name)
         return names
 
     # -- per-step paths ----------------------------------------------------------------------------
     @cached_property
-    def step_functions(self) -> set[int]:
+    def step_functions(self) -> set[ast.AST]:
         return steps.compute_step_functions(self)
 
-    def is_step_function(self, func: cst.FunctionDef) -> bool:
+    def is_step_function(self, func: ast.AST) -> bool:
         return steps.is_step_function(self, func)
 
-    def is_per_step(self, node: cst.CSTNode, *, periodic: bool = False) -> bool:
+    def externally_per_step(self, func: ast.AST) -> bool:
+        """Another module of the project calls `func` every step (see `project.ProjectIndex`)."""
+        return bool(self.external_steps) and qualname(self.index, func) in self.external_steps
+
+    def is_per_step(self, node: ast.AST, *, periodic: bool = False) -> bool:
         return steps.is_per_step(self, node, periodic=periodic)
 
     @cached_property
-    def loop_reachable_functions(self) -> set[int]:
+    def loop_reachable_functions(self) -> set[ast.AST]:
         return steps.loop_reachable_functions(self)
 
     @cached_property
-    def per_call_functions(self) -> set[int]:
+    def per_call_functions(self) -> set[ast.AST]:
         return steps.compute_per_call_functions(self)
 
-    def runs_hot(self, node: cst.CSTNode) -> bool:
-        """Runs every step, or on every call of a loss/metric check, and may run on XLA."""
+    def runs_hot(self, node: ast.AST) -> bool:
+        """Runs every step (or on every call of a loss/metric check), and may run on XLA."""
         return steps.runs_hot(self, node)
 
     # -- device guards --------------------------------------------------------------------------
-    def in_non_xla_code(self, node: cst.CSTNode) -> bool:
+    def in_non_xla_code(self, node: ast.AST) -> bool:
         """`node` runs only off XLA: a CUDA-only branch, after `is_xla or`, below `if is_xla: return`."""
         child = node
         for anc in self.index.ancestors(node):
-            if isinstance(anc, (cst.If, cst.IfExp)):
+            field = self.index.field_of(child)
+            if isinstance(anc, (ast.If, ast.IfExp)):
                 polarity = guards.xla_polarity(anc.test)
-                if child is anc.body and polarity == guards.NEGATIVE:
+                if field == "body" and polarity == guards.NEGATIVE:
                     return True
-                if child is anc.orelse and polarity == guards.POSITIVE:
+                if field == "orelse" and polarity == guards.POSITIVE:
                     return True
-            elif isinstance(anc, cst.BooleanOperation) and child is anc.right:
-                polarity = guards.xla_polarity(anc.left)
-                if isinstance(anc.operator, cst.Or) and polarity == guards.POSITIVE:
-                    return True
-                if isinstance(anc, cst.BooleanOperation) and isinstance(anc.operator, cst.And) and \
-                        polarity == guards.NEGATIVE:
-                    return True
-            elif isinstance(anc, (cst.IndentedBlock, cst.Module)) and self._after_xla_exit(anc, child):
-                return True
-            elif isinstance(anc, cst.ExceptHandler) and child is anc.body and anc.type is not None and \
+            elif isinstance(anc, ast.BoolOp) and field == "values":
+                position = next(i for i, v in enumerate(anc.values) if v is child)
+                for earlier in anc.values[:position]:
+                    polarity = guards.xla_polarity(earlier)
+                    if isinstance(anc.op, ast.Or) and polarity == guards.POSITIVE:
+                        return True
+                    if isinstance(anc.op, ast.And) and polarity == guards.NEGATIVE:
+                        return True
+            elif isinstance(anc, ast.ExceptHandler) and field == "body" and anc.type is not None and \
                     guards.xla_polarity(anc.type) == guards.NEGATIVE:
                 return True  # `except torch.cuda.OutOfMemoryError:` fallbacks
-            elif isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
-                pass
+            if isinstance(child, ast.stmt) and self._after_xla_exit(anc, child):
+                return True
             child = anc
         return False
 
-    def _after_xla_exit(self, block: cst.IndentedBlock | cst.Module, statement: cst.CSTNode) -> bool:
-        for earlier in block.body:
+    def _after_xla_exit(self, parent: ast.AST, statement: ast.stmt) -> bool:
+        block = getattr(parent, self.index.field_of(statement) or "", None)
+        if not isinstance(block, list):
+            return False
+        for earlier in block:
             if earlier is statement:
                 return False
-            if isinstance(earlier, cst.If) and earlier.orelse is None and guards.exits_block(earlier.body) \
+            if isinstance(earlier, ast.If) and not earlier.orelse and guards.exits_block(earlier.body) \
                     and guards.xla_polarity(earlier.test) == guards.POSITIVE:
                 return True
         return False
 
     # -- values -----------------------------------------------------------------------------------
-    def tensor_kind(self, node: cst.BaseExpression) -> Kind:
+    def tensor_kind(self, node: ast.expr | None) -> Kind:
         return self.tensors.kind(node)
 
-    def on_device(self, node: cst.BaseExpression) -> bool:
+    def on_device(self, node: ast.expr | None) -> bool:
         return self.tensors.kind(node).on_device
 
-    def reaching_values(self, name: cst.Name) -> list[cst.BaseExpression]:
+    def reaching_values(self, name: ast.Name) -> list[ast.expr]:
         """Values assigned to `name` in its scope: the last assignment before it in source order
         (plus earlier ones for `x += v`), or all of them when none precedes it (loops)."""
         scope = self.index.scope_of(name)
-        values = self._scope_values(scope, name.value)
-        if not values and not isinstance(scope, cst.Module):
+        values = self._scope_values(scope, name.id)
+        if not values and not isinstance(scope, ast.Module):
             # closures read the enclosing function's variables
             for anc in self.index.ancestors(scope):
-                if isinstance(anc, (cst.FunctionDef, cst.Lambda, cst.Module)):
-                    values = self._scope_values(anc, name.value)
+                if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.Module)):
+                    values = self._scope_values(anc, name.id)
                     if values:
                         return values
             return []
         if not values:
             return []
         order = self.index.order
-        position = order.get(id(name), 0)
+        position = order.get(name, 0)
         # a value precedes the use unless the use is inside it (`x = x.cpu()` reads the old x)
-        inside = {id(a) for a in self.index.ancestors(name)}
-        before = [v for v in values if order.get(id(v), 0) < position and id(v) not in inside]
+        inside = set(self.index.ancestors(name))
+        before = [v for v in values if order.get(v, 0) < position and v not in inside]
         if not before:
             # a parameter is the reaching definition; otherwise a loop may carry a later assignment round
             return [] if self.parameter(name) is not None else values
         reaching = [before[-1]]
         for value in reversed(before[:-1]):
-            if id(reaching[-1]) not in self.index.augmented:
+            if reaching[-1] not in self.index.augmented:
                 break
             reaching.append(value)
         return reaching
 
-    def _scope_values(self, scope: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
-        per_scope = self.index.assignments.get(id(scope))
+    def _scope_values(self, scope: ast.AST, name: str) -> list[ast.expr]:
+        per_scope = self.index.assignments.get(scope)
         return per_scope.get(name, []) if per_scope else []
 
-    def loop_iterables(self, name: cst.Name) -> list[cst.BaseExpression]:
+    def loop_iterables(self, name: ast.Name) -> list[ast.expr]:
         for anc in self.index.ancestors(name):
-            if isinstance(anc, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-                comp = anc.for_in
-                while comp is not None:  # `[f(x) for x in xs]`: x takes the elements of xs
-                    found = [it for n, it in loop_bindings(comp.target, comp.iter) if n == name.value]
+            if isinstance(anc, _COMPREHENSIONS):
+                for comp in anc.generators:  # `[f(x) for x in xs]`: x takes the elements of xs
+                    found = [it for n, it in loop_bindings(comp.target, comp.iter) if n == name.id]
                     if found:
                         return found
-                    comp = comp.inner_for_in
-            elif isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            elif isinstance(anc, (*FUNCTIONS, ast.Lambda)):
                 break
         scope = self.index.scope_of(name)
-        per_scope = self.index.loop_targets.get(id(scope))
-        return per_scope.get(name.value, []) if per_scope else []
+        per_scope = self.index.loop_targets.get(scope)
+        return per_scope.get(name.id, []) if per_scope else []
 
-    def attribute_values(self, dotted: str) -> list[cst.BaseExpression]:
-        """Values assigned to `self.x`-style targets anywhere in the file."""
-        found: list[cst.BaseExpression] = []
+    @cached_property
+    def _attribute_assignments(self) -> dict[str, list[ast.expr]]:
+        found: dict[str, list[ast.expr]] = {}
         for per_scope in self.index.assignments.values():
-            found.extend(per_scope.get(dotted, ()))
+            for name, values in per_scope.items():
+                if "." in name:
+                    found.setdefault(name, []).extend(values)
         return found
 
-    def assigned_values(self, node: cst.BaseExpression) -> list[cst.BaseExpression]:
-        if isinstance(node, cst.Name):
+    def attribute_values(self, dotted: str) -> list[ast.expr]:
+        """Values assigned to `self.x`-style targets anywhere in the file."""
+        return self._attribute_assignments.get(dotted, [])
+
+    def assigned_values(self, node: ast.expr) -> list[ast.expr]:
+        if isinstance(node, ast.Name):
             return self.reaching_values(node)
         name = dotted_name(node)
         return self.attribute_values(name) if name else []
 
-    def parameter(self, name: cst.Name) -> cst.Param | None:
+    def parameter(self, name: ast.Name) -> ast.arg | None:
         for anc in self.index.ancestors(name):
-            if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
-                params = anc.params
-                for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-                    if param.name.value == name.value:
+            if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+                for param in function_params(anc):
+                    if param.arg == name.id:
                         return param
         return None

@@ -6,11 +6,10 @@ or in `if step % log_every == 0:` (periodic logging). Tests are classified by th
 
 from __future__ import annotations
 
+import ast
 import re
 
-import libcst as cst
-
-from .names import dotted_name, string_value
+from .names import dotted_name, is_constant, is_string
 
 # Words that name a non-XLA backend or feature; a branch taken only when they hold never runs on XLA.
 NON_XLA = re.compile(
@@ -23,57 +22,49 @@ XLA = re.compile(r"(^|_)(xla|tpu|torch_xla|xm|xr|torchax|spmd)($|_)|_xla$|^xla|i
 POSITIVE, NEGATIVE, UNKNOWN = 1, -1, 0  # the branch runs on XLA / never on XLA / can't tell
 
 
-def words(node: cst.CSTNode) -> list[str]:
-    words: list[str] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            words.append(n.value)
-
-        def visit_Attribute(self, n: cst.Attribute) -> None:
-            words.append(n.attr.value)
-
-        def visit_SimpleString(self, n: cst.SimpleString) -> None:
-            value = string_value(n)
-            if value:
-                words.append(value)
-
-    node.visit(Collect())
-    return words
+def words(node: ast.AST) -> list[str]:
+    """Identifiers, attribute names and non-empty strings in `node`."""
+    found: list[str] = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            found.append(n.id)
+        elif isinstance(n, ast.Attribute):
+            found.append(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value:
+            found.append(n.value)
+    return found
 
 
-def xla_polarity(test: cst.BaseExpression) -> int:
+def xla_polarity(test: ast.expr) -> int:
     """POSITIVE if `test` holds only on XLA, NEGATIVE if only off XLA, else UNKNOWN."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return -xla_polarity(test.expression)
-    if isinstance(test, cst.BooleanOperation):
-        left, right = xla_polarity(test.left), xla_polarity(test.right)
-        if isinstance(test.operator, cst.And):
-            # the body needs both, so one non-XLA side pins it; its else branch may still run on XLA
-            return NEGATIVE if NEGATIVE in (left, right) else UNKNOWN
-        return left if left == right else UNKNOWN
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        op = target.operator
-        negated = isinstance(op, (cst.NotEqual, cst.IsNot, cst.NotIn))
-        if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return -xla_polarity(test.operand)
+    if isinstance(test, ast.BoolOp):
+        sides = [xla_polarity(v) for v in test.values]
+        if isinstance(test.op, ast.And):
+            # the body needs all, so one non-XLA side pins it; its else branch may still run on XLA
+            return NEGATIVE if NEGATIVE in sides else UNKNOWN
+        return sides[0] if len(set(sides)) == 1 else UNKNOWN
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, comparator = test.ops[0], test.comparators[0]
+        negated = isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn))
+        if is_constant(comparator, None):
             # `xm is None` / `xm is not None`: an XLA module that failed to import
-            left = XLA.search(dotted_name(test.left) or "")
-            if left:
+            if XLA.search(dotted_name(test.left) or ""):
                 return POSITIVE if negated else NEGATIVE
             return UNKNOWN
-        if not isinstance(op, (cst.Equal, cst.NotEqual, cst.In, cst.NotIn, cst.Is, cst.IsNot)):
+        if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)):
             return UNKNOWN
         polarity = _word_polarity(words(test))
         return -polarity if negated else polarity
-    if isinstance(test, (cst.Name, cst.Attribute, cst.Call)):
+    if isinstance(test, (ast.Name, ast.Attribute, ast.Call)):
         return _word_polarity(words(test))
     return UNKNOWN
 
 
-def _word_polarity(words: list[str]) -> int:
-    xla = any(XLA.search(w) for w in words)
-    non_xla = any(NON_XLA.search(w) for w in words)
+def _word_polarity(found: list[str]) -> int:
+    xla = any(XLA.search(w) for w in found)
+    non_xla = any(NON_XLA.search(w) for w in found)
     if xla and not non_xla:
         return POSITIVE
     if non_xla and not xla:
@@ -90,30 +81,20 @@ PERIODIC_WORDS = re.compile(
 )
 
 
-def is_periodic(test: cst.BaseExpression) -> bool:
+def is_periodic(test: ast.expr) -> bool:
     """`step % log_every == 0`, `not step % N`, `if self.control.should_log:`: once every N steps."""
     if any(PERIODIC_WORDS.search(word) for word in words(test) if "." not in word):
         return True
-    found = False
-
-    class FindModulo(cst.CSTVisitor):
-        def visit_BinaryOperation(self, n: cst.BinaryOperation) -> None:
-            nonlocal found
-            if isinstance(n.operator, cst.Modulo) and not isinstance(n.left, (cst.SimpleString, cst.FormattedString)):
-                found = True
-
-    test.visit(FindModulo())
-    return found
+    return any(
+        isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not is_string(n.left)
+        for n in ast.walk(test)
+    )
 
 
-def exits_block(body: cst.BaseSuite) -> bool:
+def exits_block(body: list[ast.stmt]) -> bool:
     """The block ends in return/raise/continue/break: code after the `if` is the other branch."""
-    statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
-    last = statements[-1] if statements else None
-    if isinstance(last, cst.SimpleStatementLine):
-        small = last.body[-1] if last.body else None
-        return isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break))
-    if isinstance(last, cst.SimpleStatementSuite):
-        small = last.body[-1] if last.body else None
-        return isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break))
-    return False
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
+
+
+def returns(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], ast.Return)

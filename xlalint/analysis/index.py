@@ -1,241 +1,247 @@
-"""One pre-pass over a module: parents, imports, function scopes and their assignments."""
+"""One pre-pass over a module's `ast`: parents, imports, function scopes and their assignments.
+
+The walk is iterative (deeply nested code must not hit Python's recursion limit) and also files
+every node by type, so rules are dispatched to the nodes they look at without a second walk.
+"""
 
 from __future__ import annotations
 
+import ast
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import libcst as cst
-
 from .names import dotted_name
 
-Scope = cst.Module | cst.FunctionDef | cst.Lambda
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_GUARDS = (ast.Try, ast.If, ast.With, ast.AsyncWith) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
 
 
 @dataclass(frozen=True)
 class ImportBinding:
     name: str  # the local name bound
     qualified: str  # what it refers to, e.g. "torch_xla.core.xla_model"
-    statement: cst.CSTNode  # the Import / ImportFrom node
+    statement: ast.Import | ast.ImportFrom
     guarded: bool  # inside try/if/function rather than at module top level
-    scope: cst.CSTNode | None = None  # the Module / FunctionDef / Lambda it binds in
+    scope: ast.AST | None = None  # the Module / FunctionDef / Lambda it binds in
 
 
 @dataclass
 class ModuleIndex:
-    parents: dict[int, cst.CSTNode] = field(default_factory=dict)
+    parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
+    fields: dict[ast.AST, str] = field(default_factory=dict)  # node -> the parent's field holding it
     imports: dict[str, ImportBinding] = field(default_factory=dict)  # the last binding of each name
     import_bindings: list[ImportBinding] = field(default_factory=list)  # all of them, in source order
-    functions: dict[str, list[cst.FunctionDef]] = field(default_factory=lambda: defaultdict(list))
-    # scope node id -> local name -> expressions assigned to it (flow-insensitive)
-    assignments: dict[int, dict[str, list[cst.BaseExpression]]] = field(
+    functions: dict[str, list[ast.FunctionDef]] = field(default_factory=lambda: defaultdict(list))
+    # scope -> local name (or "self.x") -> expressions assigned to it (flow-insensitive)
+    assignments: dict[ast.AST, dict[str, list[ast.expr]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(list))
     )
-    # scope node id -> names bound by `for NAME in ITER` -> ITER
-    loop_targets: dict[int, dict[str, list[cst.BaseExpression]]] = field(
+    # scope -> names bound by `for NAME in ITER` -> ITER
+    loop_targets: dict[ast.AST, dict[str, list[ast.expr]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(list))
     )
-    loops: list[cst.For | cst.While] = field(default_factory=list)
-    calls: list[cst.Call] = field(default_factory=list)
+    loops: list[ast.For | ast.AsyncFor | ast.While] = field(default_factory=list)
+    calls: list[ast.Call] = field(default_factory=list)
     module_names: set[str] = field(default_factory=set)  # names bound at module level (any block)
-    order: dict[int, int] = field(default_factory=dict)  # id(node) -> pre-order position (source order)
-    # id(assigned expression) -> the assignment is an augmented one (`x += v`)
-    augmented: set[int] = field(default_factory=set)
+    order: dict[ast.AST, int] = field(default_factory=dict)  # node -> pre-order position (source order)
+    augmented: set[ast.AST] = field(default_factory=set)  # values assigned by `x += v`
     all_names: set[str] = field(default_factory=set)  # every identifier, attribute names included
-    # identifiers used or bound as names (not `.attr`, not the dotted path of an import), to pick
-    # names a fix may bind without a clash
+    # identifiers used or bound as names (not `.attr`), to pick names a fix may bind without a clash
     bare_names: set[str] = field(default_factory=set)
-    name_uses: dict[str, list[cst.Name]] = field(default_factory=lambda: defaultdict(list))  # outside imports
+    name_uses: dict[str, list[ast.Name]] = field(default_factory=lambda: defaultdict(list))
+    by_type: dict[type, list[ast.AST]] = field(default_factory=lambda: defaultdict(list))
 
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.parents.get(id(node))
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self.parents.get(node)
 
-    def ancestors(self, node: cst.CSTNode):
-        node = self.parent(node)
+    def field_of(self, node: ast.AST) -> str | None:
+        """The field of its parent that holds `node` ("body", "orelse", "test", ...)."""
+        return self.fields.get(node)
+
+    def ancestors(self, node: ast.AST):
+        node = self.parents.get(node)
         while node is not None:
             yield node
-            node = self.parent(node)
+            node = self.parents.get(node)
 
-    def scope_of(self, node: cst.CSTNode) -> Scope:
+    def scope_of(self, node: ast.AST) -> Scope:
         for anc in self.ancestors(node):
-            if isinstance(anc, (cst.FunctionDef, cst.Lambda, cst.Module)):
+            if isinstance(anc, SCOPES):
                 return anc
         raise AssertionError("node outside the module")
 
-    def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
+    def enclosing_class(self, node: ast.AST) -> ast.ClassDef | None:
         for anc in self.ancestors(node):
-            if isinstance(anc, cst.ClassDef):
+            if isinstance(anc, ast.ClassDef):
+                return anc
+        return None
+
+    def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | None:
+        """The innermost `def` around `node`; None at module level or inside a lambda."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, ast.Lambda):
+                return None
+            if isinstance(anc, FUNCTIONS):
                 return anc
         return None
 
 
-class _Indexer(cst.CSTVisitor):
-    def __init__(self, index: ModuleIndex) -> None:
-        self.index = index
-        self.stack: list[cst.CSTNode] = []
-        self.scopes: list[Scope] = []
-        self.guard_depth = 0  # try/if/with blocks at module level
-        self.in_import = 0
+def build_index(tree: ast.Module) -> ModuleIndex:
+    index = ModuleIndex()
+    parents, fields, order, by_type = index.parents, index.fields, index.order, index.by_type
+    # (node, scope, guard depth at module level, inside an import statement)
+    stack: list[tuple[ast.AST, ast.AST, int]] = [(tree, tree, 0)]
+    while stack:
+        node, scope, guards = stack.pop()
+        order[node] = len(order)
+        by_type[type(node)].append(node)
+        inner_scope = node if isinstance(node, SCOPES) else scope
+        inner_guards = guards + 1 if isinstance(node, _GUARDS) and isinstance(scope, ast.Module) else guards
+        _record(index, node, scope, guards)
+        children = []
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        parents[item] = node
+                        fields[item] = name
+                        children.append(item)
+            elif isinstance(value, ast.AST):
+                parents[value] = node
+                fields[value] = name
+                children.append(value)
+        # decorators and defaults run in the enclosing scope; the body in the function's own
+        for child in reversed(children):
+            child_scope = inner_scope
+            if node is not scope and isinstance(node, SCOPES) and fields[child] in ("decorator_list", "returns"):
+                child_scope = scope
+            stack.append((child, child_scope, inner_guards))
+    return index
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.stack:
-            self.index.parents[id(node)] = self.stack[-1]
-        self.index.order[id(node)] = len(self.index.order)
-        self.stack.append(node)
-        if isinstance(node, (cst.Module, cst.FunctionDef, cst.Lambda)):
-            self.scopes.append(node)
-        elif isinstance(node, (cst.Try, cst.If, cst.With)):
-            self.guard_depth += 1
-        return super().on_visit(node)
 
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
-        self.stack.pop()
-        if isinstance(original_node, (cst.Module, cst.FunctionDef, cst.Lambda)):
-            self.scopes.pop()
-        elif isinstance(original_node, (cst.Try, cst.If, cst.With)):
-            self.guard_depth -= 1
-
-    @property
-    def _at_module(self) -> bool:
-        return isinstance(self.scopes[-1], cst.Module)
-
-    def _bind(self, name: str, value: cst.BaseExpression | None) -> None:
-        if self._at_module:
-            self.index.module_names.add(name)
-        if value is not None:
-            self.index.assignments[id(self.scopes[-1])][name].append(value)
-
-    def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
-        if isinstance(target, cst.Name):
-            self._bind(target.value, value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            # `a, b = f()`: each name gets the whole value; tensor-ness of tuples is shared.
-            for element in target.elements:
-                inner = element.value
-                self._bind_target(inner.value if isinstance(inner, cst.StarredElement) else inner, value)
-        elif isinstance(target, (cst.Attribute, cst.Subscript)):
-            name = dotted_name(target) if isinstance(target, cst.Attribute) else None
-            if name and value is not None:  # self.x = ... is looked up as "self.x"
-                self.index.assignments[id(self.scopes[-1])][name].append(value)
-
-    def _import(self, local: str, qualified: str, node: cst.CSTNode) -> None:
-        guarded = not self._at_module or self.guard_depth > 0
-        binding = ImportBinding(local, qualified, node, guarded, self.scopes[-1])
-        self.index.imports[local] = binding
-        self.index.import_bindings.append(binding)
-        self.index.bare_names.add(local)
-        self._bind(local, None)
-
-    def visit_Import(self, node: cst.Import) -> None:
-        self.in_import += 1
-        for alias in node.names:
-            full = dotted_name(alias.name)
-            if not full:
-                continue
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self._import(alias.asname.name.value, full, node)
-            else:
-                self._import(full.split(".")[0], full.split(".")[0], node)
-
-    def leave_Import(self, original_node: cst.Import) -> None:
-        self.in_import -= 1
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.in_import += 1
-        if isinstance(node.names, cst.ImportStar) or node.relative:
-            return
-        module = dotted_name(node.module) if node.module else None
-        if not module:
-            return
-        for alias in node.names:
-            obj = dotted_name(alias.name)
-            local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else obj
-            self._import(local, f"{module}.{obj}", node)
-
-    def leave_ImportFrom(self, original_node: cst.ImportFrom) -> None:
-        self.in_import -= 1
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.index.functions[node.name.value].append(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        if self._at_module:
-            self.index.module_names.add(original_node.name.value)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._bind(node.name.value, None)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
+def _record(index: ModuleIndex, node: ast.AST, scope: ast.AST, guards: int) -> None:
+    at_module = isinstance(scope, ast.Module)
+    if isinstance(node, ast.Name):
+        index.all_names.add(node.id)
+        index.bare_names.add(node.id)
+        index.name_uses[node.id].append(node)
+        if isinstance(node.ctx, ast.Store) and at_module:
+            index.module_names.add(node.id)
+    elif isinstance(node, ast.Attribute):
+        index.all_names.add(node.attr)
+    elif isinstance(node, ast.Call):
+        index.calls.append(node)
+    elif isinstance(node, FUNCTIONS):
+        index.functions[node.name].append(node)
+        if at_module:  # classes are no scope: a method of a module-level class counts too
+            index.module_names.add(node.name)
+        index.all_names.add(node.name)
+        index.bare_names.add(node.name)
+    elif isinstance(node, ast.ClassDef):
+        _bind(index, scope, node.name, None)
+        index.all_names.add(node.name)
+        index.bare_names.add(node.name)
+    elif isinstance(node, ast.arg):
+        index.all_names.add(node.arg)
+        index.bare_names.add(node.arg)
+    elif isinstance(node, ast.keyword):
+        if node.arg:
+            index.all_names.add(node.arg)
+    elif isinstance(node, ast.alias):
+        index.all_names.update(node.name.split("."))
+        if node.asname:
+            index.all_names.add(node.asname)
+    elif isinstance(node, ast.Assign):
         for target in node.targets:
-            self._bind_target(target.target, node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._bind_target(node.target, node.value)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        # `x += t` makes x at least as tensor-like as t.
-        self.index.augmented.add(id(node.value))
-        self._bind_target(node.target, node.value)
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-        self._bind_target(node.target, node.value)
-
-    def visit_For(self, node: cst.For) -> None:
-        self.index.loops.append(node)
+            _bind_target(index, scope, target, node.value)
+    elif isinstance(node, ast.AnnAssign):
+        _bind_target(index, scope, node.target, node.value)
+    elif isinstance(node, ast.AugAssign):
+        index.augmented.add(node.value)  # `x += t` makes x at least as tensor-like as t
+        _bind_target(index, scope, node.target, node.value)
+    elif isinstance(node, ast.NamedExpr):
+        _bind_target(index, scope, node.target, node.value)
+    elif isinstance(node, (ast.For, ast.AsyncFor)):
+        index.loops.append(node)
         for name, iterable in loop_bindings(node.target, node.iter):
-            self.index.loop_targets[id(self.scopes[-1])][name].append(iterable)
-            if self._at_module:
-                self.index.module_names.add(name)
-
-    def visit_While(self, node: cst.While) -> None:
-        self.index.loops.append(node)
-
-    def visit_WithItem(self, node: cst.WithItem) -> None:
-        if node.asname is not None:
-            self._bind_target(node.asname.name, node.item)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.index.calls.append(node)
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.index.all_names.add(node.value)
-        parent = self.stack[-2] if len(self.stack) > 1 else None
-        if not self.in_import and not (isinstance(parent, cst.Attribute) and parent.attr is node):
-            self.index.bare_names.add(node.value)
-            self.index.name_uses[node.value].append(node)
-
-
-COUNTER = cst.Call(func=cst.Name("range"))  # what `i` iterates in `for i, x in enumerate(xs)`
+            index.loop_targets[scope][name].append(iterable)
+    elif isinstance(node, ast.While):
+        index.loops.append(node)
+    elif isinstance(node, ast.withitem):
+        if node.optional_vars is not None:
+            _bind_target(index, scope, node.optional_vars, node.context_expr)
+    elif isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname:
+                _import(index, scope, guards, alias.asname, alias.name, node)
+            else:
+                head = alias.name.split(".")[0]
+                _import(index, scope, guards, head, head, node)
+    elif isinstance(node, ast.ImportFrom):
+        if node.level or not node.module:
+            return
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            _import(index, scope, guards, alias.asname or alias.name, f"{node.module}.{alias.name}", node)
 
 
-def loop_bindings(target: cst.BaseExpression, iterable: cst.BaseExpression):
+def _bind(index: ModuleIndex, scope: ast.AST, name: str, value: ast.expr | None) -> None:
+    if isinstance(scope, ast.Module):
+        index.module_names.add(name)
+    if value is not None:
+        index.assignments[scope][name].append(value)
+
+
+def _bind_target(index: ModuleIndex, scope: ast.AST, target: ast.expr, value: ast.expr | None) -> None:
+    if isinstance(target, ast.Name):
+        _bind(index, scope, target.id, value)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        # `a, b = f()`: each name gets the whole value; tensor-ness of tuples is shared.
+        for element in target.elts:
+            _bind_target(index, scope, element.value if isinstance(element, ast.Starred) else element, value)
+    elif isinstance(target, ast.Attribute):
+        name = dotted_name(target)
+        if name and value is not None:  # self.x = ... is looked up as "self.x"
+            index.assignments[scope][name].append(value)
+
+
+def _import(index: ModuleIndex, scope: ast.AST, guards: int, local: str, qualified: str, node: ast.AST) -> None:
+    guarded = not isinstance(scope, ast.Module) or guards > 0
+    binding = ImportBinding(local, qualified, node, guarded, scope)
+    index.imports[local] = binding
+    index.import_bindings.append(binding)
+    index.bare_names.add(local)
+    _bind(index, scope, local, None)
+
+
+COUNTER = ast.Call(func=ast.Name("range", ast.Load()), args=[], keywords=[])  # `i` in `for i, x in enumerate(xs)`
+
+
+def loop_bindings(target: ast.expr, iterable: ast.expr):
     """(name, iterable whose elements it takes) for a loop target; `enumerate`'s index is an int."""
     if (
-        isinstance(target, (cst.Tuple, cst.List))
-        and len(target.elements) == 2
-        and isinstance(iterable, cst.Call)
+        isinstance(target, (ast.Tuple, ast.List))
+        and len(target.elts) == 2
+        and isinstance(iterable, ast.Call)
         and dotted_name(iterable.func) == "enumerate"
     ):
-        first, second = (e.value for e in target.elements)
-        for name in _target_names(first):
+        first, second = target.elts
+        for name in target_names(first):
             yield name, COUNTER
-        for name in _target_names(second):
+        for name in target_names(second):
             yield name, iterable
         return
-    for name in _target_names(target):
+    for name in target_names(target):
         yield name, iterable
 
 
-def _target_names(target: cst.BaseExpression):
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _target_names(element.value)
-
-
-def build_index(module: cst.Module) -> ModuleIndex:
-    index = ModuleIndex()
-    module.visit(_Indexer(index))
-    return index
+def target_names(target: ast.expr):
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from target_names(element.value if isinstance(element, ast.Starred) else element)

@@ -1,48 +1,101 @@
-"""Dotted names of expressions, and resolving them through the module's imports."""
+"""Dotted names of expressions and small accessors over Python's `ast` nodes."""
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
 
-def dotted_name(node: cst.CSTNode | None) -> str | None:
+def dotted_name(node: ast.AST | None) -> str | None:
     """`a.b.c` for Name/Attribute chains, None for anything else (calls, subscripts...)."""
     parts: list[str] = []
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
         node = node.value
-    if isinstance(node, cst.Name):
-        parts.append(node.value)
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
         return ".".join(reversed(parts))
     return None
 
 
-def method_name(call: cst.Call) -> str | None:
+def method_name(call: ast.Call) -> str | None:
     """`x.item()` -> "item" (the attribute called, whatever the receiver)."""
-    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    return call.func.attr if isinstance(call.func, ast.Attribute) else None
 
 
-def receiver(call: cst.Call) -> cst.BaseExpression | None:
-    return call.func.value if isinstance(call.func, cst.Attribute) else None
+def receiver(call: ast.Call) -> ast.expr | None:
+    return call.func.value if isinstance(call.func, ast.Attribute) else None
 
 
 def last_part(name: str | None) -> str:
     return name.rsplit(".", 1)[-1] if name else ""
 
 
-def string_value(node: cst.CSTNode) -> str | None:
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
+def string_value(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
     return None
 
 
-def keyword(call: cst.Call, name: str) -> cst.Arg | None:
+def is_string(node: ast.AST | None) -> bool:
+    return isinstance(node, (ast.JoinedStr,)) or string_value(node) is not None
+
+
+def is_number(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float, complex)
+
+
+def is_constant(node: ast.AST | None, value) -> bool:
+    """`None`, `True`, `False`, or an int literal equal to `value` (never `True == 1`)."""
+    return isinstance(node, ast.Constant) and type(node.value) is type(value) and node.value == value
+
+
+def keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw
+    return None
+
+
+def keyword_value(call: ast.Call, name: str) -> ast.expr | None:
+    kw = keyword(call, name)
+    return kw.value if kw is not None else None
+
+
+def positional(call: ast.Call) -> list[ast.expr]:
+    """Positional arguments up to the first `*args` (whose count is unknown)."""
+    out = []
     for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg
+        if isinstance(arg, ast.Starred):
+            break
+        out.append(arg)
+    return out
+
+
+def has_star_args(call: ast.Call) -> bool:
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+
+
+def argument(call: ast.Call, index: int, name: str) -> ast.expr | None:
+    """The argument passed as positional `index` or as keyword `name`."""
+    value = keyword_value(call, name)
+    if value is not None:
+        return value
+    args = positional(call)
+    return args[index] if index < len(args) else None
+
+
+def function_params(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[ast.arg]:
+    a = func.args
+    return [*a.posonlyargs, *a.args, *a.kwonlyargs]
+
+
+def param_default(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, param: ast.arg) -> ast.expr | None:
+    a = func.args
+    positional_params = [*a.posonlyargs, *a.args]
+    if param in positional_params:
+        offset = len(positional_params) - len(a.defaults)
+        i = positional_params.index(param)
+        return a.defaults[i - offset] if i >= offset else None
+    if param in a.kwonlyargs:
+        return a.kw_defaults[a.kwonlyargs.index(param)]
     return None
-
-
-def positional(call: cst.Call) -> list[cst.Arg]:
-    return [a for a in call.args if a.keyword is None and not a.star]

@@ -7,14 +7,15 @@ to a device, a model output, a parameter's gradient). Rules report host syncs on
 
 from __future__ import annotations
 
+import ast
 import enum
 import re
 from typing import TYPE_CHECKING
 
-import libcst as cst
-
+from .index import FUNCTIONS
+from .names import dotted_name, is_constant, keyword_value, last_part, method_name, param_default, positional
+from .names import receiver, string_value
 from .steps import is_named_step
-from .names import dotted_name, keyword, last_part, method_name, positional, receiver, string_value
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -103,78 +104,88 @@ def combine(*kinds: Kind) -> Kind:
     return max(kinds, default=Kind.NOT_TENSOR)
 
 
+_NOT_TENSOR_NODES = (ast.Constant, ast.JoinedStr, ast.Dict, ast.DictComp, ast.Lambda, ast.Set, ast.SetComp)
+
+
 class TensorInference:
     """Memoised `kind(expr)` for one file."""
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
-        self.cache: dict[int, Kind] = {}
-        self.active: set[int] = set()
-        self.cycles = 0  # recursion-guard hits: results computed through one are not cached
+        self.cache: dict[ast.AST, Kind] = {}
+        # answers that went through a cut cycle are exact only within the query that computed
+        # them: kept until it ends (so each query is linear), then dropped
+        self.provisional: dict[ast.AST, Kind] = {}
+        self.active: set[ast.AST] = set()
+        self.cycles = 0  # recursion-guard hits
 
-    def kind(self, node: cst.BaseExpression) -> Kind:
-        key = id(node)
-        if key in self.cache:
-            return self.cache[key]
-        if key in self.active:  # recursive definition such as `x = x + 1`
+    def kind(self, node: ast.expr | None) -> Kind:
+        if node is None:
+            return Kind.UNKNOWN
+        cached = self.cache.get(node)
+        if cached is None:
+            cached = self.provisional.get(node)
+        if cached is not None:
+            return cached
+        if node in self.active or len(self.active) > 60:  # `x = x + 1`, or a chain too deep to follow
             self.cycles += 1
             return Kind.UNKNOWN
-        self.active.add(key)
+        self.active.add(node)
         cycles = self.cycles
         try:
             result = self._kind(node)
         finally:
-            self.active.discard(key)
+            self.active.discard(node)
         if self.cycles == cycles or not self.active:
-            self.cache[key] = result  # exact: no partial answer from a cycle went into it
+            self.cache[node] = result  # exact: no partial answer from a cycle went into it
+        else:
+            self.provisional[node] = result
+        if not self.active:
+            self.provisional.clear()
         return result
 
     # -- expressions ------------------------------------------------------------------------
-    def _kind(self, node: cst.BaseExpression) -> Kind:
-        if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString,
-                             cst.ConcatenatedString, cst.Dict, cst.DictComp, cst.Lambda, cst.Set, cst.SetComp)):
+    def _kind(self, node: ast.expr) -> Kind:
+        if isinstance(node, _NOT_TENSOR_NODES):
             return Kind.NOT_TENSOR
-        if isinstance(node, cst.Name):
+        if isinstance(node, ast.Name):
             return self._name(node)
-        if isinstance(node, cst.Attribute):
+        if isinstance(node, ast.Attribute):
             return self._attribute(node)
-        if isinstance(node, cst.Call):
+        if isinstance(node, ast.Call):
             return self._call(node)
-        if isinstance(node, cst.Subscript):
+        if isinstance(node, ast.Subscript):
             return self._subscript(node)
-        if isinstance(node, cst.BinaryOperation):
+        if isinstance(node, ast.BinOp):
             return combine(self.kind(node.left), self.kind(node.right))
-        if isinstance(node, cst.UnaryOperation):
-            if isinstance(node.operator, cst.Not):
-                return self._truth(node.expression)
-            return self.kind(node.expression)
-        if isinstance(node, cst.Comparison):
-            if all(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in node.comparisons):
+        if isinstance(node, ast.UnaryOp):
+            if isinstance(node.op, ast.Not):
+                return self._truth(node.operand)
+            return self.kind(node.operand)
+        if isinstance(node, ast.Compare):
+            if all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops):
                 return Kind.NOT_TENSOR
-            return combine(self.kind(node.left), *(self.kind(c.comparator) for c in node.comparisons))
-        if isinstance(node, cst.BooleanOperation):
+            return combine(self.kind(node.left), *(self.kind(c) for c in node.comparators))
+        if isinstance(node, ast.BoolOp):
             # `a and b` evaluates truthiness of a; the value is a or b.
-            return combine(self.kind(node.left), self.kind(node.right))
-        if isinstance(node, cst.IfExp):
+            return combine(*(self.kind(v) for v in node.values))
+        if isinstance(node, ast.IfExp):
             return combine(self.kind(node.body), self.kind(node.orelse))
-        if isinstance(node, (cst.Tuple, cst.List)):
-            return combine(*(self.kind(e.value) for e in node.elements)) if node.elements else Kind.NOT_TENSOR
-        if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return combine(*(self.kind(e.value if isinstance(e, ast.Starred) else e) for e in node.elts)) \
+                if node.elts else Kind.NOT_TENSOR
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
             return self.kind(node.elt)
-        if isinstance(node, cst.Await):
-            return self.kind(node.expression)
-        if isinstance(node, cst.NamedExpr):
+        if isinstance(node, (ast.Await, ast.NamedExpr, ast.Starred)):
             return self.kind(node.value)
         return Kind.UNKNOWN
 
-    def _truth(self, node: cst.BaseExpression) -> Kind:
+    def _truth(self, node: ast.expr) -> Kind:
         kind = self.kind(node)
         return kind if kind.on_device or kind == Kind.CPU else Kind.NOT_TENSOR
 
-    def _name(self, node: cst.Name) -> Kind:
-        name = node.value
-        if name in ("True", "False", "None"):
-            return Kind.NOT_TENSOR
+    def _name(self, node: ast.Name) -> Kind:
+        name = node.id
         values = self.ctx.reaching_values(node)
         if values:
             return combine(*(self.kind(v) for v in values))
@@ -191,31 +202,34 @@ class TensorInference:
             return Kind.TENSOR
         return Kind.UNKNOWN
 
-    def _parameter(self, param: cst.Param) -> Kind:
-        name = param.name.value
+    def _parameter(self, param: ast.arg) -> Kind:
+        name = param.arg
         if NON_TENSOR_PARAMS.match(name):
             return Kind.NOT_TENSOR
         if param.annotation is not None:
-            annotation = cst.Module([]).code_for_node(param.annotation.annotation)
+            annotation = ast.unparse(param.annotation)
             if "Tensor" in annotation:
                 return Kind.TENSOR
             if annotation in NON_TENSOR_ANNOTATIONS:
                 return Kind.NOT_TENSOR
-        if param.default is not None and not (isinstance(param.default, cst.Name) and param.default.value == "None"):
+        func = self.ctx.index.parent(self.ctx.index.parent(param))
+        default = param_default(func, param) if func is not None else None
+        if default is not None and not is_constant(default, None):
             return Kind.NOT_TENSOR  # a literal/config default: a hyper-parameter, not data
-        func = self.ctx.index.scope_of(param)
-        if isinstance(func, cst.FunctionDef) and is_named_step(self.ctx, func) and self.ctx.is_step_function(func):
+        if isinstance(func, FUNCTIONS) and is_named_step(self.ctx, func) and self.ctx.is_step_function(func):
             return Kind.TENSOR  # forward(self, x), training_step(self, batch, ...): data
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
 
-    def _element_kind(self, iterable: cst.BaseExpression) -> Kind:
+    def _element_kind(self, iterable: ast.expr) -> Kind:
         """Kind of the loop variable of `for x in iterable`."""
-        while isinstance(iterable, cst.Call) and last_part(dotted_name(iterable.func)) in ("enumerate", "tqdm", "zip",
+        while isinstance(iterable, ast.Call) and last_part(dotted_name(iterable.func)) in ("enumerate", "tqdm", "zip",
                                                                                             "iter", "reversed"):
             if not iterable.args:
                 return Kind.UNKNOWN
-            iterable = iterable.args[-1 if last_part(dotted_name(iterable.func)) == "zip" else 0].value
-        if isinstance(iterable, cst.Call):
+            iterable = iterable.args[-1 if last_part(dotted_name(iterable.func)) == "zip" else 0]
+        if isinstance(iterable, ast.Starred):
+            return Kind.UNKNOWN
+        if isinstance(iterable, ast.Call):
             name = last_part(dotted_name(iterable.func))
             if name in ("MpDeviceLoader", "per_device_loader"):
                 return Kind.DEVICE
@@ -226,7 +240,7 @@ class TensorInference:
         name = dotted_name(iterable)
         if name:
             for value in self.ctx.assigned_values(iterable):
-                if isinstance(value, cst.Call):
+                if isinstance(value, ast.Call):
                     callee = last_part(dotted_name(value.func))
                     if callee == "DataLoader":
                         return Kind.CPU  # a plain DataLoader yields host tensors
@@ -235,8 +249,8 @@ class TensorInference:
         kind = self.kind(iterable)
         return kind if kind != Kind.NOT_TENSOR else Kind.UNKNOWN
 
-    def _attribute(self, node: cst.Attribute) -> Kind:
-        attr = node.attr.value
+    def _attribute(self, node: ast.Attribute) -> Kind:
+        attr = node.attr
         if attr in SHAPE_ATTRIBUTES:
             return Kind.NOT_TENSOR
         if attr == "grad":
@@ -258,11 +272,11 @@ class TensorInference:
             return Kind.TENSOR if base != Kind.NOT_TENSOR else Kind.UNKNOWN
         return Kind.UNKNOWN
 
-    def _subscript(self, node: cst.Subscript) -> Kind:
+    def _subscript(self, node: ast.Subscript) -> Kind:
         base = self.kind(node.value)
         return base if base != Kind.NOT_TENSOR else Kind.NOT_TENSOR
 
-    def _call(self, node: cst.Call) -> Kind:
+    def _call(self, node: ast.Call) -> Kind:
         qualified = self.ctx.qualified_name(node.func)
         method = method_name(node)
         if qualified:
@@ -273,7 +287,7 @@ class TensorInference:
             if qualified in PY_BUILTINS_NOT_TENSOR:
                 return Kind.NOT_TENSOR
             if qualified in ("sum", "max", "min", "abs"):
-                return combine(*(self.kind(a.value) for a in node.args))
+                return combine(*(self.kind(a) for a in node.args))
             if root == "torch" and not qualified.startswith("torch.Tensor"):
                 return self._torch_call(node, qualified, head, tail)
         name = dotted_name(node.func)
@@ -286,11 +300,11 @@ class TensorInference:
             if result != Kind.NOT_TENSOR or dotted_name(receiver(node)) not in ("self", "cls"):
                 return result
         # `self.residual(x)`, `project(h)`: a function of device tensors most likely returns one
-        if any(self.kind(a.value).on_device for a in positional(node)):
+        if any(self.kind(a).on_device for a in positional(node)):
             return Kind.TENSOR
         return Kind.UNKNOWN
 
-    def _torch_call(self, node: cst.Call, qualified: str, head: str, tail: str) -> Kind:
+    def _torch_call(self, node: ast.Call, qualified: str, head: str, tail: str) -> Kind:
         if tail in TORCH_NOT_TENSOR or qualified.startswith(TORCH_NOT_TENSOR_PREFIXES) and \
                 not qualified.startswith("torch.nn.utils.clip_grad"):
             return Kind.NOT_TENSOR
@@ -300,21 +314,22 @@ class TensorInference:
             return Kind.NOT_TENSOR  # torch.Size, torch.Generator, dtype classes...
         if head.startswith("torch.nn") and head != "torch.nn.functional":
             return Kind.UNKNOWN  # nn.Linear(...) builds a module
-        device = keyword(node, "device")
+        device = keyword_value(node, "device")
         if tail in FACTORIES:
             if device is not None:
-                return Kind.CPU if _names_cpu(device.value) else Kind.DEVICE
+                return Kind.CPU if _names_cpu(device) else Kind.DEVICE
             return Kind.CPU
         if tail in LIKE_FACTORIES:
             if device is not None:
-                return Kind.CPU if _names_cpu(device.value) else Kind.DEVICE
+                return Kind.CPU if _names_cpu(device) else Kind.DEVICE
             args = positional(node)
-            return self.kind(args[0].value) if args else Kind.TENSOR
-        kinds = [self.kind(a.value) for a in node.args if a.keyword is None or a.keyword.value not in ("dim", "dtype")]
+            return self.kind(args[0]) if args else Kind.TENSOR
+        kinds = [self.kind(a) for a in node.args]
+        kinds += [self.kind(k.value) for k in node.keywords if k.arg not in ("dim", "dtype")]
         result = combine(*kinds) if kinds else Kind.TENSOR
         return result if result >= Kind.CPU else Kind.TENSOR
 
-    def _method_call(self, node: cst.Call, method: str) -> Kind:
+    def _method_call(self, node: ast.Call, method: str) -> Kind:
         recv = receiver(node)
         if method in HOST_METHODS:
             return Kind.NOT_TENSOR
@@ -326,8 +341,8 @@ class TensorInference:
         if base == Kind.NOT_TENSOR:
             return Kind.NOT_TENSOR
         if method == "to":
-            device = keyword(node, "device")
-            targets = [device.value] if device is not None else [a.value for a in positional(node)]
+            device = keyword_value(node, "device")
+            targets = [device] if device is not None else positional(node)
             if any(_names_cpu(t) for t in targets):
                 return Kind.CPU
             if any(_names_device(t) for t in targets):
@@ -338,16 +353,20 @@ class TensorInference:
         return base
 
 
-def _names_cpu(node: cst.BaseExpression) -> bool:
+def names_cpu(node: ast.expr) -> bool:
+    """`"cpu"`, `torch.device("cpu")`, `cpu_device`: the host."""
     if string_value(node) == "cpu":
         return True
-    if isinstance(node, cst.Call) and last_part(dotted_name(node.func)) == "device" and node.args:
-        return string_value(node.args[0].value) == "cpu"
+    if isinstance(node, ast.Call) and last_part(dotted_name(node.func)) == "device" and node.args:
+        return string_value(node.args[0]) == "cpu"
     return dotted_name(node) in ("cpu", "cpu_device", "torch.device.cpu")
 
 
-def _names_device(node: cst.BaseExpression) -> bool:
-    if isinstance(node, cst.SimpleString):
-        return string_value(node) not in ("cpu", None)
-    name = dotted_name(node) or (dotted_name(node.func) if isinstance(node, cst.Call) else None) or ""
+_names_cpu = names_cpu
+
+
+def _names_device(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value != "cpu"
+    name = dotted_name(node) or (dotted_name(node.func) if isinstance(node, ast.Call) else None) or ""
     return bool(re.search(r"device|dev$|cuda|xla|tpu|gpu|accelerator|rank", name, re.I))

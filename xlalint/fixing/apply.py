@@ -6,12 +6,10 @@ import difflib
 import re
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
-from .analysis.context import FileContext
-from .analysis.names import dotted_name
-from .diagnostics import Edit, Fix, ImportRequest, Location
+from ..diagnostics import Edit, Fix, ImportRequest, Location
+from .context import CstContext
+from .cst_names import dotted_name
 
 
 class _ReplaceNodes(cst.CSTTransformer):
@@ -42,7 +40,7 @@ def _import_line(request: ImportRequest, module: cst.Module) -> cst.SimpleStatem
     return cst.parse_statement(code, config=module.config_for_parsing)
 
 
-def _already_bound(ctx: FileContext, request: ImportRequest) -> bool:
+def _already_bound(ctx: CstContext, request: ImportRequest) -> bool:
     binding = ctx.index.imports.get(import_binding_name(request))
     if binding is None:
         return False
@@ -52,7 +50,7 @@ def _already_bound(ctx: FileContext, request: ImportRequest) -> bool:
                                             binding.qualified.split(".")[0] == wanted)
 
 
-def apply_fixes(ctx: FileContext, fixes: list[Fix]) -> cst.Module:
+def apply_fixes(ctx: CstContext, fixes: list[Fix]) -> cst.Module:
     """Apply `fixes` (already free of overlaps) to the file's module and return the new module."""
     replacements: dict[int, object] = {}
     for fix in fixes:
@@ -79,6 +77,9 @@ def apply_fixes(ctx: FileContext, fixes: list[Fix]) -> cst.Module:
         _remove_if_unused(ctx, request, replacements)
     module = ctx.module.visit(_ReplaceNodes(replacements))
     if top_level:
+        from libcst.codemod import CodemodContext  # libcst's codemods cost 0.4 s to import: only here
+        from libcst.codemod.visitors import AddImportsVisitor
+
         # AddImportsVisitor needs no metadata: visit it directly (a Codemod would deep-copy the tree)
         context = CodemodContext()
         for request in top_level:
@@ -87,7 +88,7 @@ def apply_fixes(ctx: FileContext, fixes: list[Fix]) -> cst.Module:
     return module
 
 
-def _remove_if_unused(ctx: FileContext, request: ImportRequest, replacements: dict[int, object]) -> None:
+def _remove_if_unused(ctx: CstContext, request: ImportRequest, replacements: dict[int, object]) -> None:
     """Drop the import `request` names when every use of its binding is being replaced.
 
     Counted on the file's index rather than with libcst's RemoveImportsVisitor, whose scope
@@ -115,7 +116,7 @@ def _remove_if_unused(ctx: FileContext, request: ImportRequest, replacements: di
             _drop_binding(ctx, binding, local, replacements)
 
 
-def _drop_binding(ctx: FileContext, binding, local: str, replacements: dict[int, object]) -> None:
+def _drop_binding(ctx: CstContext, binding, local: str, replacements: dict[int, object]) -> None:
     statement = binding.statement
     line = ctx.parent(statement)
     if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
@@ -145,7 +146,7 @@ def import_alias_name(alias: cst.ImportAlias) -> str:
     return (dotted_name(alias.name) or "").split(".")[0]
 
 
-def _has_own_comments(ctx: FileContext, request: ImportRequest) -> bool:
+def _has_own_comments(ctx: CstContext, request: ImportRequest) -> bool:
     """The import to drop carries comments (above it or after it): removing the statement would
     lose them, so an unused import stays instead."""
     local = import_binding_name(request) if request.asname or request.obj else request.module.split(".")[0]
@@ -207,7 +208,7 @@ def unified_diff(path: str, before: str, after: str) -> str:
     )
 
 
-def importable(ctx: FileContext, module: str, obj: str) -> tuple[str, ImportRequest]:
+def importable(ctx: CstContext, module: str, obj: str) -> tuple[str, ImportRequest]:
     """How fixed code should spell `module.obj`, and the import that makes it valid.
 
     `from module import obj` when `obj` is free in the file (or already that import), else

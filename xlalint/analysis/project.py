@@ -1,0 +1,330 @@
+"""The project-wide index: which functions run every step, across the modules of a project.
+
+A file's own analysis sees the step loops and step functions it defines. A helper, a metric's
+`update`, a loss or a hook called every step from *another module* looks like setup code there.
+So every Python file of the project is summarised (`ModuleSummary`: imports, classes, functions,
+call sites with what they call and whether they run every time their caller runs), the calls are
+resolved through imports, `self`, base classes and evident receiver classes, and per-step
+reachability is propagated over the resulting call graph. Summaries are plain data, computed
+from the same `ast` analysis as the rules and cached by content hash.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .index import FUNCTIONS
+from .names import dotted_name, last_part
+from .steps import _gated, in_raise
+
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+# Calls that register a callback the framework runs on every forward/backward/iteration.
+HOOK_REGISTRATION = {"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+                     "register_backward_hook", "register_full_backward_pre_hook", "register_hook"}
+PER_ITERATION_EVENT = ("ITERATION_COMPLETED", "ITERATION_STARTED", "GET_BATCH_COMPLETED")
+MAX_HIERARCHY = 6
+
+
+@dataclass(frozen=True)
+class CallSite:
+    caller: str  # qualified name of the enclosing function in its module ("" at module level)
+    callee: str  # as written: "f", "self.m", "mod.f", "self.attr.m", "super().m"
+    receiver_class: str | None  # the class of `x` in `x.m()` where it is evident, as written
+    hot: bool  # runs every time its caller runs (not every N steps, not off XLA, not in a raise)
+    per_step: bool  # runs every step by its own module's analysis
+    line: int
+    column: int  # 0-based, in characters
+
+
+@dataclass
+class ModuleSummary:
+    path: str
+    name: str  # dotted module name from its source root
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
+    classes: dict[str, list[str]] = field(default_factory=dict)  # class qualname -> bases as written
+    functions: dict[str, int] = field(default_factory=dict)  # qualname -> line
+    step_functions: set[str] = field(default_factory=set)  # per step by the module's own analysis
+    calls: list[CallSite] = field(default_factory=list)
+
+
+# -- where a file belongs ----------------------------------------------------------------------------
+
+def source_root(path: Path) -> Path:
+    """The folder above the top of the `__init__.py` chain (the file's own folder for a script)."""
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_root(path: Path) -> Path:
+    """The nearest folder above `path` with a pyproject.toml, setup.py, setup.cfg or .git; else the
+    file's source root."""
+    start = path.resolve()
+    for folder in start.parents:
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return source_root(start)
+
+
+# -- summarising one module --------------------------------------------------------------------------
+
+def qualname(index, node: ast.AST) -> str:
+    """`Trainer.step`, `train`, `outer.inner` for a function (or class) node; "" for the module."""
+    parts = [node.name] if isinstance(node, (*FUNCTIONS, ast.ClassDef)) else []
+    for anc in index.ancestors(node):
+        if isinstance(anc, (*FUNCTIONS, ast.ClassDef)):
+            parts.append(anc.name)
+    return ".".join(reversed(parts))
+
+
+def summarize(ctx, name: str) -> ModuleSummary:
+    """The summary of one analysed file (`ctx` is its `FileContext`)."""
+    index = ctx.index
+    package = name if Path(str(ctx.path)).name == "__init__.py" else name.rpartition(".")[0]
+    summary = ModuleSummary(str(ctx.path), name)
+    for binding in index.import_bindings:
+        summary.imports.setdefault(binding.name, binding.qualified)
+    for node in index.by_type.get(ast.ImportFrom, ()):
+        if node.level:  # relative imports, resolved against this module's package
+            base = package.split(".") if package else []
+            base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            for alias in node.names:
+                if alias.name != "*":
+                    summary.imports.setdefault(alias.asname or alias.name, f"{module}.{alias.name}".lstrip("."))
+    for cls in index.by_type.get(ast.ClassDef, ()):
+        summary.classes[qualname(index, cls)] = [b for b in map(dotted_name, cls.bases) if b]
+    for defs in index.functions.values():
+        for func in defs:
+            qualified = qualname(index, func)
+            summary.functions[qualified] = func.lineno
+            if ctx.is_step_function(func):
+                summary.step_functions.add(qualified)
+    for call in index.calls:
+        _summarize_call(ctx, summary, call)
+    return summary
+
+
+def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
+    index = ctx.index
+    func = index.enclosing_function(call)
+    caller = qualname(index, func) if func is not None else ""
+    in_lambda = any(isinstance(a, ast.Lambda) for a in _until(index, call, func))
+    excluded = in_lambda or ctx.in_non_xla_code(call) or in_raise(ctx, call) or \
+        (func is not None and ctx.is_step_closure(func))
+    hot = not excluded and not (func is not None and _gated(ctx, call, func))
+    per_step = not excluded and ctx.is_per_step(call)
+    column = ctx.text.column(call.lineno, call.col_offset)
+    callee, receiver_class = _callee(ctx, call)
+    if callee:
+        summary.calls.append(CallSite(caller, callee, receiver_class, hot, per_step, call.lineno, column))
+    # callbacks: hooks run on every forward, per-iteration events every step
+    method = last_part(dotted_name(call.func))
+    registers = method in HOOK_REGISTRATION or (
+        method == "add_event_handler" and any(e in (dotted_name(a) or "") for a in call.args[:1] for e in PER_ITERATION_EVENT))
+    for arg in call.args:
+        target = dotted_name(arg)
+        if target and (registers or (hot and _names_function(ctx, target))):
+            summary.calls.append(CallSite(caller, target, None, hot or registers, per_step or registers,
+                                          call.lineno, column))
+
+
+def _until(index, node: ast.AST, stop: ast.AST | None):
+    for anc in index.ancestors(node):
+        if anc is stop:
+            return
+        yield anc
+
+
+def _names_function(ctx, target: str) -> bool:
+    """`target` (passed as an argument) names a function of this module: `self.m` or a def."""
+    parts = target.split(".")
+    if len(parts) == 2 and parts[0] in ("self", "cls") or len(parts) == 1:
+        return parts[-1] in ctx.index.functions
+    return False
+
+
+def _callee(ctx, call: ast.Call) -> tuple[str | None, str | None]:
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and \
+            dotted_name(func.value.func) == "super":
+        return f"super().{func.attr}", None
+    name = dotted_name(func)
+    if not name or not isinstance(func, ast.Attribute):
+        return name, None
+    receiver = func.value
+    if dotted_name(receiver) in ("self", "cls") or (isinstance(receiver, ast.Name) and receiver.id in ctx.index.imports):
+        return name, None
+    for value in ctx.assigned_values(receiver):
+        if isinstance(value, ast.Call):
+            cls = dotted_name(value.func)
+            if cls and last_part(cls)[:1].isupper():
+                return name, cls
+    return name, None
+
+
+# -- the project -------------------------------------------------------------------------------------
+
+FunctionRef = tuple[str, str]  # (module path, function qualname)
+
+
+class ProjectIndex:
+    def __init__(self, summaries: list[ModuleSummary]) -> None:
+        self.summaries = {s.path: s for s in summaries}
+        self.by_name: dict[str, list[ModuleSummary]] = defaultdict(list)
+        for s in summaries:
+            self.by_name[s.name].append(s)
+
+    # -- resolution -------------------------------------------------------------------------------
+    def module(self, qualified: str, near: ModuleSummary) -> ModuleSummary | None:
+        candidates = self.by_name.get(qualified)
+        if not candidates:
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        here = Path(near.path).parent  # same name in two source roots: the importer's neighbour
+        return min(candidates, key=lambda s: (Path(s.path).parent != here, s.path))
+
+    def symbol(self, qualified: str, near: ModuleSummary) -> tuple[ModuleSummary, str] | None:
+        """`pkg.mod.f` -> (the summary of pkg.mod, "f"); also `pkg.mod.Cls.m`."""
+        parts = qualified.split(".")
+        for split in range(len(parts) - 1, 0, -1):
+            module = self.module(".".join(parts[:split]), near)
+            if module is not None:
+                return module, ".".join(parts[split:])
+        return None
+
+    def resolve_name(self, summary: ModuleSummary, dotted: str, depth: int = 0) -> tuple[ModuleSummary, str] | None:
+        """What `dotted`, written in `summary`'s module, names: a (module, qualname) of a function
+        or class defined in the project."""
+        if depth > MAX_HIERARCHY:
+            return None
+        head, _, rest = dotted.partition(".")
+        if head in summary.functions or head in summary.classes:
+            return summary, dotted
+        qualified = summary.imports.get(head)
+        if qualified is None:
+            return None
+        found = self.symbol(f"{qualified}.{rest}" if rest else qualified, summary)
+        if found is None:
+            return None
+        module, name = found
+        if module is summary and name == dotted:
+            return found
+        # a re-export (`from .trainer import Trainer` in a package's __init__): follow it
+        if name not in module.functions and name not in module.classes and name.partition(".")[0] in module.imports:
+            return self.resolve_name(module, name, depth + 1)
+        return found
+
+    def method(self, summary: ModuleSummary, cls: str, name: str, depth: int = 0) -> FunctionRef | None:
+        """`cls.name` in `summary`'s module, or inherited from a base class in the project."""
+        if depth > MAX_HIERARCHY:
+            return None
+        if f"{cls}.{name}" in summary.functions:
+            return summary.path, f"{cls}.{name}"
+        for base in summary.classes.get(cls, ()):
+            found = self.resolve_name(summary, base)
+            if found is not None and found[1] in found[0].classes:
+                result = self.method(found[0], found[1], name, depth + 1)
+                if result is not None:
+                    return result
+        return None
+
+    def resolve_call(self, summary: ModuleSummary, call: CallSite) -> FunctionRef | None:
+        callee = call.callee
+        caller_class = _class_of(summary, call.caller)
+        if callee.startswith("super()."):
+            if caller_class is None:
+                return None
+            for base in summary.classes.get(caller_class, ()):
+                found = self.resolve_name(summary, base)
+                if found is not None and found[1] in found[0].classes:
+                    result = self.method(found[0], found[1], callee[len("super()."):])
+                    if result is not None:
+                        return result
+            return None
+        parts = callee.split(".")
+        if parts[0] in ("self", "cls") and len(parts) == 2:
+            return self.method(summary, caller_class, parts[1]) if caller_class else None
+        if call.receiver_class is not None:
+            found = self.resolve_name(summary, call.receiver_class)
+            if found is not None and found[1] in found[0].classes:
+                return self.method(found[0], found[1], parts[-1])
+            return None
+        if parts[0] in ("self", "cls"):
+            return None
+        found = self.resolve_name(summary, callee)
+        if found is None:
+            return None
+        module, name = found
+        if name in module.functions:
+            return module.path, name
+        if name in module.classes:  # calling a class runs its __init__; an instance's call, forward
+            return self.method(module, name, "__init__")
+        owner, _, method = name.rpartition(".")
+        if owner in module.classes:  # `Cls.static_method(...)`
+            return self.method(module, owner, method)
+        return None
+
+    # -- per-step reachability ----------------------------------------------------------------------
+    def per_step_functions(self) -> dict[str, set[str]]:
+        """Module path -> qualnames of its functions that run every step, seen project-wide."""
+        edges: dict[FunctionRef, list[FunctionRef]] = defaultdict(list)
+        hot: set[FunctionRef] = set()
+        for summary in self.summaries.values():
+            for name in summary.step_functions:
+                hot.add((summary.path, name))
+            for call in summary.calls:
+                target = self.resolve_call(summary, call)
+                if target is None:
+                    continue
+                if call.per_step:
+                    hot.add(target)
+                elif call.hot and call.caller:
+                    edges[(summary.path, call.caller)].append(target)
+        work = list(hot)
+        while work:
+            current = work.pop()
+            for target in edges.get(current, ()):
+                if target not in hot:
+                    hot.add(target)
+                    work.append(target)
+        result: dict[str, set[str]] = defaultdict(set)
+        for path, name in hot:
+            result[path].add(name)
+        return result
+
+
+def _class_of(summary: ModuleSummary, caller: str) -> str | None:
+    """The class a method belongs to: `Trainer` for `Trainer.step` (nested classes included)."""
+    owner = caller.rpartition(".")[0]
+    while owner:
+        if owner in summary.classes:
+            return owner
+        owner = owner.rpartition(".")[0]
+    return None
+
+
+# -- cache form (plain JSON) -------------------------------------------------------------------------
+
+def summary_to_json(s: ModuleSummary) -> dict:
+    return {"path": s.path, "name": s.name, "imports": s.imports, "classes": s.classes, "functions": s.functions,
+            "step_functions": sorted(s.step_functions),
+            "calls": [[c.caller, c.callee, c.receiver_class, c.hot, c.per_step, c.line, c.column] for c in s.calls]}
+
+
+def summary_from_json(data: dict) -> ModuleSummary:
+    return ModuleSummary(data["path"], data["name"], dict(data["imports"]), {k: list(v) for k, v in data["classes"].items()},
+                         dict(data["functions"]), set(data["step_functions"]),
+                         [CallSite(*c) for c in data["calls"]])

@@ -1,0 +1,97 @@
+"""The cache (Ruff's model): per project, module summaries and check results keyed by content hash.
+
+One JSON file per project root under the cache folder (default `.xlalint_cache/` in the project
+root), holding only entries for files that still exist, so it stays the size of the project. JSON,
+never pickle: a cache folder can arrive with a cloned repository, and loading it must not run
+code. Writes go to a temporary file renamed over the old one, so concurrent runs never see a torn
+file (the last writer wins; a lost entry is only recomputed). Any unreadable cache is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from . import __version__
+
+CACHE_DIR_NAME = ".xlalint_cache"
+FORMAT = 1
+
+
+def digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class ProjectCache:
+    """Entries of one project: `summaries[relpath] = [content digest, summary]`,
+    `results[relpath] = [result key, payload]`."""
+
+    def __init__(self, folder: Path | None, root: Path) -> None:
+        self.file = folder / f"{digest(str(root).encode())}.json" if folder is not None else None
+        self.folder = folder
+        self.summaries: dict[str, list] = {}
+        self.results: dict[str, list] = {}
+        self.dirty = False
+        if self.file is not None:
+            self._load()
+
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != __version__:
+            return
+        summaries, results = data.get("summaries"), data.get("results")
+        if isinstance(summaries, dict) and isinstance(results, dict):
+            self.summaries, self.results = summaries, results
+
+    def summary(self, relpath: str, content: str):
+        entry = self.summaries.get(relpath)
+        return entry[1] if isinstance(entry, list) and len(entry) == 2 and entry[0] == content else None
+
+    def put_summary(self, relpath: str, content: str, summary) -> None:
+        self.summaries[relpath] = [content, summary]
+        self.dirty = True
+
+    def result(self, relpath: str, key: str):
+        entry = self.results.get(relpath)
+        return entry[1] if isinstance(entry, list) and len(entry) == 2 and entry[0] == key else None
+
+    def put_result(self, relpath: str, key: str, payload) -> None:
+        self.results[relpath] = [key, payload]
+        self.dirty = True
+
+    def keep_only(self, present: set[str]) -> None:
+        """Forget files that no longer exist (bounds the cache by the project's size)."""
+        for table in (self.summaries, self.results):
+            for stale in [k for k in table if k not in present]:
+                del table[stale]
+                self.dirty = True
+
+    def save(self) -> None:
+        if self.file is None or not self.dirty:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            ignore = self.folder / ".gitignore"
+            if not ignore.exists():
+                ignore.write_text("# Automatically created by xlalint.\n*\n", encoding="utf-8")
+            payload = json.dumps({"format": FORMAT, "version": __version__, "summaries": self.summaries,
+                                  "results": self.results}, separators=(",", ":"))
+            fd, tmp = tempfile.mkstemp(prefix=".cache-", suffix=".tmp", dir=self.folder)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(payload)
+                os.replace(tmp, self.file)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+        except OSError:
+            pass  # a read-only tree: run without a cache

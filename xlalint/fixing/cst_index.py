@@ -1,0 +1,241 @@
+"""One pre-pass over a libcst module for fix builders: parents, imports and their bindings, name uses."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from .cst_names import dotted_name
+
+Scope = cst.Module | cst.FunctionDef | cst.Lambda
+
+
+@dataclass(frozen=True)
+class ImportBinding:
+    name: str  # the local name bound
+    qualified: str  # what it refers to, e.g. "torch_xla.core.xla_model"
+    statement: cst.CSTNode  # the Import / ImportFrom node
+    guarded: bool  # inside try/if/function rather than at module top level
+    scope: cst.CSTNode | None = None  # the Module / FunctionDef / Lambda it binds in
+
+
+@dataclass
+class ModuleIndex:
+    parents: dict[int, cst.CSTNode] = field(default_factory=dict)
+    imports: dict[str, ImportBinding] = field(default_factory=dict)  # the last binding of each name
+    import_bindings: list[ImportBinding] = field(default_factory=list)  # all of them, in source order
+    functions: dict[str, list[cst.FunctionDef]] = field(default_factory=lambda: defaultdict(list))
+    # scope node id -> local name -> expressions assigned to it (flow-insensitive)
+    assignments: dict[int, dict[str, list[cst.BaseExpression]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
+    # scope node id -> names bound by `for NAME in ITER` -> ITER
+    loop_targets: dict[int, dict[str, list[cst.BaseExpression]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
+    loops: list[cst.For | cst.While] = field(default_factory=list)
+    calls: list[cst.Call] = field(default_factory=list)
+    module_names: set[str] = field(default_factory=set)  # names bound at module level (any block)
+    order: dict[int, int] = field(default_factory=dict)  # id(node) -> pre-order position (source order)
+    # id(assigned expression) -> the assignment is an augmented one (`x += v`)
+    augmented: set[int] = field(default_factory=set)
+    all_names: set[str] = field(default_factory=set)  # every identifier, attribute names included
+    # identifiers used or bound as names (not `.attr`, not the dotted path of an import), to pick
+    # names a fix may bind without a clash
+    bare_names: set[str] = field(default_factory=set)
+    name_uses: dict[str, list[cst.Name]] = field(default_factory=lambda: defaultdict(list))  # outside imports
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(id(node))
+
+    def ancestors(self, node: cst.CSTNode):
+        node = self.parent(node)
+        while node is not None:
+            yield node
+            node = self.parent(node)
+
+    def scope_of(self, node: cst.CSTNode) -> Scope:
+        for anc in self.ancestors(node):
+            if isinstance(anc, (cst.FunctionDef, cst.Lambda, cst.Module)):
+                return anc
+        raise AssertionError("node outside the module")
+
+    def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.ClassDef):
+                return anc
+        return None
+
+
+class _Indexer(cst.CSTVisitor):
+    def __init__(self, index: ModuleIndex) -> None:
+        self.index = index
+        self.stack: list[cst.CSTNode] = []
+        self.scopes: list[Scope] = []
+        self.guard_depth = 0  # try/if/with blocks at module level
+        self.in_import = 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            self.index.parents[id(node)] = self.stack[-1]
+        self.index.order[id(node)] = len(self.index.order)
+        self.stack.append(node)
+        if isinstance(node, (cst.Module, cst.FunctionDef, cst.Lambda)):
+            self.scopes.append(node)
+        elif isinstance(node, (cst.Try, cst.If, cst.With)):
+            self.guard_depth += 1
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.stack.pop()
+        if isinstance(original_node, (cst.Module, cst.FunctionDef, cst.Lambda)):
+            self.scopes.pop()
+        elif isinstance(original_node, (cst.Try, cst.If, cst.With)):
+            self.guard_depth -= 1
+
+    @property
+    def _at_module(self) -> bool:
+        return isinstance(self.scopes[-1], cst.Module)
+
+    def _bind(self, name: str, value: cst.BaseExpression | None) -> None:
+        if self._at_module:
+            self.index.module_names.add(name)
+        if value is not None:
+            self.index.assignments[id(self.scopes[-1])][name].append(value)
+
+    def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        if isinstance(target, cst.Name):
+            self._bind(target.value, value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            # `a, b = f()`: each name gets the whole value; tensor-ness of tuples is shared.
+            for element in target.elements:
+                inner = element.value
+                self._bind_target(inner.value if isinstance(inner, cst.StarredElement) else inner, value)
+        elif isinstance(target, (cst.Attribute, cst.Subscript)):
+            name = dotted_name(target) if isinstance(target, cst.Attribute) else None
+            if name and value is not None:  # self.x = ... is looked up as "self.x"
+                self.index.assignments[id(self.scopes[-1])][name].append(value)
+
+    def _import(self, local: str, qualified: str, node: cst.CSTNode) -> None:
+        guarded = not self._at_module or self.guard_depth > 0
+        binding = ImportBinding(local, qualified, node, guarded, self.scopes[-1])
+        self.index.imports[local] = binding
+        self.index.import_bindings.append(binding)
+        self.index.bare_names.add(local)
+        self._bind(local, None)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.in_import += 1
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if not full:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self._import(alias.asname.name.value, full, node)
+            else:
+                self._import(full.split(".")[0], full.split(".")[0], node)
+
+    def leave_Import(self, original_node: cst.Import) -> None:
+        self.in_import -= 1
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.in_import += 1
+        if isinstance(node.names, cst.ImportStar) or node.relative:
+            return
+        module = dotted_name(node.module) if node.module else None
+        if not module:
+            return
+        for alias in node.names:
+            obj = dotted_name(alias.name)
+            local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else obj
+            self._import(local, f"{module}.{obj}", node)
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom) -> None:
+        self.in_import -= 1
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.index.functions[node.name.value].append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        if self._at_module:
+            self.index.module_names.add(original_node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._bind(node.name.value, None)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind_target(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind_target(node.target, node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        # `x += t` makes x at least as tensor-like as t.
+        self.index.augmented.add(id(node.value))
+        self._bind_target(node.target, node.value)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._bind_target(node.target, node.value)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.index.loops.append(node)
+        for name, iterable in loop_bindings(node.target, node.iter):
+            self.index.loop_targets[id(self.scopes[-1])][name].append(iterable)
+            if self._at_module:
+                self.index.module_names.add(name)
+
+    def visit_While(self, node: cst.While) -> None:
+        self.index.loops.append(node)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._bind_target(node.asname.name, node.item)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.index.calls.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.index.all_names.add(node.value)
+        parent = self.stack[-2] if len(self.stack) > 1 else None
+        if not self.in_import and not (isinstance(parent, cst.Attribute) and parent.attr is node):
+            self.index.bare_names.add(node.value)
+            self.index.name_uses[node.value].append(node)
+
+
+COUNTER = cst.Call(func=cst.Name("range"))  # what `i` iterates in `for i, x in enumerate(xs)`
+
+
+def loop_bindings(target: cst.BaseExpression, iterable: cst.BaseExpression):
+    """(name, iterable whose elements it takes) for a loop target; `enumerate`'s index is an int."""
+    if (
+        isinstance(target, (cst.Tuple, cst.List))
+        and len(target.elements) == 2
+        and isinstance(iterable, cst.Call)
+        and dotted_name(iterable.func) == "enumerate"
+    ):
+        first, second = (e.value for e in target.elements)
+        for name in _target_names(first):
+            yield name, COUNTER
+        for name in _target_names(second):
+            yield name, iterable
+        return
+    for name in _target_names(target):
+        yield name, iterable
+
+
+def _target_names(target: cst.BaseExpression):
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _target_names(element.value)
+
+
+def build_index(module: cst.Module) -> ModuleIndex:
+    index = ModuleIndex()
+    module.visit(_Indexer(index))
+    return index

@@ -1,0 +1,238 @@
+"""A run over many files: the projects they belong to, the project-wide index, the cache, the jobs.
+
+For each project (see `analysis.project.project_root`), every Python file that could matter is
+summarised (cached by content hash), per-step reachability is propagated across modules, and each
+file asked for is linted knowing which of its functions other modules call every step. Results
+are cached by content, settings, rules, version and those cross-module facts, so an unchanged
+project costs a hash of each file. Files are processed in parallel across `jobs` processes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from .analysis.project import (ProjectIndex, module_name, project_root, source_root, summarize, summary_from_json,
+                               summary_to_json)
+from .cache import CACHE_DIR_NAME, ProjectCache, digest
+from .config import Settings
+from .diagnostics import Diagnostic
+from .discovery import discover
+from .engine import MARKERS, FileResult, analyse, fix_source, lint_source
+from .rules import RULES_BY_CODE
+from .source import SourceError, decode_source
+
+MAX_PROJECT_FILES = 20_000
+PARALLEL_MIN = 8  # fewer tasks than this run in-process: starting workers would cost more
+
+
+@dataclass
+class FileOutcome:
+    path: Path
+    diagnostics: list[Diagnostic]
+    error: str | None = None  # one line: why the file could not be checked
+    result: FileResult | None = None  # `fix`: the new bytes
+
+
+def internal_error(path: Path, exc: BaseException) -> str:
+    """A bug in xlalint on one file: one line, the other files still checked (XLALINT_DEBUG=1 raises)."""
+    if os.environ.get("XLALINT_DEBUG"):
+        raise exc
+    if isinstance(exc, RecursionError):
+        return f"{path}: error: cannot analyse: nesting too deep"
+    return f"{path}: error: internal error in xlalint ({type(exc).__name__}: {exc}); please report it"
+
+
+# -- work done in worker processes (module-level functions: they are pickled by reference) ------------
+
+def _summarize_task(task: tuple[str, str, str]) -> dict | None:
+    path, name, _ = task
+    try:
+        source = decode_source(Path(path), Path(path).read_bytes())
+        return summary_to_json(summarize(analyse(source), name))
+    except (SourceError, OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None  # the file is reported when it is linted; the index just lacks it
+
+
+def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, frozenset[str]]) -> tuple[list[dict], str | None]:
+    path, raw, codes, assume_xla, external = task
+    try:
+        source = decode_source(Path(path), raw)
+        found = lint_source(source, [RULES_BY_CODE[c] for c in codes], with_edits=True, assume_xla=assume_xla,
+                            external_steps=external)
+        return [d.to_json() for d in found], None
+    except SourceError as exc:
+        return [], str(exc)
+    except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
+        return [], internal_error(Path(path), exc)
+
+
+def _fix_task(task: tuple[str, bytes, tuple[str, ...], bool, frozenset[str], bool]):
+    path, raw, codes, assume_xla, external, unsafe = task
+    try:
+        source = decode_source(Path(path), raw)
+        result = fix_source(source, [RULES_BY_CODE[c] for c in codes], unsafe=unsafe, assume_xla=assume_xla,
+                            external_steps=external)
+        for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
+            if diagnostic.fix is not None:
+                diagnostic.fix.replacements = {}
+        return result, None
+    except SourceError as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001
+        return None, internal_error(Path(path), exc)
+
+
+class Workspace:
+    def __init__(self, settings: Settings, rules, *, jobs: int | None = None, cache: bool = True,
+                 cache_dir: Path | None = None) -> None:
+        self.settings = settings
+        self.rules = rules
+        self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self.use_cache = cache
+        self.cache_dir = cache_dir
+        self._pool: ProcessPoolExecutor | None = None
+        self._caches: dict[Path, ProjectCache] = {}
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def _map(self, func, tasks: list):
+        if self.jobs == 1 or len(tasks) < PARALLEL_MIN:
+            return [func(t) for t in tasks]
+        if self._pool is None:
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context(method))
+        return list(self._pool.map(func, tasks, chunksize=max(1, len(tasks) // (self.jobs * 8))))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        for cache in self._caches.values():
+            cache.save()
+
+    def _cache(self, root: Path) -> ProjectCache:
+        if root not in self._caches:
+            folder = None
+            if self.use_cache:
+                folder = self.cache_dir if self.cache_dir is not None else root / CACHE_DIR_NAME
+            self._caches[root] = ProjectCache(folder, root)
+        return self._caches[root]
+
+    def _codes(self, path: Path) -> tuple[str, ...]:
+        return tuple(r.code for r in self.settings.rules_for(path, self.rules))
+
+    # -- the project-wide index ---------------------------------------------------------------------
+    def _members(self, root: Path, targets: list[Path]) -> list[Path]:
+        """The project's Python files, as discovery sees them (excludes and .gitignore apply)."""
+        members = discover([root], self.settings)
+        if len(members) > MAX_PROJECT_FILES:  # a huge tree: the folders of the files asked for
+            roots = sorted({source_root(t.resolve()) for t in targets})
+            members = discover(roots, self.settings)[:MAX_PROJECT_FILES]
+        return members
+
+    def external_steps(self, files: list[Path]) -> dict[Path, frozenset[str]]:
+        """For each file, the qualnames of its functions that other modules call every step."""
+        by_root: dict[Path, list[Path]] = {}
+        for path in files:
+            by_root.setdefault(project_root(path), []).append(path)
+        result: dict[Path, frozenset[str]] = {}
+        for root, targets in by_root.items():
+            index = self._index(root, targets)
+            steps = index.per_step_functions()
+            for path in targets:
+                key = str(path.resolve())
+                own = index.summaries[key].step_functions if key in index.summaries else set()
+                result[path] = frozenset(steps.get(key, set()) - own)
+        return result
+
+    def _index(self, root: Path, targets: list[Path]) -> ProjectIndex:
+        cache = self._cache(root)
+        members = {p.resolve() for p in self._members(root, targets)} | {t.resolve() for t in targets}
+        summaries, todo, present = [], [], set()
+        for path in sorted(members):
+            try:
+                raw = path.read_bytes()
+            except OSError:
+                continue
+            if not MARKERS.search(raw):
+                continue
+            relpath = _relative(path, root)
+            present.add(relpath)
+            content = digest(raw)
+            cached = cache.summary(relpath, content)
+            if cached is not None:
+                summaries.append(summary_from_json(cached))
+            else:
+                todo.append((str(path), module_name(path, source_root(path)), content))
+        for (path, _, content), computed in zip(todo, self._map(_summarize_task, todo)):
+            if computed is not None:
+                cache.put_summary(_relative(Path(path), root), content, computed)
+                summaries.append(summary_from_json(computed))
+        cache.keep_only(present)
+        return ProjectIndex(summaries)
+
+    # -- check and fix --------------------------------------------------------------------------------
+    def check(self, files: list[Path]) -> list[FileOutcome]:
+        external = self.external_steps(files)
+        outcomes: dict[Path, FileOutcome] = {}
+        tasks, keys = [], []
+        for path in files:
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                outcomes[path] = FileOutcome(path, [], f"{path}: error: {exc.strerror or exc}")
+                continue
+            codes = self._codes(path)
+            root = project_root(path)
+            key = digest(repr((digest(raw), codes, self.settings.assume_xla, sorted(external.get(path, ())),
+                               __version__)).encode())
+            cached = self._cache(root).result(_relative(path.resolve(), root), key)
+            if cached is not None:
+                outcomes[path] = _outcome(path, *cached)
+                continue
+            tasks.append((str(path), raw, codes, self.settings.assume_xla, external.get(path, frozenset())))
+            keys.append((path, root, key))
+        for (path, root, key), (found, error) in zip(keys, self._map(_check_task, tasks)):
+            outcomes[path] = _outcome(path, found, error)
+            if error is None:
+                self._cache(root).put_result(_relative(path.resolve(), root), key, [found, None])
+        return [outcomes[p] for p in files]
+
+    def fix(self, files: list[Path], *, unsafe: bool) -> list[FileOutcome]:
+        external = self.external_steps(files)
+        outcomes: dict[Path, FileOutcome] = {}
+        tasks, paths = [], []
+        for path in files:
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                outcomes[path] = FileOutcome(path, [], f"{path}: error: {exc.strerror or exc}")
+                continue
+            tasks.append((str(path), raw, self._codes(path), self.settings.assume_xla,
+                          external.get(path, frozenset()), unsafe))
+            paths.append(path)
+        for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
+            if result is not None:
+                result.path = path
+                for d in result.diagnostics:
+                    d.path = path
+            outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result)
+        return [outcomes[p] for p in files]
+
+
+def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:
+    diagnostics = [Diagnostic.from_json(d) for d in found]
+    for d in diagnostics:
+        d.path = path
+    return FileOutcome(path, diagnostics, error)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
