@@ -490,10 +490,16 @@ class ManualGradClipping(Rule):
         if self.ctx.in_non_xla_code(node):
             return
         replacement = self._replacement(node, *found)
-        if replacement is None:
+        if replacement is None or self._is_elif(node):
+            # an `elif` cannot become a statement: the call would run whenever the `if` above fails
             self.report(node.test)
         else:
             self.report(node.test, fix=lambda cctx: self._fix(cctx, node, *replacement))
+
+    def _is_elif(self, node: ast.If) -> bool:
+        parent = self.ctx.parent(node)
+        return isinstance(parent, ast.If) and parent.orelse == [node] and \
+            self.ctx.text.lines[node.lineno - 1].lstrip().startswith("elif")
 
     # -- the test -------------------------------------------------------------------------------
     def _norm_test(self, test: ast.expr):

@@ -134,3 +134,29 @@ def test_manual_clipping_without_exact_recovery_has_no_fix():
     assert [d.location.row for d in found] == [5]
     assert found[0].fix is None
     assert fix_code(code, [XLA502], unsafe=True) == code
+
+
+def test_manual_clipping_in_an_elif_has_no_fix():
+    # replacing the `elif` with a call would clip whenever the `if` above it fails
+    code = textwrap.dedent(
+        """
+        import torch
+        for x, y in loader:
+            loss_fn(model(x), y).backward()
+            params = [p for p in model.parameters() if p.grad is not None]
+            total_norm = torch.norm(torch.stack([p.grad.norm(2) for p in params]), 2)
+            if skip_clipping:
+                pass
+            elif total_norm > max_norm:
+                for p in params:
+                    p.grad.mul_(max_norm / (total_norm + 1e-6))
+        """
+    ).lstrip()
+    found = lint_code(code, [XLA502])
+    assert [d.location.row for d in found] == [8]
+    assert found[0].fix is None
+    assert fix_code(code, [XLA502], unsafe=True) == code
+    # an `if` nested in an `else:` block may still be replaced
+    nested = code.replace("    elif total_norm", "    else:\n        if total_norm").replace(
+        "        for p in params:\n            p.grad", "            for p in params:\n                p.grad")
+    assert "clip_grad_norm_(params, max_norm)" in fix_code(nested, [XLA502], unsafe=True)
