@@ -157,3 +157,158 @@ def test_early_return_on_a_periodic_test_gates_the_rest():
     )
     assert not ctx.is_per_step(call_named(ctx, "item"))
     assert ctx.is_per_step(call_named(ctx, "item"), periodic=True)
+
+
+@pytest.mark.parametrize(
+    "gate, per_step",
+    [
+        ("if step % 100 == 0:\n            use(loss.item())", False),
+        ("if not step % 100:\n            use(loss.item())", False),
+        # true on 99 of every 100 steps: the block runs almost every step
+        ("if step % 100:\n            use(loss.item())", True),
+        ("if (step + 1) % 4 != 0:\n            continue\n        use(loss.item())", False),
+        ("if step % 4 == 0:\n            continue\n        use(loss.item())", True),
+        ("if self.control.should_log:\n            use(loss.item())", False),
+        # whether a logger exists is not how often it logs
+        ("if log_writer is not None:\n            log_writer.add_scalar('loss', loss.item())", True),
+        ("if writer:\n            writer.add_scalar('loss', loss.item())", True),
+    ],
+)
+def test_every_n_steps_gates_by_their_polarity(gate, per_step):
+    ctx = context(
+        "def train(model, loader, optimizer, log_writer, writer):\n"
+        "    for step, (x, y) in enumerate(loader):\n"
+        "        loss = model(x, y)\n"
+        "        loss.backward()\n"
+        f"        {gate}\n"
+    )
+    assert ctx.is_per_step(call_named(ctx, "item")) is per_step
+
+
+def test_opt_in_options_gate_their_block():
+    ctx = context(
+        """
+        def _format(preds, target, ignore_index=None, writer=None, normalize=False):
+            if ignore_index is not None:
+                keep = target != ignore_index
+                preds = preds[keep].nonzero()
+            if normalize:
+                preds = preds.unique()
+            if writer is not None:
+                writer.add_scalar("n", preds.sum().item())
+            return preds
+
+        def training_step(self, batch):
+            return _format(batch.x, batch.y)
+        """
+    )
+    assert not ctx.is_per_step(call_named(ctx, "nonzero"))  # only when the caller passes ignore_index
+    assert not ctx.is_per_step(call_named(ctx, "unique"))
+    assert ctx.is_per_step(call_named(ctx, "item"))  # an object the caller provides is used every step
+
+
+def test_step_loops_by_what_their_body_does():
+    ctx = context(
+        """
+        def evaluate(model, stream):
+            for batch in stream():
+                images = batch[0].to(device)
+                out = model(images)
+                use(out.argmax().item())
+
+        def run_once(model, data, optimizer):
+            loss = model(data).sum()
+            loss.backward()
+            optimizer.step()
+
+        def fit(model, epochs, optimizer):
+            for epoch in range(epochs):
+                run_once(model, data, optimizer)
+                record(loss.cpu())
+
+        def build(self, layers):
+            for layer in layers:
+                x = layer(x)
+                use(x.tolist())
+        """
+    )
+    assert ctx.is_per_step(call_named(ctx, "item"))  # the model runs on what the loop yields
+    assert ctx.is_per_step(call_named(ctx, "cpu"))  # the body calls a function that trains
+    assert not ctx.is_per_step(call_named(ctx, "tolist"))  # applying the loop's own items is no step
+
+
+def test_loader_iterables_through_variables_and_wrappers():
+    ctx = context(
+        """
+        def evaluate(model, data_loader, metric_logger, tpu):
+            if tpu:
+                iterator = enumerate(data_loader)
+            else:
+                iterator = enumerate(metric_logger.log_every(data_loader, 10))
+            for i, batch in iterator:
+                use(batch.item())
+        """
+    )
+    assert ctx.is_per_step(call_named(ctx, "item"))
+
+
+def test_a_function_iterating_a_loader_is_per_step_only_in_its_loop():
+    ctx = context(
+        """
+        def train_fn(model, train_loader, optimizer):
+            for x, y in train_loader:
+                loss = model(x, y)
+                loss.backward()
+                use(loss.item())
+            return loss.cpu()
+        """
+    )
+    assert ctx.is_per_step(call_named(ctx, "item"))
+    assert not ctx.is_per_step(call_named(ctx, "cpu"))  # once, after the epoch
+
+
+def test_per_call_names_yield_to_visible_callers():
+    ctx = context(
+        """
+        def meter_update(meter, value):
+            meter.append(value.cpu())
+
+        def train(model, loader):
+            for x in loader:
+                loss = model(x)
+                loss.backward()
+            meter_update(history, loss)
+        """
+    )
+    assert not ctx.runs_hot(call_named(ctx, "cpu"))  # named like a metric update, called once
+
+
+@pytest.mark.parametrize(
+    "block, per_step",
+    [
+        # leaves the loop: at most once
+        ("if not math.isfinite(v):\n            print(loss.item())\n            sys.exit(1)", False),
+        ("if total_steps < step:\n            print(loss.item())\n            return", False),
+        ("if v > 3:\n            print(loss.item())\n            break", False),
+        ("if v > 3:\n            print(loss.item())", True),
+        # the first batches only
+        ("if i == 0:\n            print(loss.item())", False),
+        ("if debug and i <= 4:\n            print(loss.item())", False),
+        ("if step == 3:\n            print(loss.item())", False),
+        ("if v == 0:\n            print(loss.item())", True),  # not a counter
+        # an assert's message is built only when the check fails
+        ("assert v < 3, f'{loss.item()}'", False),
+        ("assert loss.item() < 3", True),
+    ],
+)
+def test_blocks_that_run_a_bounded_number_of_times(block, per_step):
+    ctx = context(
+        "def train(model, loader, v, debug, total_steps):\n"
+        "    step = 0\n"
+        "    for i, x in enumerate(loader):\n"
+        "        loss = model(x)\n"
+        "        loss.backward()\n"
+        "        step += 1\n"
+        f"        {block}\n"
+    )
+    assert ctx.runs_hot(call_named(ctx, "item")) is per_step

@@ -15,6 +15,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from functools import lru_cache
+
 from . import __version__
 
 CACHE_DIR_NAME = ".xlalint_cache"
@@ -23,6 +25,21 @@ FORMAT = 1
 
 def digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """The version plus the size and mtime of every module of the installed package: a cache
+    written by other code (an edited checkout, another install) is never read."""
+    package = Path(__file__).resolve().parent
+    stats = []
+    for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.toml")):
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        stats.append((path.relative_to(package).as_posix(), info.st_size, info.st_mtime_ns))
+    return digest(repr((__version__, FORMAT, stats)).encode())
 
 
 class ProjectCache:
@@ -43,7 +60,7 @@ class ProjectCache:
             data = json.loads(self.file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
-        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != __version__:
+        if not isinstance(data, dict) or data.get("code") != code_fingerprint():
             return
         summaries, results = data.get("summaries"), data.get("results")
         if isinstance(summaries, dict) and isinstance(results, dict):
@@ -66,9 +83,10 @@ class ProjectCache:
         self.dirty = True
 
     def keep_only(self, present: set[str]) -> None:
-        """Forget files that no longer exist (bounds the cache by the project's size)."""
+        """Forget files that no longer exist (bounds the cache by the project's size). A key is a
+        relative path, optionally followed by `#` and the name of a second slot."""
         for table in (self.summaries, self.results):
-            for stale in [k for k in table if k not in present]:
+            for stale in [k for k in table if k.partition("#")[0] not in present]:
                 del table[stale]
                 self.dirty = True
 
@@ -80,8 +98,8 @@ class ProjectCache:
             ignore = self.folder / ".gitignore"
             if not ignore.exists():
                 ignore.write_text("# Automatically created by xlalint.\n*\n", encoding="utf-8")
-            payload = json.dumps({"format": FORMAT, "version": __version__, "summaries": self.summaries,
-                                  "results": self.results}, separators=(",", ":"))
+            payload = json.dumps({"code": code_fingerprint(), "summaries": self.summaries, "results": self.results},
+                                 separators=(",", ":"))
             fd, tmp = tempfile.mkstemp(prefix=".cache-", suffix=".tmp", dir=self.folder)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:

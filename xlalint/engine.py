@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .analysis.context import FileContext
+from .analysis.project import NO_PROJECT, ProjectFacts
 from .diagnostics import Diagnostic, Fix, Location
 from .noqa import parse_noqa
 from .rule import FixBuilder, Rule
@@ -146,18 +147,17 @@ def _diagnostic(source: SourceFile, item: _Found) -> Diagnostic:
                       item.start, item.end, item.fix, noqa_row=item.start.row)
 
 
-def analyse(source: SourceFile, *, assume_xla: bool = False, external_steps: frozenset[str] = frozenset()) -> FileContext:
-    return FileContext(source.path, parse(source), SourceText(source.text), assume_xla=assume_xla,
-                       external_steps=external_steps)
+def analyse(source: SourceFile, *, assume_xla: bool = False, project: ProjectFacts = NO_PROJECT) -> FileContext:
+    return FileContext(source.path, parse(source), SourceText(source.text), assume_xla=assume_xla, project=project)
 
 
 def lint_source(
     source: SourceFile, rules: list[type[Rule]], *, with_edits: bool = False, prefilter: bool = True,
-    assume_xla: bool = False, with_fixes: bool = True, external_steps: frozenset[str] = frozenset(),
+    assume_xla: bool = False, with_fixes: bool = True, project: ProjectFacts = NO_PROJECT,
 ) -> list[Diagnostic]:
     if prefilter and not MARKERS.search(source.raw):
         return []
-    ctx = analyse(source, assume_xla=assume_xla, external_steps=external_steps)
+    ctx = analyse(source, assume_xla=assume_xla, project=project)
     found = _keep(source, _run_rules(ctx, rules))
     if with_fixes:
         _build_fixes(source, ctx, found, with_edits=with_edits)
@@ -179,14 +179,14 @@ def _choose_fixes(found: list[_Found], unsafe: bool) -> list[Fix]:
 
 
 def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, prefilter: bool = True,
-               assume_xla: bool = False, external_steps: frozenset[str] = frozenset()) -> FileResult:
+               assume_xla: bool = False, project: ProjectFacts = NO_PROJECT) -> FileResult:
     """Apply fixes until none applies; the result is re-parsed each pass, so it is valid Python."""
     result = FileResult(source.path, source=source)
     if prefilter and not MARKERS.search(source.raw):
         return result
     current = source
     for _ in range(MAX_FIX_PASSES):
-        ctx = analyse(current, assume_xla=assume_xla, external_steps=external_steps)
+        ctx = analyse(current, assume_xla=assume_xla, project=project)
         found = _keep(current, _run_rules(ctx, rules))
         cst_ctx = _build_fixes(current, ctx, found, with_edits=False)
         diagnostics = [_diagnostic(current, item) for item in found]
@@ -210,7 +210,7 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
         current = next_source
     else:
         result.diagnostics = lint_source(current, rules, prefilter=False, assume_xla=assume_xla,
-                                         external_steps=external_steps)
+                                         project=project)
     if current.raw != source.raw:
         result.fixed = current.raw
     return result

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__
-from .analysis.project import (ProjectIndex, module_name, project_root, source_root, summarize, summary_from_json,
-                               summary_to_json)
+from .analysis.project import (NO_PROJECT, ModuleSummary, ProjectFacts, ProjectIndex, module_name, project_root, source_root,
+                               summarize, summary_from_json, summary_to_json)
 from .cache import CACHE_DIR_NAME, ProjectCache, digest
 from .config import Settings
 from .diagnostics import Diagnostic
@@ -49,21 +49,21 @@ def internal_error(path: Path, exc: BaseException) -> str:
 
 # -- work done in worker processes (module-level functions: they are pickled by reference) ------------
 
-def _summarize_task(task: tuple[str, str, str]) -> dict | None:
-    path, name, _ = task
+def _summarize_task(task: tuple[str, str, ProjectFacts]) -> dict | None:
+    path, name, facts = task
     try:
         source = decode_source(Path(path), Path(path).read_bytes())
-        return summary_to_json(summarize(analyse(source), name))
+        return summary_to_json(summarize(analyse(source, project=facts), name))
     except (SourceError, OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # the file is reported when it is linted; the index just lacks it
 
 
-def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, frozenset[str]]) -> tuple[list[dict], str | None]:
-    path, raw, codes, assume_xla, external = task
+def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts]) -> tuple[list[dict], str | None]:
+    path, raw, codes, assume_xla, facts = task
     try:
         source = decode_source(Path(path), raw)
         found = lint_source(source, [RULES_BY_CODE[c] for c in codes], with_edits=True, assume_xla=assume_xla,
-                            external_steps=external)
+                            project=facts)
         return [d.to_json() for d in found], None
     except SourceError as exc:
         return [], str(exc)
@@ -71,12 +71,12 @@ def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, frozenset[str]]) 
         return [], internal_error(Path(path), exc)
 
 
-def _fix_task(task: tuple[str, bytes, tuple[str, ...], bool, frozenset[str], bool]):
-    path, raw, codes, assume_xla, external, unsafe = task
+def _fix_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, bool]):
+    path, raw, codes, assume_xla, facts, unsafe = task
     try:
         source = decode_source(Path(path), raw)
         result = fix_source(source, [RULES_BY_CODE[c] for c in codes], unsafe=unsafe, assume_xla=assume_xla,
-                            external_steps=external)
+                            project=facts)
         for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
                 diagnostic.fix.replacements = {}
@@ -134,50 +134,63 @@ class Workspace:
             members = discover(roots, self.settings)[:MAX_PROJECT_FILES]
         return members
 
-    def external_steps(self, files: list[Path]) -> dict[Path, frozenset[str]]:
-        """For each file, the qualnames of its functions that other modules call every step."""
+    def facts(self, files: list[Path]) -> dict[Path, ProjectFacts]:
+        """For each file, what the rest of its project says about it (see `ProjectFacts`)."""
         by_root: dict[Path, list[Path]] = {}
         for path in files:
             by_root.setdefault(project_root(path), []).append(path)
-        result: dict[Path, frozenset[str]] = {}
+        result: dict[Path, ProjectFacts] = {}
         for root, targets in by_root.items():
-            index = self._index(root, targets)
-            steps = index.per_step_functions()
+            facts = self._project_facts(root, targets)
             for path in targets:
-                key = str(path.resolve())
-                own = index.summaries[key].step_functions if key in index.summaries else set()
-                result[path] = frozenset(steps.get(key, set()) - own)
+                result[path] = facts.get(str(path.resolve()), NO_PROJECT)
         return result
 
-    def _index(self, root: Path, targets: list[Path]) -> ProjectIndex:
+    def _project_facts(self, root: Path, targets: list[Path]) -> dict[str, ProjectFacts]:
+        """Summarise the project, then summarise again the modules whose loops call a function
+        elsewhere that trains (those loops are step loops: what runs in them changes)."""
         cache = self._cache(root)
         members = {p.resolve() for p in self._members(root, targets)} | {t.resolve() for t in targets}
-        summaries, todo, present = [], [], set()
+        contents: dict[Path, str] = {}
         for path in sorted(members):
             try:
                 raw = path.read_bytes()
             except OSError:
                 continue
-            if not MARKERS.search(raw):
-                continue
+            if MARKERS.search(raw):
+                contents[path] = digest(raw)
+        cache.keep_only({_relative(p, root) for p in contents})
+        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents)
+        facts = ProjectIndex(list(summaries.values())).facts()
+        again = {Path(path): f for path, f in facts.items() if f.training_calls}
+        if again:
+            summaries.update(self._summaries(cache, root, again, contents))
+            facts = ProjectIndex(list(summaries.values())).facts()
+        return facts
+
+    def _summaries(self, cache: ProjectCache, root: Path, wanted: dict[Path, ProjectFacts],
+                   contents: dict[Path, str]) -> dict[str, ModuleSummary]:
+        found, todo = {}, []
+        for path, facts in wanted.items():
             relpath = _relative(path, root)
-            present.add(relpath)
-            content = digest(raw)
-            cached = cache.summary(relpath, content)
-            if cached is not None:
-                summaries.append(summary_from_json(cached))
+            if facts is not NO_PROJECT:  # a second slot: the first pass needs its own entry too
+                relpath, key = f"{relpath}#project", digest(f"{contents[path]}{facts.key()}".encode())
             else:
-                todo.append((str(path), module_name(path, source_root(path)), content))
-        for (path, _, content), computed in zip(todo, self._map(_summarize_task, todo)):
+                key = contents[path]
+            cached = _read(summary_from_json, cache.summary(relpath, key))
+            if cached is not None:
+                found[str(path)] = cached
+            else:
+                todo.append((str(path), module_name(path, source_root(path)), facts, relpath, key))
+        for (path, _, _, relpath, key), computed in zip(todo, self._map(_summarize_task, [t[:3] for t in todo])):
             if computed is not None:
-                cache.put_summary(_relative(Path(path), root), content, computed)
-                summaries.append(summary_from_json(computed))
-        cache.keep_only(present)
-        return ProjectIndex(summaries)
+                cache.put_summary(relpath, key, computed)
+                found[path] = summary_from_json(computed)
+        return found
 
     # -- check and fix --------------------------------------------------------------------------------
     def check(self, files: list[Path]) -> list[FileOutcome]:
-        external = self.external_steps(files)
+        facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, keys = [], []
         for path in files:
@@ -188,13 +201,12 @@ class Workspace:
                 continue
             codes = self._codes(path)
             root = project_root(path)
-            key = digest(repr((digest(raw), codes, self.settings.assume_xla, sorted(external.get(path, ())),
-                               __version__)).encode())
-            cached = self._cache(root).result(_relative(path.resolve(), root), key)
+            key = digest(repr((digest(raw), codes, self.settings.assume_xla, facts[path].key(), __version__)).encode())
+            cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(_relative(path.resolve(), root), key))
             if cached is not None:
-                outcomes[path] = _outcome(path, *cached)
+                outcomes[path] = cached
                 continue
-            tasks.append((str(path), raw, codes, self.settings.assume_xla, external.get(path, frozenset())))
+            tasks.append((str(path), raw, codes, self.settings.assume_xla, facts[path]))
             keys.append((path, root, key))
         for (path, root, key), (found, error) in zip(keys, self._map(_check_task, tasks)):
             outcomes[path] = _outcome(path, found, error)
@@ -203,7 +215,7 @@ class Workspace:
         return [outcomes[p] for p in files]
 
     def fix(self, files: list[Path], *, unsafe: bool) -> list[FileOutcome]:
-        external = self.external_steps(files)
+        facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, paths = [], []
         for path in files:
@@ -212,8 +224,7 @@ class Workspace:
             except OSError as exc:
                 outcomes[path] = FileOutcome(path, [], f"{path}: error: {exc.strerror or exc}")
                 continue
-            tasks.append((str(path), raw, self._codes(path), self.settings.assume_xla,
-                          external.get(path, frozenset()), unsafe))
+            tasks.append((str(path), raw, self._codes(path), self.settings.assume_xla, facts[path], unsafe))
             paths.append(path)
         for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
             if result is not None:
@@ -222,6 +233,16 @@ class Workspace:
                     d.path = path
             outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result)
         return [outcomes[p] for p in files]
+
+
+def _read(convert, entry):
+    """A cache entry converted back, or None when absent or not of the expected shape."""
+    if entry is None:
+        return None
+    try:
+        return convert(entry)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:

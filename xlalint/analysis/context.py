@@ -9,7 +9,7 @@ from pathlib import Path
 from . import guards, steps
 from .index import FUNCTIONS, ModuleIndex, build_index, loop_bindings
 from .names import dotted_name, function_params, last_part, positional
-from .project import qualname
+from .project import NO_PROJECT, ProjectFacts, qualname
 from ..source import SourceText
 from .tensors import Kind, TensorInference
 
@@ -19,16 +19,16 @@ _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 class FileContext:
     def __init__(self, path: Path, tree: ast.Module, text: SourceText, *, assume_xla: bool = False,
-                 external_steps: frozenset[str] = frozenset()) -> None:
+                 project: ProjectFacts = NO_PROJECT) -> None:
         self.path = path
         self.tree = tree
         self.text = text
         self.assume_xla = assume_xla
-        # qualnames of this file's functions that other modules of the project call every step
-        self.external_steps = external_steps
+        self.project = project  # what the rest of the project says about this file
         self.index: ModuleIndex = build_index(tree)
         self.tensors = TensorInference(self)
         self.step_loop_cache: dict[ast.AST, bool] = {}
+        self.trains_cache: dict[ast.AST, bool] = {}
         self._calls_within: dict[ast.AST, list[ast.Call]] = {}
 
     # -- source ----------------------------------------------------------------------------------
@@ -128,7 +128,16 @@ class FileContext:
 
     def externally_per_step(self, func: ast.AST) -> bool:
         """Another module of the project calls `func` every step (see `project.ProjectIndex`)."""
-        return bool(self.external_steps) and qualname(self.index, func) in self.external_steps
+        return bool(self.project.steps) and qualname(self.index, func) in self.project.steps
+
+    def externally_called(self, func: ast.AST) -> bool:
+        """Another module of the project calls `func` (its callers, not its name, say how often)."""
+        return bool(self.project.called) and qualname(self.index, func) in self.project.called
+
+    def trains_externally(self, call: ast.Call) -> bool:
+        """`call` runs a function of another module that trains (a backward or optimizer step)."""
+        return bool(self.project.training_calls) and \
+            (call.lineno, self.text.column(call.lineno, call.col_offset)) in self.project.training_calls
 
     def is_per_step(self, node: ast.AST, *, periodic: bool = False) -> bool:
         return steps.is_per_step(self, node, periodic=periodic)

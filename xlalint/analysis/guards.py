@@ -72,23 +72,53 @@ def _word_polarity(found: list[str]) -> int:
     return UNKNOWN
 
 
-# Flags and counters that gate logging, evaluation or checkpointing: such blocks run every N steps.
+# Decision flags (`should_log`, `self.control.should_save`, `do_eval`, `log_now`) and counters
+# (`log_every`) of logging, evaluation or checkpointing: a block they gate runs every N steps. A
+# word must *end* with the activity: `log_writer` or `eval_loader` name objects, not decisions.
 PERIODIC_WORDS = re.compile(
-    r"(^|_)(should_)?(log|logging|print|report|display|eval|evaluate|evaluation|save|checkpoint|ckpt|"
-    r"verbose|profile|visualize|plot)(_(every|interval|freq|frequency|steps|step|now))?($|_)|"
-    r"(log|print|eval|save)_(every|interval|freq|frequency|steps)",
+    r"^_*(should|do|need|time_to)_\w+|"
+    r"(^|_)(log|logging|print|report|display|eval|evaluate|evaluation|validate|validation|save|checkpoint|ckpt|"
+    r"verbose|profile|visualize|plot)(_(every|interval|freq|frequency|steps|step|now|iter|iteration|period))?$|"
+    r"(log|print|eval|save|val|ckpt|checkpoint|display|report)_(every|interval|freq|frequency|steps|period)",
     re.I,
 )
+EVERY_N, ALMOST_ALWAYS = 1, -1  # periodic_polarity: true once every N steps / false once every N steps
+
+
+def periodic_polarity(test: ast.expr) -> int:
+    """EVERY_N when `test` holds once every N steps (`step % N == 0`, `not step % N`, `should_log`),
+    ALMOST_ALWAYS when it fails once every N steps (`step % N`, `step % N != 0`, `not should_log`),
+    else 0. A block under an EVERY_N test, or after `if <ALMOST_ALWAYS test>: return`, runs every N
+    steps; a block under `if step % N:` runs on N-1 of them."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return -periodic_polarity(test.operand)
+    if isinstance(test, ast.BoolOp):
+        sides = [periodic_polarity(v) for v in test.values]
+        if isinstance(test.op, ast.And):  # holds only when every side does
+            return EVERY_N if EVERY_N in sides else ALMOST_ALWAYS if all(p == ALMOST_ALWAYS for p in sides) else 0
+        return ALMOST_ALWAYS if ALMOST_ALWAYS in sides else EVERY_N if EVERY_N in sides else 0
+    if _is_modulo(test):
+        return ALMOST_ALWAYS  # `if step % N:` is true whenever step is not a multiple of N
+    if isinstance(test, ast.Compare):
+        if len(test.ops) == 1 and (_is_modulo(test.left) or _is_modulo(test.comparators[0])):
+            op = test.ops[0]
+            if isinstance(op, (ast.Eq, ast.Lt, ast.LtE)):
+                return EVERY_N  # `step % N == 0`, `step % N < 1`
+            return ALMOST_ALWAYS if isinstance(op, (ast.NotEq, ast.Gt, ast.GtE)) else 0
+        if all(isinstance(op, (ast.Is, ast.IsNot)) for op in test.ops):
+            return 0  # `writer is not None`: whether a thing exists, not how often
+    if isinstance(test, (ast.Compare, ast.Name, ast.Attribute, ast.Call)):
+        return EVERY_N if any(PERIODIC_WORDS.search(w) for w in words(test) if "." not in w) else 0
+    return 0
 
 
 def is_periodic(test: ast.expr) -> bool:
-    """`step % log_every == 0`, `not step % N`, `if self.control.should_log:`: once every N steps."""
-    if any(PERIODIC_WORDS.search(word) for word in words(test) if "." not in word):
-        return True
-    return any(
-        isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not is_string(n.left)
-        for n in ast.walk(test)
-    )
+    """`test` holds once every N steps: the block it guards is not per step."""
+    return periodic_polarity(test) == EVERY_N
+
+
+def _is_modulo(node: ast.AST) -> bool:
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and not is_string(node.left)
 
 
 def exits_block(body: list[ast.stmt]) -> bool:
@@ -98,3 +128,8 @@ def exits_block(body: list[ast.stmt]) -> bool:
 
 def returns(body: list[ast.stmt]) -> bool:
     return bool(body) and isinstance(body[-1], ast.Return)
+
+
+def skips_rest(body: list[ast.stmt]) -> bool:
+    """The block ends in `return` or `continue`: the statements after its `if` are skipped."""
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Continue))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .index import FUNCTIONS
 from .names import dotted_name, last_part
-from .steps import _gated, in_raise
+from .steps import _gated, in_loop_within, in_raise, trains
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Calls that register a callback the framework runs on every forward/backward/iteration.
@@ -35,8 +35,24 @@ class CallSite:
     receiver_class: str | None  # the class of `x` in `x.m()` where it is evident, as written
     hot: bool  # runs every time its caller runs (not every N steps, not off XLA, not in a raise)
     per_step: bool  # runs every step by its own module's analysis
+    looped: bool  # in a loop of its caller: runs many times per call of the caller
     line: int
     column: int  # 0-based, in characters
+
+
+@dataclass(frozen=True)
+class ProjectFacts:
+    """What the rest of the project says about one module (part of its cache key)."""
+
+    steps: frozenset[str] = frozenset()  # its functions other modules call every step (qualnames)
+    called: frozenset[str] = frozenset()  # its functions other modules call at all
+    training_calls: frozenset[tuple[int, int]] = frozenset()  # its calls (line, column) of trainers elsewhere
+
+    def key(self) -> str:
+        return repr((sorted(self.steps), sorted(self.called), sorted(self.training_calls)))
+
+
+NO_PROJECT = ProjectFacts()
 
 
 @dataclass
@@ -47,6 +63,7 @@ class ModuleSummary:
     classes: dict[str, list[str]] = field(default_factory=dict)  # class qualname -> bases as written
     functions: dict[str, int] = field(default_factory=dict)  # qualname -> line
     step_functions: set[str] = field(default_factory=set)  # per step by the module's own analysis
+    trains: set[str] = field(default_factory=set)  # run a backward or optimizer step every call
     calls: list[CallSite] = field(default_factory=list)
 
 
@@ -111,6 +128,8 @@ def summarize(ctx, name: str) -> ModuleSummary:
             summary.functions[qualified] = func.lineno
             if ctx.is_step_function(func):
                 summary.step_functions.add(qualified)
+            if trains(ctx, func):
+                summary.trains.add(qualified)
     for call in index.calls:
         _summarize_call(ctx, summary, call)
     return summary
@@ -127,8 +146,9 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     per_step = not excluded and ctx.is_per_step(call)
     column = ctx.text.column(call.lineno, call.col_offset)
     callee, receiver_class = _callee(ctx, call)
+    looped = in_loop_within(ctx, call, func if func is not None else ctx.tree)
     if callee:
-        summary.calls.append(CallSite(caller, callee, receiver_class, hot, per_step, call.lineno, column))
+        summary.calls.append(CallSite(caller, callee, receiver_class, hot, per_step, looped, call.lineno, column))
     # callbacks: hooks run on every forward, per-iteration events every step
     method = last_part(dotted_name(call.func))
     registers = method in HOOK_REGISTRATION or (
@@ -136,7 +156,7 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     for arg in call.args:
         target = dotted_name(arg)
         if target and (registers or (hot and _names_function(ctx, target))):
-            summary.calls.append(CallSite(caller, target, None, hot or registers, per_step or registers,
+            summary.calls.append(CallSite(caller, target, None, hot or registers, per_step or registers, looped,
                                           call.lineno, column))
 
 
@@ -277,33 +297,60 @@ class ProjectIndex:
             return self.method(module, owner, method)
         return None
 
-    # -- per-step reachability ----------------------------------------------------------------------
-    def per_step_functions(self) -> dict[str, set[str]]:
-        """Module path -> qualnames of its functions that run every step, seen project-wide."""
+    # -- what the project says about each module ----------------------------------------------------
+    def facts(self) -> dict[str, ProjectFacts]:
+        """Module path -> the facts other modules establish about it: which of its functions run
+        every step or are called at all from elsewhere, and which of its calls run a function
+        (elsewhere) that trains."""
+        resolved = [(summary, call, self.resolve_call(summary, call))
+                    for summary in self.summaries.values() for call in summary.calls]
+        resolved = [(s, c, t) for s, c, t in resolved if t is not None]
+        training = self._training(resolved)
+        hot = self._per_step(resolved)
+        steps: dict[str, set[str]] = defaultdict(set)
+        called: dict[str, set[str]] = defaultdict(set)
+        training_calls: dict[str, set[tuple[int, int]]] = defaultdict(set)
+        for path, name in hot:
+            if name not in self.summaries[path].step_functions:
+                steps[path].add(name)
+        for summary, call, (path, name) in resolved:
+            if path != summary.path:
+                called[path].add(name)
+            if (path, name) in training:  # local ones too: receiver classes resolve only here
+                training_calls[summary.path].add((call.line, call.column))
+        return {path: ProjectFacts(frozenset(steps[path]), frozenset(called[path]), frozenset(training_calls[path]))
+                for path in self.summaries}
+
+    def _training(self, resolved) -> set[FunctionRef]:
+        """Functions that run a backward or optimizer step every call, through any module."""
+        training = {(s.path, name) for s in self.summaries.values() for name in s.trains}
+        callers: dict[FunctionRef, list[FunctionRef]] = defaultdict(list)
+        for summary, call, target in resolved:
+            if call.hot and call.caller and not call.looped:
+                callers[target].append((summary.path, call.caller))
+        work = list(training)
+        while work:
+            for caller in callers.get(work.pop(), ()):
+                if caller not in training:
+                    training.add(caller)
+                    work.append(caller)
+        return training
+
+    def _per_step(self, resolved) -> set[FunctionRef]:
         edges: dict[FunctionRef, list[FunctionRef]] = defaultdict(list)
-        hot: set[FunctionRef] = set()
-        for summary in self.summaries.values():
-            for name in summary.step_functions:
-                hot.add((summary.path, name))
-            for call in summary.calls:
-                target = self.resolve_call(summary, call)
-                if target is None:
-                    continue
-                if call.per_step:
-                    hot.add(target)
-                elif call.hot and call.caller:
-                    edges[(summary.path, call.caller)].append(target)
+        hot: set[FunctionRef] = {(s.path, name) for s in self.summaries.values() for name in s.step_functions}
+        for summary, call, target in resolved:
+            if call.per_step:
+                hot.add(target)
+            elif call.hot and call.caller:
+                edges[(summary.path, call.caller)].append(target)
         work = list(hot)
         while work:
-            current = work.pop()
-            for target in edges.get(current, ()):
+            for target in edges.get(work.pop(), ()):
                 if target not in hot:
                     hot.add(target)
                     work.append(target)
-        result: dict[str, set[str]] = defaultdict(set)
-        for path, name in hot:
-            result[path].add(name)
-        return result
+        return hot
 
 
 def _class_of(summary: ModuleSummary, caller: str) -> str | None:
@@ -320,11 +367,12 @@ def _class_of(summary: ModuleSummary, caller: str) -> str | None:
 
 def summary_to_json(s: ModuleSummary) -> dict:
     return {"path": s.path, "name": s.name, "imports": s.imports, "classes": s.classes, "functions": s.functions,
-            "step_functions": sorted(s.step_functions),
-            "calls": [[c.caller, c.callee, c.receiver_class, c.hot, c.per_step, c.line, c.column] for c in s.calls]}
+            "step_functions": sorted(s.step_functions), "trains": sorted(s.trains),
+            "calls": [[c.caller, c.callee, c.receiver_class, c.hot, c.per_step, c.looped, c.line, c.column]
+                      for c in s.calls]}
 
 
 def summary_from_json(data: dict) -> ModuleSummary:
     return ModuleSummary(data["path"], data["name"], dict(data["imports"]), {k: list(v) for k, v in data["classes"].items()},
-                         dict(data["functions"]), set(data["step_functions"]),
+                         dict(data["functions"]), set(data["step_functions"]), set(data["trains"]),
                          [CallSite(*c) for c in data["calls"]])

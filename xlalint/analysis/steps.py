@@ -1,9 +1,19 @@
 """Per-step paths: code that runs on every training (or evaluation) iteration.
 
-A node is per-step when, walking up, it sits in the body of a step loop (a loop that calls
-`.backward()`, steps an optimizer, calls a step function or iterates a data loader) or in a step
-function (`forward`, `training_step`, ..., or a module-local function called from either), before
-reaching a function boundary. Step-closure callbacks and every-N-steps blocks are not per-step.
+A node is per-step when, walking up, it sits in the body of a step loop or in a step function,
+before reaching a function boundary, and no gate in between makes it run less often:
+
+- A *step loop* is recognised by what its body does, whatever it iterates: it runs a backward, an
+  optimizer step, a step function, a function that trains (in this module or, through the
+  project index, another), or a model or criterion on the data the loop yields. A loop over a
+  data loader (`MpDeviceLoader`, `train_loader`, `log_every(loader)`) is one too.
+- A *step function* is named like one (`forward`, `training_step`, a loss, a per-batch hook),
+  is called every step from a step loop or step function of this module, or of another module
+  (`FileContext.external_steps`). A function that iterates a data loader itself is an epoch-level
+  function: its loop body is per step, the rest is not.
+- *Gates*: a block that runs every N steps (`if step % N == 0:`, after `if step % N: continue`,
+  under `should_log`), only off XLA, only when the caller opts into a non-default option
+  (`if ignore_index is not None:`), inside a `raise`, or in an `xm.add_step_closure` callback.
 """
 
 from __future__ import annotations
@@ -12,9 +22,9 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from .guards import is_periodic, returns
-from .index import FUNCTIONS
-from .names import dotted_name, last_part, method_name, receiver
+from .guards import EVERY_N, ALMOST_ALWAYS, is_periodic, periodic_polarity, skips_rest
+from .index import FUNCTIONS, loop_bindings
+from .names import dotted_name, is_constant, last_part, method_name, param_default, receiver
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -30,10 +40,12 @@ STEP_FUNCTION = re.compile(
     # loss functions run once per step
     r"(\w+_)?loss(es)?|loss_\w+)$"
 )
-# Calls that make the loop around them a training-step loop.
+# Calls that make the loop around them a training-step loop (library methods among them, whose
+# definitions the project index cannot see).
 STEP_CALL = re.compile(
     r"^(training_step|train_step|train_batch|train_on_batch|\w*_step_fn|step_fn|_?train_one_step|run_step|"
-    r"optimizer_step|reduce_gradients|backward|manual_backward)$"
+    r"optimizer_step|reduce_gradients|backward|manual_backward|fit_batch|_?train_(one_)?batch|train_iter(ation)?|"
+    r"training_iteration|run_iter|run_batch)$"
 )
 NOT_STEP_FUNCTION = re.compile(r"(^|_)(log|plot|save|load|print|show|init|build|setup|register|get_loss_name)", re.I)
 # `__call__` counts when the class is a loss or metric (called once per step by design).
@@ -41,15 +53,38 @@ CALLABLE_CLASS = re.compile(r"(Loss|Criterion|Metric)", re.I)
 OPTIMIZER = re.compile(r"(^|_)(optim|optimizer|optimiser|opt)s?$|optimizer", re.I)
 DEVICE_LOADER = re.compile(r"^(MpDeviceLoader|ParallelLoader|per_device_loader)$")
 BATCH_ITERABLE = re.compile(r"(loader|dataloader|batches|data_iter|train_iter|dataset_iter)s?$", re.I)
+# Called objects whose result is a model output: running one on the batch is a (training or
+# evaluation) step.
+MODEL_CALLEE = re.compile(
+    r"^(self|model|module|net|network|encoder|decoder|criterion|loss|loss_fn|lossfn|loss_func|"
+    r"loss_function|head|backbone|classifier|generator|discriminator|lm|lm_head|ddp_model|"
+    r"wrapped_model|student|teacher|layer|block|embed|embedding|embeddings|critic|actor|policy|"
+    r"policy_net|value_net|q_net|unet|vae|transformer|mlp)$|(_model|_net|_loss|_fn|_criterion|_head|_encoder|"
+    r"_decoder|_layer)$",
+    re.I,
+)
+# Callees that run a model or a criterion on a batch (narrower than MODEL_CALLEE: no `self`, no
+# `*_fn` helpers, no layers applied in a loop over layers).
+FORWARD_CALLEE = re.compile(
+    r"^(model|module|net|network|encoder|decoder|criterion|loss_fn|lossfn|loss_func|loss_function|backbone|"
+    r"classifier|generator|discriminator|ddp_model|wrapped_model|student|teacher|unet|vae|transformer|policy|"
+    r"policy_net|value_net|q_net|critic|actor)$|(_model|_net|_criterion)$",
+    re.I,
+)
+# Iterating these wraps another iterable without changing what a step is.
+ITERABLE_WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "reversed", "trange"}
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
+
+# -- step functions ------------------------------------------------------------------------------------
 
 def is_step_function(ctx: "FileContext", func: ast.AST) -> bool:
     return func in ctx.step_functions
 
 
 def compute_step_functions(ctx: "FileContext") -> set[ast.AST]:
-    """Step functions by name, plus module-local functions they or a step loop call (transitively)."""
+    """Step functions by name or by other modules' calls, plus the module-local functions they or
+    a step loop call (transitively)."""
     index = ctx.index
     result: set[ast.AST] = set()
     work: list[ast.AST] = []
@@ -73,14 +108,20 @@ def compute_step_functions(ctx: "FileContext") -> set[ast.AST]:
 
 
 def is_named_step(ctx: "FileContext", func: ast.AST) -> bool:
-    """A step function by its name alone (`forward`, `training_step`, a loss, a per-batch hook)."""
+    """A step function by its name alone (`forward`, `training_step`, a loss, a per-batch hook),
+    unless it iterates a data loader itself (`def train_fn(loader): for batch in loader: ...`)."""
     name = func.name
-    if STEP_FUNCTION.match(name) and not NOT_STEP_FUNCTION.search(name):
-        return True
     if name == "__call__":
         cls = ctx.index.enclosing_class(func)
         return cls is not None and bool(CALLABLE_CLASS.search(cls.name))
-    return False
+    if not STEP_FUNCTION.match(name) or NOT_STEP_FUNCTION.search(name):
+        return False
+    return not owns_loader_loop(ctx, func)
+
+
+def owns_loader_loop(ctx: "FileContext", func: ast.AST) -> bool:
+    return any(isinstance(loop, (ast.For, ast.AsyncFor)) and ctx.index.enclosing_function(loop) is func
+               and iterates_batches(ctx, loop.iter) for loop in ctx.index.loops)
 
 
 def loop_reachable_functions(ctx: "FileContext") -> set[ast.AST]:
@@ -101,103 +142,92 @@ def loop_reachable_functions(ctx: "FileContext") -> set[ast.AST]:
 
 
 def _local_callees(ctx: "FileContext", owner: ast.AST):
-    """FunctionDefs of this module called from `owner`'s body (`f(...)` or `self.f(...)`)."""
-    index = ctx.index
+    """FunctionDefs of this module called (ungated) from `owner`'s body (`f(...)` or `self.f(...)`)."""
     for call in ctx.calls_within(owner):
-        if _gated(ctx, call, owner):
-            continue
-        name = dotted_name(call.func)
-        if not name:
-            continue
-        parts = name.split(".")
-        if len(parts) == 1 or (len(parts) == 2 and parts[0] in ("self", "cls")):
-            for func in index.functions.get(parts[-1], ()):
-                if not ctx.is_step_closure(func):
-                    yield func
+        if not _gated(ctx, call, owner):
+            yield from local_callees_of(ctx, call)
 
 
-def _gated(ctx: "FileContext", node: ast.AST, owner: ast.AST) -> bool:
-    """`node` runs only every N steps or off XLA, or in a nested loop of its own, within `owner`."""
-    child = node
-    for anc in ctx.index.ancestors(node):
-        if isinstance(child, ast.stmt) and _after_periodic_return(ctx, anc, child):
-            return True  # the statement's own block: checked before leaving through `owner`
-        if anc is owner:
-            return False
-        field = ctx.index.field_of(child)
-        if isinstance(anc, ast.If) and field == "body" and is_periodic(anc.test):
-            return True
-        if isinstance(anc, LOOPS) and field == "body" and isinstance(owner, LOOPS):
-            return True  # a nested loop is a step loop of its own, the outer one is per epoch
-        child = anc
-    return False
-
-
-def is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
-    cache = ctx.step_loop_cache
-    if loop not in cache:
-        cache[loop] = _is_step_loop(ctx, loop)
-    return cache[loop]
-
-
-def _is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
-    if isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter):
-        return True
-    for call in ctx.calls_within(loop):
-        if _gated(ctx, call, loop):
-            continue
-        method = method_name(call)
-        if method == "backward":
-            return True
-        if method == "step" and OPTIMIZER.search(dotted_name(receiver(call)) or ""):
-            return True
-        if STEP_CALL.match(last_part(dotted_name(call.func))):
-            return True
-    return False
-
-
-def iterates_batches(ctx: "FileContext", iterable: ast.expr) -> bool:
-    """`for batch in loader`, `enumerate(tqdm(train_loader))`, `pl.MpDeviceLoader(...)`."""
-    while isinstance(iterable, ast.Call) and last_part(dotted_name(iterable.func)) in ("enumerate", "tqdm", "iter", "zip"):
-        if not iterable.args:
-            return False
-        iterable = iterable.args[0]
-    if isinstance(iterable, ast.Call):
-        return bool(DEVICE_LOADER.match(last_part(dotted_name(iterable.func))))
-    name = dotted_name(iterable)
+def local_callees_of(ctx: "FileContext", call: ast.Call):
+    name = dotted_name(call.func)
     if not name:
-        return False
-    if BATCH_ITERABLE.search(last_part(name)):
-        return True
-    return any(
-        isinstance(value, ast.Call) and DEVICE_LOADER.match(last_part(dotted_name(value.func)))
-        for value in ctx.assigned_values(iterable)
-    )
+        return
+    parts = name.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[0] in ("self", "cls")):
+        for func in ctx.index.functions.get(parts[-1], ()):
+            if not ctx.is_step_closure(func):
+                yield func
 
 
-def is_per_step(ctx: "FileContext", node: ast.AST, *, periodic: bool = False) -> bool:
-    """True when `node` runs once per training/evaluation step. With `periodic=True`, also when it
-    runs every N steps (`if step % accumulate == 0:`): what a step barrier must cover."""
-    child = node
+# -- gates -------------------------------------------------------------------------------------------
+
+def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
+    """`child`, held by `parent`, runs less often than `parent`: every N steps, or only when the
+    caller opts into an option."""
+    field = ctx.index.field_of(child)
+    if isinstance(parent, ast.If):
+        polarity = periodic_polarity(parent.test)
+        if field == "body" and (polarity == EVERY_N or opt_in(ctx, parent) or _counter_bounded(ctx, parent)
+                                or _leaves_loop(ctx, parent)):
+            return True
+        if field == "orelse" and polarity == ALMOST_ALWAYS:
+            return True  # the `else` of `if step % N:`
+    elif isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And) and after_periodic_operand(parent, child):
+        return True  # `step % N == 0 and loss.item() > x`
+    return isinstance(child, ast.stmt) and _after_gating_exit(ctx, parent, child)
+
+
+def _leaves_loop(ctx: "FileContext", node: ast.If) -> bool:
+    """`if loss_is_nan: print(...); sys.exit(1)` in a loop: the block ends the loop, so it runs
+    at most once per run of it."""
+    last = node.body[-1] if node.body else None
+    exits = isinstance(last, (ast.Return, ast.Break, ast.Raise)) or (
+        isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+        and dotted_name(last.value.func) in ("sys.exit", "exit", "quit", "os._exit"))
+    return exits and _enclosing_loop(ctx, node) is not None
+
+
+def _enclosing_loop(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
     for anc in ctx.index.ancestors(node):
-        field = ctx.index.field_of(child)
-        if not periodic and isinstance(child, ast.stmt) and _after_periodic_return(ctx, anc, child):
-            return False  # `if not self._should_log(step): return` above it
-        if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
-            if ctx.is_step_closure(anc):
-                return False
-            return isinstance(anc, FUNCTIONS) and is_step_function(ctx, anc)
-        if not periodic:
-            if isinstance(anc, ast.If) and field == "body" and is_periodic(anc.test):
-                return False
-            if isinstance(anc, ast.BoolOp) and isinstance(anc.op, ast.And) and after_periodic_operand(anc, child):
-                return False  # `step % N == 0 and loss.item() > x`
-        if isinstance(anc, (ast.For, ast.AsyncFor)) and field == "body" and is_step_loop(ctx, anc):
-            return True
-        if isinstance(anc, ast.While) and field in ("body", "test") and is_step_loop(ctx, anc):
-            return True
-        child = anc
+        if isinstance(anc, LOOPS):
+            return anc
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            return None
+    return None
+
+
+def _counter_bounded(ctx: "FileContext", node: ast.If) -> bool:
+    """`if batch_idx == 1:`, `if j <= 4:`: a loop counter compared with a constant holds on a
+    fixed number of iterations (debug output for the first batches), not every step."""
+    counters = _loop_counters(ctx, node)
+    if not counters:
+        return False
+    tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) \
+        else [node.test]
+    for test in tests:
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.Lt, ast.LtE)):
+            left, right = test.left, test.comparators[0]
+            if isinstance(left, ast.Name) and left.id in counters and isinstance(right, ast.Constant) \
+                    and type(right.value) is int:
+                return True
     return False
+
+
+def _loop_counters(ctx: "FileContext", node: ast.AST) -> set[str]:
+    """Names counting the iterations of the loops around `node`: `enumerate`'s index, a `range`
+    loop's variable, a name the loop increments (`step += 1`)."""
+    counters: set[str] = set()
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            break
+        if isinstance(anc, (ast.For, ast.AsyncFor)):
+            counters |= {name for name, iterable in loop_bindings(anc.target, anc.iter)
+                         if isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range"}
+        if isinstance(anc, LOOPS):
+            counters |= {n.target.id for stmt in anc.body for n in ast.walk(stmt)
+                         if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
+                         and isinstance(n.target, ast.Name) and is_constant(n.value, 1)}
+    return counters
 
 
 def after_periodic_operand(boolop: ast.BoolOp, operand: ast.AST) -> bool:
@@ -210,22 +240,225 @@ def after_periodic_operand(boolop: ast.BoolOp, operand: ast.AST) -> bool:
     return False
 
 
-def _after_periodic_return(ctx: "FileContext", parent: ast.AST, statement: ast.stmt) -> bool:
-    """An earlier `if <every-N-steps test>: return` in the statement's block gates it."""
+def _after_gating_exit(ctx: "FileContext", parent: ast.AST, statement: ast.stmt) -> bool:
+    """An earlier `if step % N: continue`, `if not should_log(step): return` or `if option is None:
+    return` in the statement's block: the statement runs only when that test fails."""
     block = getattr(parent, ctx.index.field_of(statement) or "", None)
     if not isinstance(block, list):
         return False
     for earlier in block:
         if earlier is statement:
             return False
-        if isinstance(earlier, ast.If) and not earlier.orelse and is_periodic(earlier.test) and returns(earlier.body):
+        if isinstance(earlier, ast.If) and not earlier.orelse and skips_rest(earlier.body):
+            if periodic_polarity(earlier.test) == ALMOST_ALWAYS or _option_absent(ctx, earlier.test):
+                return True
+    return False
+
+
+def opt_in(ctx: "FileContext", node: ast.If) -> bool:
+    """`if ignore_index is not None:` / `if normalize:` where the tested name is a parameter whose
+    default is None/False and the block uses it as a value: the block runs only when the caller
+    asks for a non-default behaviour. (A block that calls or uses an attribute of the name, as in
+    `if writer is not None: writer.add_scalar(...)`, runs whenever the object is provided.)"""
+    return any(_option_value(ctx, name, node.body) for name in _tested_present(node.test))
+
+
+def _tested_present(test: ast.expr) -> list[ast.Name]:
+    """Names the test requires to be present: `x is not None`, `x`, and the `and` of such tests."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [n for v in test.values for n in _tested_present(v)]
+    if isinstance(test, ast.Name):
+        return [test]
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot) and \
+            isinstance(test.left, ast.Name) and is_constant(test.comparators[0], None):
+        return [test.left]
+    return []
+
+
+def _option_absent(ctx: "FileContext", test: ast.expr) -> bool:
+    """`if option is None: return` before the statement."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) and \
+            isinstance(test.left, ast.Name) and is_constant(test.comparators[0], None):
+        func = ctx.index.enclosing_function(test)
+        return func is not None and _option_value(ctx, test.left, func.body)
+    return False
+
+
+def _option_value(ctx: "FileContext", name: ast.Name, body: list[ast.stmt]) -> bool:
+    param = ctx.parameter(name)
+    if param is None:
+        return False
+    func = ctx.index.parent(ctx.index.parent(param))
+    default = param_default(func, param) if func is not None else None
+    if not (is_constant(default, None) or is_constant(default, False)):
+        return False
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name.id:
+                return False
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name.id:
+                return False
+    return True
+
+
+def _gated(ctx: "FileContext", node: ast.AST, owner: ast.AST) -> bool:
+    """`node` runs less often than `owner`'s body: behind a gate, off XLA, or in a nested loop
+    of its own when `owner` is a loop."""
+    child = node
+    for anc in ctx.index.ancestors(node):
+        if gated_by(ctx, child, anc):
+            return True  # checked before leaving through `owner`: a gate in its own block counts
+        if anc is owner:
+            return False
+        if isinstance(anc, LOOPS) and ctx.index.field_of(child) == "body" and isinstance(owner, LOOPS):
+            return True  # a nested loop is a step loop of its own, the outer one is per epoch
+        child = anc
+    return False
+
+
+# -- step loops --------------------------------------------------------------------------------------
+
+def is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
+    cache = ctx.step_loop_cache
+    if loop not in cache:
+        cache[loop] = False  # a loop reached again while deciding (through `trains`) is not yet one
+        cache[loop] = _is_step_loop(ctx, loop)
+    return cache[loop]
+
+
+def _is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter):
+        return True
+    data = loop_data(ctx, loop)
+    for call in ctx.calls_within(loop):
+        if _gated(ctx, call, loop):
+            continue
+        if _training_call(ctx, call) or ctx.trains_externally(call):
             return True
+        if any(trains(ctx, func) for func in local_callees_of(ctx, call)):
+            return True
+        if data and _forward_on(call, data):
+            return True
+    return False
+
+
+def _training_call(ctx: "FileContext", call: ast.Call) -> bool:
+    """A backward, an optimizer step or a step call."""
+    method = method_name(call)
+    if method == "backward":
+        return True
+    if method == "step" and OPTIMIZER.search(dotted_name(receiver(call)) or ""):
+        return True
+    return bool(STEP_CALL.match(last_part(dotted_name(call.func))))
+
+
+def trains(ctx: "FileContext", func: ast.AST) -> bool:
+    """`func`, or a module-local function it calls, runs one backward or optimizer step per call.
+    (A function that runs them in a loop of its own trains an epoch: calling it is no step.)"""
+    cache = ctx.trains_cache
+    if func not in cache:
+        cache[func] = False  # recursion
+        cache[func] = any(
+            not _gated(ctx, call, func) and not in_loop_within(ctx, call, func) and (
+                _training_call(ctx, call) or ctx.trains_externally(call)
+                or any(trains(ctx, f) for f in local_callees_of(ctx, call)))
+            for call in ctx.calls_within(func))
+    return cache[func]
+
+
+def in_loop_within(ctx: "FileContext", node: ast.AST, owner: ast.AST) -> bool:
+    """`node` sits in the body of a loop (or comprehension) inside `owner`."""
+    for anc in ctx.index.ancestors(node):
+        if anc is owner:
+            return False
+        if isinstance(anc, (*LOOPS, ast.comprehension, ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
+            return True
+    return False
+
+
+def loop_data(ctx: "FileContext", loop: ast.AST) -> set[str]:
+    """Names holding what a `for` loop yields: its targets, and names the body assigns from them
+    (`images = batch[0].to(device)`, `x, y = batch`), not names of what is called on them."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return set()
+    # what it iterates, not counters: `range(...)` items and `enumerate`'s index are no data
+    data = {name for name, iterable in loop_bindings(loop.target, loop.iter)
+            if not (isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range")}
+    assignments = [n for stmt in loop.body for n in ast.walk(stmt) if isinstance(n, (ast.Assign, ast.AnnAssign))]
+    for _ in range(3):  # a few rounds of `a = f(batch); b = a.to(d)`
+        for node in assignments:
+            if node.value is not None and _mentions(node.value, data):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                data |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return data
+
+
+def _mentions(expr: ast.AST, names: set[str]) -> bool:
+    """`expr` reads one of `names` as data (a callee's name is not data: `layer(x)`)."""
+    callees = {n.func for n in ast.walk(expr) if isinstance(n, ast.Call)}
+    return any(isinstance(n, ast.Name) and n.id in names and n not in callees for n in ast.walk(expr))
+
+
+def _forward_on(call: ast.Call, data: set[str]) -> bool:
+    """`model(x)`, `self.net(images)`, `criterion(out, y)` with an argument from the loop's data."""
+    name = dotted_name(call.func)
+    if not name or name.count(".") > 1 or name.split(".")[0] in data:
+        return False
+    if not FORWARD_CALLEE.search(last_part(name)):
+        return False
+    args = [*call.args, *(k.value for k in call.keywords)]
+    return any(_mentions(a, data) for a in args)
+
+
+def iterates_batches(ctx: "FileContext", iterable: ast.expr, depth: int = 0) -> bool:
+    """`for batch in loader`, `enumerate(tqdm(train_loader))`, `pl.MpDeviceLoader(...)`,
+    `metric_logger.log_every(loader, ...)`, or a variable holding one of those."""
+    if depth > 3:
+        return False
+    if isinstance(iterable, ast.Call):
+        callee = last_part(dotted_name(iterable.func))
+        if DEVICE_LOADER.match(callee):
+            return True
+        if callee in ITERABLE_WRAPPERS or isinstance(iterable.func, ast.Attribute):
+            # a wrapper (or a method such as `log_every`) around a loader it is given
+            return any(iterates_batches(ctx, a, depth + 1) for a in iterable.args[:2])
+        return False
+    name = dotted_name(iterable)
+    if not name:
+        return False
+    if BATCH_ITERABLE.search(last_part(name)):
+        return True
+    values = ctx.assigned_values(iterable)
+    return any(isinstance(v, ast.Call) and DEVICE_LOADER.match(last_part(dotted_name(v.func))) for v in values) or \
+        any(iterates_batches(ctx, v, depth + 1) for v in values if isinstance(v, (ast.Call, ast.Name)))
+
+
+# -- per-step ----------------------------------------------------------------------------------------
+
+def is_per_step(ctx: "FileContext", node: ast.AST, *, periodic: bool = False) -> bool:
+    """True when `node` runs once per training/evaluation step. With `periodic=True`, also when it
+    runs every N steps (`if step % accumulate == 0:`): what a step barrier must cover."""
+    child = node
+    for anc in ctx.index.ancestors(node):
+        field = ctx.index.field_of(child)
+        if not periodic and gated_by(ctx, child, anc):
+            return False
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+            if ctx.is_step_closure(anc):
+                return False
+            return isinstance(anc, FUNCTIONS) and is_step_function(ctx, anc)
+        if isinstance(anc, (ast.For, ast.AsyncFor)) and field == "body" and is_step_loop(ctx, anc):
+            return True
+        if isinstance(anc, ast.While) and field in ("body", "test") and is_step_loop(ctx, anc):
+            return True
+        child = anc
     return False
 
 
 # Functions that run once per call on batch data, whoever calls them: losses, criteria and input
 # checks of losses/metrics (`_check_inputs`, `*_tensor_validation`), metric updates. Their callers
-# are often in another module, where the per-step analysis of this file cannot see them.
+# may be in code the project index cannot see (a library's users); when callers are visible, they
+# decide instead.
 PER_CALL_FUNCTION = re.compile(
     r"(^|_)(loss|losses|criterion)($|_)|[A-Za-z0-9]Loss$|^_*check_|_validation$|"
     r"^_*validate_(input|tensor|target|pred)|[a-z0-9]_update$"
@@ -234,9 +467,11 @@ MAX_CALL_SITE_DEPTH = 2
 
 
 def compute_per_call_functions(ctx: "FileContext") -> set[ast.AST]:
-    """Per-call functions by name, and the module-local functions they call."""
+    """Per-call functions by name (with no caller in the project), and the module-local functions
+    they call."""
     result: set[ast.AST] = set()
-    work = [f for defs in ctx.index.functions.values() for f in defs if PER_CALL_FUNCTION.search(f.name)]
+    work = [f for defs in ctx.index.functions.values() for f in defs
+            if PER_CALL_FUNCTION.search(f.name) and not _call_sites(ctx, f) and not ctx.externally_called(f)]
     while work:
         func = work.pop()
         if func in result or ctx.is_step_closure(func):
@@ -264,13 +499,9 @@ def runs_hot(ctx: "FileContext", node: ast.AST, depth: int = 0) -> bool:
                 or ctx.externally_per_step(func) or _in_step_loop_within(ctx, node, func):
             return True
         sites = _call_sites(ctx, func)
-        per_call = func in ctx.per_call_functions
-        return not sites or any(
-            runs_hot(ctx, site, depth + 1) or (per_call and not _site_excluded(ctx, site)) for site in sites
-        )
+        return not sites or any(runs_hot(ctx, site, depth + 1) for site in sites)
     if func is not None and func in ctx.per_call_functions and not _site_excluded(ctx, node):
-        sites = _call_sites(ctx, func)
-        return not sites or any(not _site_excluded(ctx, site) for site in sites)
+        return True
     return False
 
 
@@ -297,32 +528,32 @@ def _excluded_here(ctx: "FileContext", node: ast.AST) -> bool:
 
 
 def in_raise(ctx: "FileContext", node: ast.AST) -> bool:
-    """`node` is part of a `raise` statement (its message runs once, when failing)."""
+    """`node` builds the error of a failing check: part of a `raise`, or of an `assert`'s message
+    (evaluated only when the assertion fails)."""
+    child = node
     for anc in ctx.index.ancestors(node):
         if isinstance(anc, ast.Raise):
             return True
+        if isinstance(anc, ast.Assert):
+            return ctx.index.field_of(child) == "msg"
         if isinstance(anc, ast.stmt):
             return False
+        child = anc
     return False
 
 
-def _site_excluded(ctx: "FileContext", node: ast.AST, depth: int = 0) -> bool:
-    """`node` never runs on XLA, runs only every N steps, or builds an error being raised; or its
-    function is only called from such places."""
+def _site_excluded(ctx: "FileContext", node: ast.AST) -> bool:
+    """`node` never runs on XLA, runs behind a gate, or builds an error being raised, within its
+    function."""
     if ctx.in_non_xla_code(node):
+        return True
+    if in_raise(ctx, node):
         return True
     child = node
     for anc in ctx.index.ancestors(node):
-        field = ctx.index.field_of(child)
-        if isinstance(anc, ast.Raise) or (isinstance(anc, ast.If) and field == "body" and is_periodic(anc.test)):
-            return True
-        if isinstance(child, ast.stmt) and _after_periodic_return(ctx, anc, child):
+        if gated_by(ctx, child, anc):
             return True
         if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
             break
         child = anc
-    func = ctx.index.enclosing_function(node)
-    if func is None or depth > MAX_CALL_SITE_DEPTH or STEP_FUNCTION.match(func.name):
-        return False
-    sites = _call_sites(ctx, func)
-    return bool(sites) and all(_site_excluded(ctx, site, depth + 1) for site in sites)
+    return False

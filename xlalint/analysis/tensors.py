@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .index import FUNCTIONS
 from .names import dotted_name, is_constant, keyword_value, last_part, method_name, param_default, positional
 from .names import receiver, string_value
-from .steps import is_named_step
+from .steps import MODEL_CALLEE, is_named_step
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -69,15 +69,6 @@ PY_BUILTINS_NOT_TENSOR = {
     "type", "hasattr", "getattr", "id", "hash", "round", "sorted", "enumerate", "zip", "print", "format",
     "open", "any", "all", "iter", "next", "callable", "divmod", "ord", "chr", "hex", "bin",
 }
-# Called objects whose result is a model output (a device tensor in a training step).
-MODEL_CALLEE = re.compile(
-    r"^(self|model|module|net|network|encoder|decoder|criterion|loss|loss_fn|lossfn|loss_func|"
-    r"loss_function|head|backbone|classifier|generator|discriminator|lm|lm_head|ddp_model|"
-    r"wrapped_model|student|teacher|layer|block|embed|embedding|embeddings|critic|actor|policy|"
-    r"policy_net|value_net|q_net|unet|vae|transformer|mlp)$|(_model|_net|_loss|_fn|_criterion|_head|_encoder|"
-    r"_decoder|_layer)$",
-    re.I,
-)
 # Names that are almost always tensors when nothing else is known about them.
 TENSOR_NAME = re.compile(
     r"^(loss|losses|\w+_loss|loss_\w+|logits|\w+_logits|grad_norm|total_norm|norm|preds|pred|predictions|"

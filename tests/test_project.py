@@ -1,0 +1,112 @@
+"""The project-wide index: per-step paths across modules, and the cache that keeps it cheap."""
+
+import json
+
+import pytest
+
+METRICS = """\
+import torch
+
+
+class Meter:
+    def __init__(self):
+        self.total = 0.0
+
+    def update(self, value):
+        self.total += value.item()
+
+
+def check_targets(targets, num_classes):
+    low = targets.min().item()
+    high = targets.max().item()
+    return low, high
+
+
+def log_loss(loss):
+    print(loss.item())
+"""
+
+TRAIN = """\
+import torch
+from pkg.metrics import Meter, check_targets, log_loss
+
+
+def train(model, loader, optimizer):
+    meter = Meter()
+    for step, (x, y) in enumerate(loader):
+        check_targets(y, 10)
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+        meter.update(loss)
+        if step % 100 == 0:
+            log_loss(loss)
+"""
+
+
+@pytest.fixture
+def package(project):
+    project.write("pyproject.toml", "[project]\nname = 'pkg'\n")
+    project.write("pkg/__init__.py", "")
+    project.write("pkg/metrics.py", METRICS)
+    project.write("pkg/train.py", TRAIN)
+    return project
+
+
+def rows(out, name):
+    return sorted(d["location"]["row"] for d in json.loads(out) if d["filename"].endswith(name))
+
+
+def test_helpers_called_every_step_from_another_module_are_per_step(run_cli, package):
+    code, out, _ = run_cli("check", "--output-format", "json", package)
+    assert code == 1
+    # Meter.update and check_targets run every step; log_loss only every 100 steps
+    assert rows(out, "metrics.py") == [9, 13, 14]
+
+
+def test_one_file_still_sees_its_callers(run_cli, package):
+    """What pre-commit does: only the staged file is named, the index covers the project."""
+    code, out, _ = run_cli("check", "--output-format", "json", package / "pkg" / "metrics.py")
+    assert rows(out, "metrics.py") == [9, 13, 14]
+
+
+def test_a_loop_calling_a_trainer_elsewhere_is_a_step_loop(run_cli, package):
+    package.write("pkg/steps.py", "def run_step(model, batch, opt):\n    model(batch).sum().backward()\n    opt.step()\n")
+    package.write("pkg/fit.py", "import torch\nfrom pkg.steps import run_step as once\n\n\n"
+                                "def fit(model, stream, opt):\n    for batch in stream():\n"
+                                "        once(model, batch, opt)\n        seen.append(batch.sum().item())\n")
+    code, out, _ = run_cli("check", "--output-format", "json", package / "pkg" / "fit.py")
+    assert rows(out, "fit.py") == [8]
+
+
+def test_the_cache_follows_the_callers(run_cli, package):
+    args = ("check", "--output-format", "json", package / "pkg" / "metrics.py")
+    first = run_cli(*args)[1]
+    assert (package / ".xlalint_cache" / ".gitignore").read_text().strip().endswith("*")
+    assert run_cli(*args)[1] == first  # warm: the same answer
+    # only the caller changes (it checks targets every 100 steps): the helper file is the same,
+    # its findings are not
+    package.write("pkg/train.py", TRAIN.replace("        check_targets(y, 10)\n", "").replace(
+        "            log_loss(loss)\n", "            log_loss(loss)\n            check_targets(y, 10)\n"))
+    assert rows(run_cli(*args)[1], "metrics.py") == [9]
+
+
+def test_a_damaged_cache_is_ignored(run_cli, package):
+    args = ("check", "--output-format", "json", package)
+    run_cli(*args)
+    for entry in (package / ".xlalint_cache").glob("*.json"):
+        data = json.loads(entry.read_text())
+        data["summaries"] = {k: ["stale", {"not": "a summary"}] for k in data["summaries"]}
+        data["results"] = {k: [v[0], {"bad": 1}] for k, v in data["results"].items()}
+        entry.write_text(json.dumps(data))
+    code, out, err = run_cli(*args)
+    assert code == 1 and not err
+    assert rows(out, "metrics.py") == [9, 13, 14]
+    (package / ".xlalint_cache").joinpath(next(iter(p.name for p in (package / ".xlalint_cache").glob("*.json")))) \
+        .write_text("{not json")
+    assert rows(run_cli(*args)[1], "metrics.py") == [9, 13, 14]
+
+
+def test_no_cache_writes_nothing(run_cli, package):
+    run_cli("check", "--no-cache", package)
+    assert not (package / ".xlalint_cache").exists()
