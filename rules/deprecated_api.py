@@ -211,6 +211,9 @@ TABLE: tuple[Migration, ...] = load_table(
     resources.files(__package__ or "xlalint.rules").joinpath(TABLE_FILE).read_text(encoding="utf-8")
 )
 
+# Module moves, longest name first, to see through an old import to today's name.
+MOVED_MODULES = sorted((m for m in TABLE if m.kind == "module" and m.replacement), key=lambda m: -len(m.name))
+
 # Conventional aliases for new modules, used when the file has no binding for them yet.
 ALIASES = {"torch_xla.runtime": "xr", "torch_xla.distributed.spmd": "xs"}
 
@@ -242,12 +245,15 @@ def _entries_doc(status: str) -> str:
 
 def _qualified_names(ctx: FileContext, node: ast.expr) -> set[str]:
     """What `node` names through this file's imports (`xm.mark_step` ->
-    `torch_xla.core.xla_model.mark_step`); empty when its head is not an imported name."""
+    `torch_xla.core.xla_model.mark_step`), also where its module has moved since
+    (`torch_xla_py.xla_model.get_ordinal` is `torch_xla.core.xla_model.get_ordinal`); empty when its
+    head is not an imported name (or `xm`-style parameter)."""
     name = dotted_name(node)
-    if not name or name.split(".")[0] not in ctx.index.imports:
-        return set()
-    qualified = ctx.qualified_name(node)
-    return {qualified} if qualified else set()
+    qualified = ctx.qualified_name(node) if name else None
+    if not qualified or (qualified == name and name.partition(".")[0] not in ctx.index.imports):
+        return set()  # the head is no import (nor an `xm`-style module parameter)
+    moved = next((m.moved(qualified) for m in MOVED_MODULES if m.matches_module(qualified)), None)
+    return {qualified, moved} if moved else {qualified}
 
 
 def _relevant(ctx: FileContext) -> bool:

@@ -181,3 +181,41 @@ def test_aliases_and_full_names_resolve():
     assert "torch_xla.sync()" in fixed and "torch_xla.sync(wait=True)" in fixed
     compile(fixed, "fixed.py", "exec")
     assert fix_code(fixed, RULES, unsafe=False) == fixed
+
+
+def codes_and_rows(code, rules=(RemovedXlaApi, DeprecatedXlaApi)):
+    return sorted((d.code, d.location.row) for d in lint_code(textwrap.dedent(code), list(rules)))
+
+
+def test_uses_through_an_old_package_name_are_found():
+    # `torch_xla_py.xla_model` is today's `torch_xla.core.xla_model`: its functions moved with it
+    code = """
+    import torch_xla_py.xla_model as xm
+
+    world = xm.xrt_world_size()
+    device = xm.xla_device()
+    """
+    assert codes_and_rows(code) == [("XLA601", 2), ("XLA601", 4), ("XLA602", 5)]
+
+
+def test_xm_passed_as_a_parameter_is_torch_xla():
+    code = textwrap.dedent("""
+        import torch_xla
+
+        def _mp_fn(rank, cfg, xm):
+            device = xm.xla_device()
+            return xm.get_ordinal()
+        """)
+    assert codes_and_rows(code) == [("XLA601", 6), ("XLA602", 5)]
+    # a shim of its own is not torch_xla's module, nor is `xm` in code that never uses torch_xla
+    shim = code.replace("def _mp_fn", "xm = CpuShim()\n\ndef _mp_fn").replace(", xm)", ")")
+    assert codes_and_rows(shim) == []
+    assert codes_and_rows(code.replace("import torch_xla\n", "import torch\n")) == []
+
+
+def test_sharded_tensor_import_moved_in_2_5():
+    code = "from torch_xla.experimental.xla_sharded_tensor import XLAShardedTensor\n"
+    (found,) = lint_code(code, [RemovedXlaApi])
+    assert "removed in torch_xla 2.5" in found.message
+    assert fix_code(code, [RemovedXlaApi], unsafe=False) == \
+        "from torch_xla.distributed.spmd.xla_sharded_tensor import XLAShardedTensor\n"

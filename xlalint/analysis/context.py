@@ -14,6 +14,10 @@ from ..source import SourceText
 from .tensors import Kind, TensorInference
 
 XLA_MODULES = ("torch_xla", "torchax")
+# What these names mean in torch_xla code by universal convention, when no import binds them (they
+# are passed around: `def _mp_fn(rank, cfg, xm):`).
+CONVENTIONAL_MODULES = {"xm": "torch_xla.core.xla_model", "xr": "torch_xla.runtime",
+                        "xmp": "torch_xla.distributed.xla_multiprocessing"}
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
@@ -54,9 +58,19 @@ class FileContext:
             return None
         head, _, rest = name.partition(".")
         binding = self.index.imports.get(head)
-        if binding is None:
+        if binding is not None:
+            qualified = binding.qualified
+        elif head in CONVENTIONAL_MODULES and self.uses_xla and self._unassigned(head, node):
+            qualified = CONVENTIONAL_MODULES[head]
+        else:
             return name
-        return f"{binding.qualified}.{rest}" if rest else binding.qualified
+        return f"{qualified}.{rest}" if rest else qualified
+
+    def _unassigned(self, name: str, node: ast.AST) -> bool:
+        """No assignment in `node`'s scope (or the module) gives `name` a value of its own (a
+        parameter or a global fits the convention; `xm = CpuShim()` does not)."""
+        scope = self.index.scope_of(node)
+        return not self._scope_values(scope, name) and not self._scope_values(self.tree, name)
 
     # -- structure --------------------------------------------------------------------------
     def parent(self, node: ast.AST) -> ast.AST | None:
