@@ -115,10 +115,15 @@ def test_non_xla_guards(guard, runs_off_xla_only):
         ("v = len(batch)", Kind.NOT_TENSOR),
         ("v = torch.distributions.Normal(0.0, 1.0)", Kind.NOT_TENSOR),
         ("v = send_to_device(batch, device)", Kind.DEVICE),
+        ("v = Variable(model(batch))", Kind.DEVICE),
+        ("v = xm.all_reduce('sum', model(batch))", Kind.DEVICE),
+        ("v = torch.are_deterministic_algorithms_enabled()", Kind.NOT_TENSOR),
+        ("v = torch.get_default_dtype()", Kind.NOT_TENSOR),
     ],
 )
 def test_tensor_kinds(statement, kind):
-    ctx = context(f"def run(model, batch, device, values, p):\n    {statement}\n    use(v)\n")
+    ctx = context("import torch\nimport torch_xla.core.xla_model as xm\nfrom torch.autograd import Variable\n"
+                  f"def run(model, batch, device, values, p):\n    {statement}\n    use(v)\n")
     use = call_named(ctx, "use")
     assert ctx.tensor_kind(use.args[0]) is kind
 
@@ -312,3 +317,29 @@ def test_blocks_that_run_a_bounded_number_of_times(block, per_step):
         f"        {block}\n"
     )
     assert ctx.runs_hot(call_named(ctx, "item")) is per_step
+
+
+def test_parameters_take_the_kind_their_callers_pass():
+    ctx = context(
+        """
+        class Net(torch.nn.Module):
+            def __init__(self):
+                self.quantizer = VectorQuantizer(64)
+
+            def forward(self, x):
+                return self.quantizer(x)
+
+        def bucket(ts, values):
+            use(ts, values)
+
+        def run(model, batch, sizes):
+            out = model(batch)
+            bucket(out.argmax(-1), values=out.sum(-1))
+            bucket(torch.zeros(3, device="cpu"), values=out)
+        """
+    )
+    use = call_named(ctx, "use")
+    assert ctx.tensor_kind(use.args[0]) is Kind.DEVICE  # one caller passes a device tensor
+    assert ctx.tensor_kind(use.args[1]) is Kind.DEVICE  # by keyword
+    forward = next(f for f in ctx.index.functions["forward"])
+    assert ctx.tensor_kind(forward.body[0].value) is Kind.DEVICE  # a submodule's output

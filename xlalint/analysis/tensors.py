@@ -45,6 +45,14 @@ TORCH_NOT_TENSOR = {
 TORCH_NOT_TENSOR_PREFIXES = ("torch.cuda.", "torch.distributed.", "torch.backends.", "torch.utils.", "torch.jit.",
                              "torch.distributions.", "torch.optim.", "torch.amp.", "torch.profiler.",
                              "torch.compiler.", "torch.autograd.", "torch.onnx.", "torch.hub.", "torch.nn.init.")
+# torch functions that answer a question or get/set global state: Python values, never tensors.
+TORCH_QUERY = re.compile(r"^(is|are|has|get|set|use)_")
+# torch_xla collectives: a device tensor in, a device tensor out (`mesh_reduce` is a host collective).
+XLA_COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "send", "recv",
+                   "collective_broadcast"}
+WRAPS_ITS_ARGUMENT = {"torch.autograd.Variable", "torch.autograd.variable.Variable", "torch.nn.Parameter",
+                      "torch.nn.parameter.Parameter"}
+MAX_CALL_SITES = 8  # call sites read for a parameter's kind
 FACTORIES = {
     "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
     "eye", "rand", "randn", "randint", "randperm", "normal", "bernoulli", "tril_indices", "triu_indices",
@@ -209,7 +217,31 @@ class TensorInference:
             return Kind.NOT_TENSOR  # a literal/config default: a hyper-parameter, not data
         if isinstance(func, FUNCTIONS) and is_named_step(self.ctx, func) and self.ctx.is_step_function(func):
             return Kind.TENSOR  # forward(self, x), training_step(self, batch, ...): data
+        passed = self._passed(func, param) if isinstance(func, FUNCTIONS) else Kind.UNKNOWN
+        if passed >= Kind.CPU or passed == Kind.NOT_TENSOR:
+            return passed  # what the module's own callers pass
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
+
+    def _passed(self, func: ast.AST, param: ast.arg) -> Kind:
+        """The kind of what this module's calls of `func` pass for `param`; UNKNOWN without calls."""
+        params = func.args.posonlyargs + func.args.args
+        position = params.index(param) if param in params else None
+        if position is not None and params and params[0].arg in ("self", "cls"):
+            position -= 1
+        kinds = []
+        for call in self.ctx.index.calls:
+            if last_part(dotted_name(call.func)) != func.name or dotted_name(call.func) not in (
+                    func.name, f"self.{func.name}", f"cls.{func.name}"):
+                continue
+            value = keyword_value(call, param.arg)
+            if value is None and position is not None and 0 <= position < len(positional(call)):
+                value = positional(call)[position]
+            if value is None:
+                return Kind.UNKNOWN  # a default or *args: can't tell
+            kinds.append(self.kind(value))
+            if len(kinds) >= MAX_CALL_SITES:
+                break
+        return combine(*kinds) if kinds else Kind.UNKNOWN
 
     def _element_kind(self, iterable: ast.expr) -> Kind:
         """Kind of the loop variable of `for x in iterable`."""
@@ -281,11 +313,16 @@ class TensorInference:
                 return combine(*(self.kind(a) for a in node.args))
             if root == "torch" and not qualified.startswith("torch.Tensor"):
                 return self._torch_call(node, qualified, head, tail)
+            if root == "torch_xla" and tail in XLA_COLLECTIVES:
+                kinds = [self.kind(a) for a in node.args]
+                return Kind.DEVICE if any(k >= Kind.CPU for k in kinds) or not kinds else Kind.TENSOR
         name = dotted_name(node.func)
         if TO_DEVICE_CALL.search(last_part(name) or method or ""):
             return Kind.DEVICE
         if name and MODEL_CALLEE.search(last_part(name)) and name.count(".") <= 1:
             return Kind.DEVICE  # `model(x)`, `self.encoder(h)`, `criterion(out, y)`: model outputs
+        if name and name.startswith("self.") and name.count(".") == 1 and self._submodule(name):
+            return Kind.DEVICE  # `self.quantizer(h)` where `self.quantizer = VectorQuantizer(...)`
         if method is not None:
             result = self._method_call(node, method)
             if result != Kind.NOT_TENSOR or dotted_name(receiver(node)) not in ("self", "cls"):
@@ -295,9 +332,20 @@ class TensorInference:
             return Kind.TENSOR
         return Kind.UNKNOWN
 
+    def _submodule(self, name: str) -> bool:
+        """`self.<name>` is assigned a module instance (`nn.Linear(...)`, `Encoder(...)`) in the class."""
+        for value in self.ctx.attribute_values(name):
+            if isinstance(value, ast.Call):
+                callee = last_part(dotted_name(value.func))
+                if callee[:1].isupper() or (self.ctx.qualified_name(value.func) or "").startswith("torch.nn."):
+                    return True
+        return False
+
     def _torch_call(self, node: ast.Call, qualified: str, head: str, tail: str) -> Kind:
-        if tail in TORCH_NOT_TENSOR or qualified.startswith(TORCH_NOT_TENSOR_PREFIXES) and \
-                not qualified.startswith("torch.nn.utils.clip_grad"):
+        if qualified in WRAPS_ITS_ARGUMENT:  # `Variable(t)`, `nn.Parameter(t)`: the tensor itself
+            return self.kind(node.args[0]) if node.args else Kind.TENSOR
+        if tail in TORCH_NOT_TENSOR or TORCH_QUERY.match(tail) or qualified.startswith(TORCH_NOT_TENSOR_PREFIXES) \
+                and not qualified.startswith("torch.nn.utils.clip_grad"):
             return Kind.NOT_TENSOR
         if qualified.startswith("torch.nn.utils.clip_grad"):
             return Kind.DEVICE  # the total norm lives on the parameters' device
