@@ -202,6 +202,7 @@ FunctionRef = tuple[str, str]  # (module path, function qualname)
 class ProjectIndex:
     def __init__(self, summaries: list[ModuleSummary]) -> None:
         self.summaries = {s.path: s for s in summaries}
+        self._resolved: list | None = None
         self.by_name: dict[str, list[ModuleSummary]] = defaultdict(list)
         for s in summaries:
             self.by_name[s.name].append(s)
@@ -297,14 +298,20 @@ class ProjectIndex:
             return self.method(module, owner, method)
         return None
 
+    @property
+    def resolved(self) -> list[tuple[ModuleSummary, CallSite, FunctionRef]]:
+        """Every call of the project whose callee is a function of the project."""
+        if self._resolved is None:
+            found = [(s, c, self.resolve_call(s, c)) for s in self.summaries.values() for c in s.calls]
+            self._resolved = [(s, c, t) for s, c, t in found if t is not None]
+        return self._resolved
+
     # -- what the project says about each module ----------------------------------------------------
     def facts(self) -> dict[str, ProjectFacts]:
         """Module path -> the facts other modules establish about it: which of its functions run
         every step or are called at all from elsewhere, and which of its calls run a function
         (elsewhere) that trains."""
-        resolved = [(summary, call, self.resolve_call(summary, call))
-                    for summary in self.summaries.values() for call in summary.calls]
-        resolved = [(s, c, t) for s, c, t in resolved if t is not None]
+        resolved = self.resolved
         training = self._training(resolved)
         hot = self._per_step(resolved)
         steps: dict[str, set[str]] = defaultdict(set)
