@@ -343,3 +343,35 @@ def test_parameters_take_the_kind_their_callers_pass():
     assert ctx.tensor_kind(use.args[1]) is Kind.DEVICE  # by keyword
     forward = next(f for f in ctx.index.functions["forward"])
     assert ctx.tensor_kind(forward.body[0].value) is Kind.DEVICE  # a submodule's output
+
+
+def test_isinstance_narrows_to_host_values():
+    ctx = context(
+        """
+        import numpy as np
+
+        def finish(losses, logits):
+            if isinstance(losses, np.ndarray) and losses.size:
+                use(losses.mean())
+            use(logits)
+            out = logits if isinstance(logits, (int, float)) else logits.sum()
+        """
+    )
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is Kind.NOT_TENSOR
+    assert ctx.tensor_kind(call_named(ctx, "use", 1).args[0]) is Kind.TENSOR  # no isinstance here
+
+
+def test_classes_written_for_another_backend_are_not_xla_code():
+    ctx = context(
+        """
+        class GemmaFlashAttention2(GemmaAttention):
+            def forward(self, hidden_states, attention_mask):
+                return attention_mask.sum().item()
+
+        class XLAFlashAttention(GemmaAttention):
+            def forward(self, hidden_states, attention_mask):
+                return attention_mask.sum().tolist()
+        """
+    )
+    assert ctx.in_non_xla_code(call_named(ctx, "item"))
+    assert not ctx.in_non_xla_code(call_named(ctx, "tolist"))

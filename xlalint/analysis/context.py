@@ -191,6 +191,8 @@ class FileContext:
             elif isinstance(anc, ast.ExceptHandler) and field == "body" and anc.type is not None and \
                     guards.xla_polarity(anc.type) == guards.NEGATIVE:
                 return True  # `except torch.cuda.OutOfMemoryError:` fallbacks
+            elif isinstance(anc, ast.ClassDef) and guards.names_non_xla_backend(anc.name):
+                return True  # `class GemmaFlashAttention2`, `class CudaGraphRunner`: another backend's code
             if isinstance(child, ast.stmt) and self._after_xla_exit(anc, child):
                 return True
             child = anc

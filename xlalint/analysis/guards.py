@@ -35,6 +35,13 @@ def words(node: ast.AST) -> list[str]:
     return found
 
 
+def names_non_xla_backend(class_name: str) -> bool:
+    """`GemmaFlashAttention2`, `CudaGraphRunner`, `MPSBackend`: a class written for another backend
+    (CamelCase words are split; `CUDA`-only names count, `XLA` ones do not)."""
+    parts = re.findall(r"[A-Z]+(?=[A-Z][a-z]|\d|$)|[A-Z]?[a-z]+|\d+", class_name)
+    return any(NON_XLA.search(p) for p in parts) and not any(XLA.search(p) for p in parts)
+
+
 def xla_polarity(test: ast.expr) -> int:
     """POSITIVE if `test` holds only on XLA, NEGATIVE if only off XLA, else UNKNOWN."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):

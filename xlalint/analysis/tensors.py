@@ -53,6 +53,8 @@ XLA_COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "
 WRAPS_ITS_ARGUMENT = {"torch.autograd.Variable", "torch.autograd.variable.Variable", "torch.nn.Parameter",
                       "torch.nn.parameter.Parameter"}
 MAX_CALL_SITES = 8  # call sites read for a parameter's kind
+HOST_TYPES = {"int", "float", "bool", "str", "list", "tuple", "dict", "set", "complex", "bytes", "numbers.Number",
+              "numbers.Real", "numbers.Integral"}
 FACTORIES = {
     "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
     "eye", "rand", "randn", "randint", "randperm", "normal", "bernoulli", "tril_indices", "triu_indices",
@@ -185,6 +187,8 @@ class TensorInference:
 
     def _name(self, node: ast.Name) -> Kind:
         name = node.id
+        if self._narrowed_to_host(node):
+            return Kind.NOT_TENSOR
         values = self.ctx.reaching_values(node)
         if values:
             return combine(*(self.kind(v) for v in values))
@@ -200,6 +204,29 @@ class TensorInference:
         if TENSOR_NAME.match(name):
             return Kind.TENSOR
         return Kind.UNKNOWN
+
+    def _narrowed_to_host(self, node: ast.Name) -> bool:
+        """`node` is read where `isinstance(node, np.ndarray)` (or a Python scalar or container
+        type) holds: in that `if`'s body or that conditional expression's value."""
+        child = node
+        for anc in self.ctx.index.ancestors(node):
+            if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+                return False
+            if isinstance(anc, (ast.If, ast.IfExp)) and self.ctx.index.field_of(child) == "body":
+                tests = anc.test.values if isinstance(anc.test, ast.BoolOp) and isinstance(anc.test.op, ast.And) \
+                    else [anc.test]
+                if any(self._isinstance_host(t, node.id) for t in tests):
+                    return True
+            child = anc
+        return False
+
+    def _isinstance_host(self, test: ast.expr, name: str) -> bool:
+        if not (isinstance(test, ast.Call) and dotted_name(test.func) == "isinstance" and len(test.args) == 2
+                and isinstance(test.args[0], ast.Name) and test.args[0].id == name):
+            return False
+        types = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+        qualified = [self.ctx.qualified_name(t) or "" for t in types]
+        return bool(qualified) and all(q.split(".")[0] in ("numpy", "np") or q in HOST_TYPES for q in qualified)
 
     def _parameter(self, param: ast.arg) -> Kind:
         name = param.arg
