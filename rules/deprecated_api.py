@@ -1,8 +1,9 @@
 """Removed and deprecated torch_xla APIs, read from the migration table `xla_migrations.toml`.
 
 TorchFix's model: the moves are data, one generic visitor reads them. `status` picks the code
-(removed -> XLA601, deprecated -> XLA602), `fix` the applicability, `params` which arguments carry
-over, and `rewrite` names a hand-written rewrite below for what a rename cannot express.
+(removed -> XLA601, deprecated -> XLA602), `kind` what is matched (a function, a module, an
+environment variable the code sets, or one argument value of a call), `fix` the applicability and
+`params` which arguments carry over.
 Names are resolved through the file's imports, so `import torch_xla.core.xla_model as foo;
 foo.mark_step()` and `from torch_xla.core import xla_model` are found too.
 Findings and what their fixes do are decided on `ast`; the fixes are built on libcst (`_UsesFix`, `_fix_*`).
@@ -26,7 +27,7 @@ import libcst as cst
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.guards import exits_block, words
 from xlalint.analysis.index import FUNCTIONS, SCOPES, ImportBinding
-from xlalint.analysis.names import dotted_name, has_star_args, is_constant, last_part
+from xlalint.analysis.names import dotted_name, has_star_args, last_part, positional
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.fixing.context import CstContext
 from xlalint.rule import FixBuilder, Invalid, Rule, Valid
@@ -43,10 +44,16 @@ else:  # pragma: no cover
 TABLE_FILE = "xla_migrations.toml"
 STATUSES = ("removed", "deprecated")
 FIXES = ("safe", "unsafe", "none")
-KINDS = ("function", "module")
+KINDS = ("function", "module", "environment", "argument")
 REQUIRED = ("name", "status", "fix", "reference", "note")
-OPTIONAL = ("kind", "replacement", "deprecated_in", "removed_in", "replacement_since", "params", "rewrite")
+OPTIONAL = ("kind", "replacement", "deprecated_in", "removed_in", "replacement_since", "params",
+            "argument", "position", "allowed", "off")
+# Keys only some kinds take (every other optional key fits every kind).
+KIND_KEYS = {"params": ("function",), "argument": ("argument",), "position": ("argument",),
+             "allowed": ("argument",), "off": ("environment",)}
+NOT_STRINGS = ("params", "position", "allowed", "off")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_ENV = re.compile(r"[A-Z_][A-Z0-9_]*")
 _VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
 _PARAM = re.compile(r"([A-Za-z_]\w*)(:([A-Za-z_]\w*))?")
 
@@ -68,7 +75,10 @@ class Migration:
     removed_in: str | None = None
     replacement_since: str | None = None
     params: tuple[tuple[str, str], ...] | None = None  # (old keyword, new keyword); None: every argument carries
-    rewrite: str | None = None
+    argument: str | None = None  # kind "argument": the parameter whose value is checked ...
+    position: int | None = None  # ... its positional index ...
+    allowed: tuple[object, ...] | None = None  # ... and the values it may still take
+    off: tuple[str, ...] = ()  # kind "environment": values that leave the variable's feature off
 
     @property
     def applicability(self) -> Applicability | None:
@@ -83,12 +93,17 @@ class Migration:
             return None
         return self.replacement + qualified[len(self.name):]
 
-    def message(self, old: str) -> str:
+    def message(self, old: str, value: str | None = None, resolved: str | None = None) -> str:
+        """The finding's message for `old` as written (for an argument entry, `value` is the
+        argument's code and `resolved` the literal it can hold, when that is not what is written)."""
+        if self.kind == "environment":
+            return self._environment_message()
+        if self.kind == "argument":
+            return self._argument_message(old, value, resolved)
         call = "()" if self.kind == "function" else ""
         new = f"`{self.replacement}{call}`" if self.replacement else None
         if self.status == "removed":
-            since = f" (deprecated in {self.deprecated_in})" if self.deprecated_in else ""
-            head = f"`{old}{call}` was removed in torch_xla {self.removed_in}{since}"
+            head = f"`{old}{call}` was removed in torch_xla {self.removed_in}{self._deprecated_since()}"
             head += f": use {new}" if new else ""
         elif self.deprecated_in:
             head = f"`{old}{call}` is deprecated since torch_xla {self.deprecated_in}"
@@ -97,6 +112,30 @@ class Migration:
             head += f": use {new}" if new else ""
         else:
             head = f"`{old}{call}` is superseded by {new} (torch_xla {self.replacement_since}+)"
+        return self._with_note(head)
+
+    def _environment_message(self) -> str:
+        if self.status == "removed":
+            head = f"setting `{self.name}` has no effect since torch_xla {self.removed_in}{self._deprecated_since()}"
+        else:
+            head = f"the environment variable `{self.name}` is deprecated since torch_xla {self.deprecated_in}"
+        if self.replacement:
+            head += (f": call `{self.replacement}()` instead" if "." in self.replacement
+                     else f": set `{self.replacement}` instead")
+        return self._with_note(head)
+
+    def _argument_message(self, old: str, value: str | None, resolved: str | None) -> str:
+        passed = f"`{self.argument}={value}`" + (f" (which can be `{resolved}`)" if resolved else "")
+        if self.status == "removed":
+            head = f"`{old}()` no longer accepts {passed} since torch_xla {self.removed_in}{self._deprecated_since()}"
+        else:
+            head = f"{passed} in `{old}()` is deprecated since torch_xla {self.deprecated_in}"
+        return self._with_note(head)
+
+    def _deprecated_since(self) -> str:
+        return f" (deprecated in {self.deprecated_in})" if self.deprecated_in else ""
+
+    def _with_note(self, head: str) -> str:
         return f"{head}; {self.note}" if self.note else head
 
 
@@ -112,14 +151,14 @@ def load_table(text: str, source: str = TABLE_FILE) -> tuple[Migration, ...]:
     if not isinstance(rows, list) or not rows:
         raise MigrationTableError(f"{source}: expected a list of [[migration]] tables")
     entries: list[Migration] = []
-    seen: set[str] = set()
+    seen: set[tuple] = set()
     for i, row in enumerate(rows):
         where = f"{source}: [[migration]] #{i + 1} ({row.get('name', '?')})"
         entries.append(_validate(row, where, seen))
     return tuple(entries)
 
 
-def _validate(row: dict, where: str, seen: set[str]) -> Migration:
+def _validate(row: dict, where: str, seen: set[tuple]) -> Migration:
     def fail(problem: str) -> None:
         raise MigrationTableError(f"{where}: {problem}")
 
@@ -130,20 +169,25 @@ def _validate(row: dict, where: str, seen: set[str]) -> Migration:
     if missing:
         fail(f"missing keys {missing}")
     for key, value in row.items():
-        if key != "params" and not isinstance(value, str):
+        if key not in NOT_STRINGS and not isinstance(value, str):
             fail(f"`{key}` must be a string, got {value!r}")
+    kind = row.get("kind", "function")
+    if kind not in KINDS:
+        fail(f"`kind` must be one of {KINDS}, got {kind!r}")
+    for key, kinds in KIND_KEYS.items():
+        if key in row and kind not in kinds:
+            fail(f"`{key}` is only for kind {' or '.join(map(repr, kinds))}, not {kind!r}")
     for key in ("name", "replacement"):
         if key in row and not _DOTTED.fullmatch(row[key]):
             fail(f"`{key}` must be a dotted Python name, got {row[key]!r}")
-    if row["name"] in seen:
+    namespace = "environment" if kind == "environment" else "python"
+    if (namespace, row["name"], row.get("argument")) in seen:
         fail("duplicate name")
-    seen.add(row["name"])
+    seen.add((namespace, row["name"], row.get("argument")))
     if row["status"] not in STATUSES:
         fail(f"`status` must be one of {STATUSES}, got {row['status']!r}")
     if row["fix"] not in FIXES:
         fail(f"`fix` must be one of {FIXES}, got {row['fix']!r}")
-    if row.get("kind", "function") not in KINDS:
-        fail(f"`kind` must be one of {KINDS}, got {row['kind']!r}")
     for key in ("deprecated_in", "removed_in", "replacement_since"):
         if key in row and not _VERSION.fullmatch(row[key]):
             fail(f"`{key}` must be a version like 2.7, got {row[key]!r}")
@@ -153,59 +197,64 @@ def _validate(row: dict, where: str, seen: set[str]) -> Migration:
         fail("a deprecated API needs `deprecated_in` (or `replacement_since` when it is only superseded)")
     if not row["reference"].startswith(("https://", "http://")):
         fail(f"`reference` must be a URL, got {row['reference']!r}")
-    if row["fix"] != "none" and "replacement" not in row:
+    extra: dict = {}
+    if kind == "environment":
+        extra["off"] = _validate_environment(row, fail)
+    elif kind == "argument":
+        extra.update(_validate_argument(row, fail))
+    elif row["fix"] != "none" and "replacement" not in row:
         fail("a fix needs a `replacement`")
-    if "rewrite" in row and row["rewrite"] not in REWRITES:
-        fail(f"`rewrite` names no rewrite in {__name__} (known: {sorted(REWRITES)}), got {row['rewrite']!r}")
-    params = None
     if "params" in row:
         raw = row["params"]
         if not isinstance(raw, list) or not all(isinstance(p, str) and _PARAM.fullmatch(p) for p in raw):
             fail(f"`params` must be a list of 'old' or 'old:new' parameter names, got {raw!r}")
-        params = tuple((p.partition(":")[0], p.partition(":")[2] or p.partition(":")[0]) for p in raw)
-    fields = {k: v for k, v in row.items() if k != "params"}
-    return Migration(**fields, params=params)
+        extra["params"] = tuple((p.partition(":")[0], p.partition(":")[2] or p.partition(":")[0]) for p in raw)
+    fields = {k: v for k, v in row.items() if k not in extra}
+    return Migration(**fields, **extra)
 
 
-# --------------------------------------------------------------------------------------------------
-# Hand-written rewrites (`rewrite = "..."` in the table): call -> what becomes of each argument, or None (no fix)
-# --------------------------------------------------------------------------------------------------
-
-# What becomes of one argument, in source order: None drops it; else (keyword, value): the keyword it
-# is passed as (None: as written) and the code of its new value (None: as written).
-Carry = tuple[str | None, str | None] | None
-KEEP: Carry = (None, None)
-
-_SPAWN_PARAMS = ("fn", "args", "nprocs", "join", "daemon", "start_method")
-_SPAWN_DEFAULTS = {"nprocs": None, "join": True, "daemon": False}  # what launch always uses
-
-
-def spawn_to_launch(ctx: FileContext, call: ast.Call) -> list[Carry] | None:
-    """`xmp.spawn(fn, args, nprocs=None|1, join=True, daemon=False, start_method=...)` as a statement ->
-    `torch_xla.launch(fn, args, start_method=..., debug_single_process=True if nprocs was 1)`.
-    `launch` returns None, so a call whose result is used gets no fix; any other `nprocs`, `join` or
-    `daemon` value has no equivalent."""
-    if not isinstance(ctx.parent(call), ast.Expr) or has_star_args(call):
-        return None
-    positional = [(_SPAWN_PARAMS[i] if i < len(_SPAWN_PARAMS) else None, arg) for i, arg in enumerate(call.args)]
-    carry: list[Carry] = []
-    for key, value in [*positional, *((kw.arg, kw.value) for kw in call.keywords)]:
-        if key in ("fn", "args"):
-            carry.append(KEEP)
-        elif key == "start_method":
-            carry.append(("start_method", None))
-        elif key == "nprocs" and is_constant(value, 1):
-            carry.append(("debug_single_process", "True"))
-        elif key in _SPAWN_DEFAULTS and is_constant(value, _SPAWN_DEFAULTS[key]):
-            carry.append(None)
-        else:
-            return None
-    return carry
+def _validate_environment(row: dict, fail: Callable[[str], None]) -> tuple[str, ...]:
+    """An environment variable: its name, what replaces it (another variable, or a function to call
+    when there is a dotted name), never a fix, and the values that leave it off."""
+    if not _ENV.fullmatch(row["name"]):
+        fail(f"an environment entry's `name` must be a variable name like XLA_USE_BF16, got {row['name']!r}")
+    replacement = row.get("replacement")
+    if replacement is not None and not (_ENV.fullmatch(replacement) or "." in replacement):
+        fail("an environment entry's `replacement` must be a variable name (XLA_FLAGS) or a dotted function "
+             f"name (torch_xla.runtime.use_spmd), got {replacement!r}")
+    if row["fix"] != "none":
+        fail("an environment entry takes `fix = \"none\"`: renaming a variable is exact only when the new one "
+             "reads the same values, and no replacement here does")
+    off = row.get("off", [])
+    if not isinstance(off, list) or not all(isinstance(v, str) for v in off):
+        fail(f"`off` must be a list of strings, got {off!r}")
+    return tuple(off)
 
 
-REWRITES: dict[str, Callable[[FileContext, ast.Call], list[Carry] | None]] = {
-    "spawn_to_launch": spawn_to_launch,
-}
+def _validate_argument(row: dict, fail: Callable[[str], None]) -> dict:
+    """One argument of a function: its keyword, its position and the literal values still allowed; the
+    fix drops the argument, so there is no `replacement`."""
+    for key in ("argument", "position", "allowed"):
+        if key not in row:
+            fail(f"an argument entry needs `{key}`")
+    if not isinstance(row["argument"], str) or not row["argument"].isidentifier():
+        fail(f"`argument` must be a parameter name, got {row['argument']!r}")
+    position = row["position"]
+    if type(position) is not int or position < 0:
+        fail(f"`position` must be a non-negative integer (the parameter's positional index), got {position!r}")
+    if "replacement" in row:
+        fail("an argument entry has no `replacement` (its fix drops the argument)")
+    raw = row["allowed"]
+    if not isinstance(raw, list) or not raw or not all(isinstance(v, str) for v in raw):
+        fail(f"`allowed` must be a non-empty list of Python literals written as strings, got {raw!r}")
+    allowed = []
+    for literal in raw:
+        try:
+            allowed.append(ast.literal_eval(literal))
+        except (ValueError, SyntaxError):
+            fail(f"`allowed` must hold Python literals such as \"None\" or \"1\", got {literal!r}")
+    return {"argument": row["argument"], "position": position, "allowed": tuple(allowed)}
+
 
 TABLE: tuple[Migration, ...] = load_table(
     resources.files(__package__ or "xlalint.rules").joinpath(TABLE_FILE).read_text(encoding="utf-8")
@@ -218,29 +267,44 @@ MOVED_MODULES = sorted((m for m in TABLE if m.kind == "module" and m.replacement
 ALIASES = {"torch_xla.runtime": "xr", "torch_xla.distributed.spmd": "xs"}
 
 
-def _functions(status: str) -> dict[str, Migration]:
-    return {m.name: m for m in TABLE if m.status == status and m.kind == "function"}
+def _entries(status: str, kind: str) -> list[Migration]:
+    return [m for m in TABLE if m.status == status and m.kind == kind]
 
 
 def _modules(status: str) -> list[Migration]:
     # longest name first: `torch_xla_py.xla_model` before the catch-all `torch_xla_py`
-    return sorted((m for m in TABLE if m.status == status and m.kind == "module"), key=lambda m: -len(m.name))
+    return sorted(_entries(status, "module"), key=lambda m: -len(m.name))
 
 
 def _entries_doc(status: str) -> str:
-    lines = []
+    """The table's entries with `status`, one line each; environment variables that share a
+    replacement, release and fix are listed on one line."""
+    lines: dict[tuple, list[str]] = {}
     for m in TABLE:
         if m.status != status:
             continue
-        new = f"`{m.replacement}`" if m.replacement else "no direct replacement"
         when = f"removed in {m.removed_in}" if status == "removed" else (
             f"deprecated in {m.deprecated_in}" if m.deprecated_in else f"superseded since {m.replacement_since}")
-        lines.append(f"- `{m.name}` -> {new} ({when}; fix: {m.fix})")
-    return "\n".join(lines)
+        if m.kind == "environment":
+            call = "()" if m.replacement and "." in m.replacement else ""
+            new = f"`{m.replacement}{call}`" if m.replacement else "no direct replacement"
+            lines.setdefault(("environment variable", new, when, m.fix), []).append(f"`{m.name}`")
+        elif m.kind == "argument":
+            allowed = " or ".join(repr(v) for v in m.allowed)
+            lines[(f"`{m.name}({m.argument}=...)`", f"only {allowed}", when, m.fix)] = []
+        else:
+            new = f"`{m.replacement}`" if m.replacement else "no direct replacement"
+            lines[(f"`{m.name}`", new, when, m.fix)] = []
+    out = []
+    for (what, new, when, fix), names in lines.items():
+        if names:
+            what = f"{what}{'s' if len(names) > 1 else ''} {', '.join(names)}"
+        out.append(f"- {what} -> {new} ({when}; fix: {fix})")
+    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------------------------------
-# Qualified names, resolved only for files that may hold a finding
+# Qualified names and literal values, resolved only for files that may hold a finding
 # --------------------------------------------------------------------------------------------------
 
 def _qualified_names(ctx: FileContext, node: ast.expr) -> set[str]:
@@ -254,6 +318,27 @@ def _qualified_names(ctx: FileContext, node: ast.expr) -> set[str]:
         return set()  # the head is no import (nor an `xm`-style module parameter)
     moved = next((m.moved(qualified) for m in MOVED_MODULES if m.matches_module(qualified)), None)
     return {qualified, moved} if moved else {qualified}
+
+
+UNKNOWN = object()  # a value `_literal_values` can't tell
+
+
+def _literal_values(ctx: FileContext, node: ast.expr | None, seen: frozenset = frozenset()) -> list:
+    """The values `node` may have, as far as literals in this file tell: a literal itself, both
+    branches of `a if c else b`, what reaches a name (`n = 8; f(n)`); `UNKNOWN` for anything else."""
+    if node is None:
+        return [UNKNOWN]
+    try:
+        return [ast.literal_eval(node)]
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    if isinstance(node, ast.IfExp):
+        return [*_literal_values(ctx, node.body, seen), *_literal_values(ctx, node.orelse, seen)]
+    if isinstance(node, ast.Name) and node.id not in seen:
+        values = ctx.assigned_values(node)
+        if values:
+            return [v for value in values for v in _literal_values(ctx, value, seen | {node.id})]
+    return [UNKNOWN]
 
 
 def _relevant(ctx: FileContext) -> bool:
@@ -374,7 +459,7 @@ def _in_compat_fallback(ctx: FileContext, node: ast.AST) -> bool:
 
 
 def _own_implementation(ctx: FileContext, node: ast.AST, entry: Migration) -> bool:
-    """torch_xla's own code implementing the API (e.g. `torch_xla.launch` delegating to `xmp.spawn`)."""
+    """torch_xla's own code implementing the API (e.g. `torch_xla.runtime.use_spmd` setting `XLA_USE_SPMD`)."""
     if "torch_xla" not in ctx.path.parts[:-1]:
         return False
     names = {entry.name.rsplit(".", 1)[-1]}
@@ -453,10 +538,14 @@ def _placed(ctx: FileContext, requests: list[ImportRequest], beside: str | None,
     return [], anchor.statement  # the engine places `beside` imports next to the last import of that name only
 
 
+# What becomes of one argument, in source order: None drops it; else (keyword, value): the keyword it
+# is passed as (None: as written) and the code of its new value (None: as written).
+Carry = tuple[str | None, str | None] | None
+KEEP: Carry = (None, None)
+
+
 def _carry_arguments(ctx: FileContext, call: ast.Call, entry: Migration) -> list[Carry] | None:
     """What becomes of each argument of `call` (in source order), or None when one has no equivalent."""
-    if entry.rewrite:
-        return REWRITES[entry.rewrite](ctx, call)
     if entry.params is None:
         return [KEEP] * (len(call.args) + len(call.keywords))
     renames = dict(entry.params)
@@ -472,7 +561,7 @@ def _use_change(ctx: FileContext, ref: ast.expr, entry: Migration) -> tuple[ast.
     if isinstance(parent, ast.Call) and parent.func is ref:
         carry = _carry_arguments(ctx, parent, entry)
         return None if carry is None else (parent, carry)
-    if ctx.index.field_of(ref) == "decorator_list" and entry.rewrite is None and (entry.params is None or entry.params):
+    if ctx.index.field_of(ref) == "decorator_list" and (entry.params is None or entry.params):
         return ref, None  # called with the decorated function alone
     return None  # a reference (`f = xm.mark_step`): we can't see the arguments it will get
 
@@ -560,6 +649,30 @@ def _fix_from_module(node: ast.ImportFrom, new: str, entry: Migration, cctx: Cst
     return Fix.replace(statement, replacement, title=f"Import `{new}`", safe=entry.fix == "safe")
 
 
+def _fix_drop_argument(call: ast.Call, index: int, title: str, entry: Migration, cctx: CstContext) -> Fix:
+    """`f(a, nprocs=8)` -> `f(a)`: the argument at `index` (in source order) goes."""
+    old = cctx.locate(call)
+    carry: list[Carry] = [KEEP] * len(old.args)
+    carry[index] = None
+    return Fix.replace(old, old.with_changes(args=_carried(cctx, old, carry)), title=title, safe=entry.fix == "safe")
+
+
+# How code sets an environment variable (reads are never reported).
+_ENV_SETTERS = {"setdefault", "putenv", "update"}
+
+
+def _update_pairs(call: ast.Call) -> list[tuple[ast.expr | ast.keyword, ast.expr]]:
+    """The (key, value) pairs `os.environ.update(...)` sets: a dict display, `dict(K=v)`, keywords."""
+    pairs: list[tuple[ast.expr | ast.keyword, ast.expr]] = []
+    mapping = call.args[0] if call.args else None
+    if isinstance(mapping, ast.Dict):
+        pairs += [(k, v) for k, v in zip(mapping.keys, mapping.values) if k is not None]
+    elif isinstance(mapping, ast.Call) and dotted_name(mapping.func) == "dict":
+        pairs += [(k, k.value) for k in mapping.keywords if k.arg]
+    pairs += [(k, k.value) for k in call.keywords if k.arg]
+    return pairs
+
+
 # --------------------------------------------------------------------------------------------------
 # The visitor, shared by both codes
 # --------------------------------------------------------------------------------------------------
@@ -573,10 +686,15 @@ class _MigrationVisitor:
 
     def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
-        self.functions = _functions(self.status)
+        self.functions = {m.name: m for m in _entries(self.status, "function")}
         self.modules = _modules(self.status)
-        self.last_parts = {name.rsplit(".", 1)[-1] for name in self.functions}
-        self.active = _relevant(ctx) and bool(self.functions or self.modules)
+        self.environment = {m.name: m for m in _entries(self.status, "environment")}
+        self.arguments: dict[str, list[Migration]] = {}
+        for m in _entries(self.status, "argument"):
+            self.arguments.setdefault(m.name, []).append(m)
+        self.last_parts = {last_part(name) for name in self.functions}
+        self.argument_last_parts = {last_part(name) for name in self.arguments}
+        self.active = _relevant(ctx) and bool(self.functions or self.modules or self.environment or self.arguments)
         self.from_imports: list[tuple[ast.alias, Migration, str]] = []
 
     @cached_property
@@ -597,6 +715,34 @@ class _MigrationVisitor:
             return
         old = dotted_name(node)
         self.report(node, entry.message(old), fix=self._fix_uses([node], entry, old.partition(".")[0], None))
+
+    # -- calls: an argument value that is gone, and environment variables set by a call ------------
+    def visit_Call(self, node: ast.Call) -> None:
+        if not self.active:
+            return
+        tail = last_part(dotted_name(node.func))
+        if tail in self.argument_last_parts:
+            checked: set[int] = set()
+            for qualified in sorted(_qualified_names(self.ctx, node.func)):
+                for entry in self.arguments.get(qualified, ()):
+                    if id(entry) not in checked:
+                        checked.add(id(entry))
+                        self._check_argument(node, entry)
+        if self.environment and tail in _ENV_SETTERS:
+            qualified = _qualified_names(self.ctx, node.func)
+            if qualified & {"os.environ.setdefault", "os.putenv"} and positional(node):
+                self._check_setting(node.args[0], node.args[1] if len(positional(node)) > 1 else None)
+            elif "os.environ.update" in qualified:
+                for key, value in _update_pairs(node):
+                    self._check_setting(key, value)
+
+    # -- `os.environ["X"] = value` -----------------------------------------------------------------------
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if not (self.active and self.environment):
+            return
+        for target in node.targets:
+            if isinstance(target, ast.Subscript) and "os.environ" in _qualified_names(self.ctx, target.value):
+                self._check_setting(target.slice, node.value)
 
     # -- imports ---------------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
@@ -649,6 +795,41 @@ class _MigrationVisitor:
     def _excused(self, node: ast.AST, entry: Migration) -> bool:
         return _in_compat_fallback(self.ctx, node) or _own_implementation(self.ctx, node, entry)
 
+    def _check_setting(self, key: ast.expr | ast.keyword, value: ast.expr | None) -> None:
+        """`key` (a keyword's name, or an expression naming the variable) is set to `value`."""
+        names = [key.arg] if isinstance(key, ast.keyword) else _literal_values(self.ctx, key)
+        for name in dict.fromkeys(n for n in names if isinstance(n, str)):
+            entry = self.environment.get(name)
+            if entry is None or self._excused(key, entry):
+                continue
+            values = _literal_values(self.ctx, value)
+            if entry.off and UNKNOWN not in values and all(v in entry.off for v in values):
+                continue  # `os.environ["XLA_USE_BF16"] = "0"`: the feature stays off, as without it
+            self.report(key, entry.message(name))
+
+    def _check_argument(self, call: ast.Call, entry: Migration) -> None:
+        """`call` passes `entry.argument` a value (a literal, or a name or branch holding one) that
+        is no longer allowed."""
+        kw = next((k for k in call.keywords if k.arg == entry.argument), None)
+        if kw is not None:
+            value: ast.expr = kw.value
+        elif entry.position < len(positional(call)):
+            value = call.args[entry.position]
+        else:
+            return
+        # compared with `==`, as torch_xla compares (`nprocs == 1`: `True` and `1.0` pass)
+        bad = [v for v in _literal_values(self.ctx, value) if v is not UNKNOWN and v not in entry.allowed]
+        if not bad or self._excused(call, entry):
+            return
+        written = self.ctx.code(value)
+        resolved = None if written == repr(bad[0]) else repr(bad[0])
+        fix = None
+        if entry.applicability is not None and not has_star_args(call) and (
+                kw is not None or entry.position == len(call.args) - 1):
+            index = len(call.args) + call.keywords.index(kw) if kw is not None else entry.position
+            fix = partial(_fix_drop_argument, call, index, f"Drop `{entry.argument}={written}`", entry)
+        self.report(kw if kw is not None else value, entry.message(dotted_name(call.func), written, resolved), fix=fix)
+
     def _uses_of(self, local: str, qualified: str) -> list[ast.Name]:
         """The names that refer to the import `local` of `qualified`; none when `local` is also a
         definition, parameter or keyword (no call or decorator the fix could rewrite)."""
@@ -696,32 +877,47 @@ class _MigrationVisitor:
 # --------------------------------------------------------------------------------------------------
 
 _REMOVED_DOC = """## What it does
-Flags uses and imports of torch_xla APIs that current releases no longer have, from the migration
-table `rules/xla_migrations.toml`:
+Flags what current torch_xla releases no longer have, from the migration table
+`rules/xla_migrations.toml`: uses and imports of removed APIs, code that sets an environment
+variable torch_xla no longer reads, and argument values it now rejects:
 
 {entries}
 
 ## Why is this bad?
 The code fails with `AttributeError`/`ImportError` on a current torch_xla: `xm.xrt_world_size()`
 and `xm.get_ordinal()` were deleted in 2.7 after two releases of warnings (RFC #8000), and downstream
-projects (accelerate, transformers, Lightning) had to ship fixes. Code that must keep working on
-an old torch_xla should guard the old call by version (that is not reported).
+projects (accelerate, transformers, Lightning) had to ship fixes. `xmp.spawn(fn, nprocs=8)` raises
+`ValueError` since 2.6: PJRT takes only `nprocs=None` (every device) or 1. Setting an XRT variable
+(`XRT_TPU_CONFIG`) or `XLA_USE_FP16` fails silently instead: XRT was deleted in 2.1 and the fp16
+flags are not read since 2.5, so the program runs on PJRT's defaults, or in float32. Code that must
+keep working on an old torch_xla should guard the old call by version (that is not reported).
 
 ## Example
 ```python
+import os
 import torch_xla.core.xla_model as xm
+import torch_xla.distributed.xla_multiprocessing as xmp
 
-world_size = xm.xrt_world_size()
-rank = xm.get_ordinal()
+def _mp_fn(index):
+    world_size = xm.xrt_world_size()
+    rank = xm.get_ordinal()
+
+os.environ["XRT_TPU_CONFIG"] = "localservice;0;localhost:51011"
+xmp.spawn(_mp_fn, nprocs=8)
 ```
 
 Use instead:
 ```python
-import torch_xla.core.xla_model as xm
+import os
+import torch_xla.distributed.xla_multiprocessing as xmp
 import torch_xla.runtime as xr
 
-world_size = xr.world_size()
-rank = xr.global_ordinal()
+def _mp_fn(index):
+    world_size = xr.world_size()
+    rank = xr.global_ordinal()
+
+os.environ["PJRT_DEVICE"] = "TPU"
+xmp.spawn(_mp_fn)
 ```
 
 ## Fix safety
@@ -730,33 +926,46 @@ module is reused, else `import torch_xla.runtime as xr` is added next to the old
 same `try/except ImportError` when it is guarded; the old import goes once unused). A call passing
 an argument the new function lacks (`defval`) gets no fix. The `torch_xla.experimental.xla_sharding`
 move is unsafe (`torch_xla.distributed.spmd` re-exports only the public names); `pjrt` and
-`parse_xla_device` have no automatic fix.
+`parse_xla_device` have no automatic fix. Dropping `nprocs` from `xmp.spawn` is unsafe: from 2.1 to
+2.5 it changes nothing (the count was ignored), from 2.6 the call runs on every device instead of
+raising (set `<X>_NUM_DEVICES` for fewer); it is offered only when `nprocs` is a keyword or the last
+positional argument. Environment variables get no fix: PJRT's variables take other values.
 
 ## Known problems
 Version checks are recognised by their words (`version`, `_GREATER_EQUAL_2_1`, `hasattr`), and a
-call in an `except AttributeError/ImportError` handler counts as a fallback.
+call in an `except AttributeError/ImportError` handler counts as a fallback. Only values this file
+shows are judged: `nprocs=8`, or a name or `a if c else b` holding a literal; `nprocs=args.cores` is
+not reported. An environment variable is found where the code sets `os.environ` (`[...] =`,
+`setdefault`, `update`) or calls `os.putenv` with its name as a literal (or a name holding one); a
+`{{**os.environ, ...}}` mapping handed to a subprocess is not.
 
 ## References
 - torch_xla deprecation policy: https://github.com/pytorch/xla/issues/8000
 - torch_xla deprecation tracking issue: https://github.com/pytorch/xla/issues/8915
+- XRT deleted: https://github.com/pytorch/xla/pull/5240
+- `nprocs` rejected: https://github.com/pytorch/xla/pull/7971 (torch_xla/_internal/pjrt.py at v2.6.0)
 - each table entry's `reference`
 """
 
 _DEPRECATED_DOC = """## What it does
-Flags uses of torch_xla APIs that still work but warn or are superseded, from the migration table
-`rules/xla_migrations.toml`:
+Flags uses of torch_xla APIs that still work but warn or are superseded, and code that sets an
+environment variable torch_xla warns about, from the migration table `rules/xla_migrations.toml`:
 
 {entries}
 
 ## Why is this bad?
 `xm.mark_step()` and `xm.xla_device()` print a deprecation warning since torch_xla 2.8 and will go
 after the two-release grace period; the new names (`torch_xla.sync()`, `torch_xla.device()`) exist
-since 2.4 and 2.3. `xmp.spawn` is superseded by `torch_xla.launch`, which also runs under torchrun.
+since 2.4 and 2.3. Since 2.4, setting `XLA_USE_BF16` or `XLA_DOWNCAST_BF16` prints that the flag
+will be deprecated (their fp16 siblings stopped working in 2.5): cast the model, or use autocast.
+`XLA_USE_SPMD` warns since 2.1: `torch_xla.runtime.use_spmd()` is the supported switch.
 
 ## Example
 ```python
+import os
 import torch_xla.core.xla_model as xm
 
+os.environ["XLA_USE_BF16"] = "1"
 device = xm.xla_device()
 for x, y in loader:
     loss = loss_fn(model(x.to(device)), y.to(device))
@@ -767,12 +976,14 @@ for x, y in loader:
 
 Use instead:
 ```python
+import torch
 import torch_xla
 import torch_xla.core.xla_model as xm
 
 device = torch_xla.device()
+model = model.to(device, dtype=torch.bfloat16)
 for x, y in loader:
-    loss = loss_fn(model(x.to(device)), y.to(device))
+    loss = loss_fn(model(x.to(device, dtype=torch.bfloat16)), y.to(device))
     loss.backward()
     xm.optimizer_step(optimizer)
     torch_xla.sync()
@@ -782,14 +993,17 @@ for x, y in loader:
 `mark_step` -> `sync` and `xla_device` -> `device` are safe: in 2.8 the old functions just call the
 new ones (`wait`, `reset_scope` and the device index are kept; `xla_device(n, devkind)` gets no fix).
 `import torch_xla` is added next to the import of `xm`, inside its `try/except ImportError` when it
-is guarded. `xmp.spawn(...)` -> `torch_xla.launch(...)` is unsafe: `launch` calls the function
-directly under torchrun, takes no `nprocs`/`join`/`daemon` (only their defaults and `nprocs=1` carry
-over) and returns None, so a call whose result is used gets no fix.
+is guarded. Environment variables get no fix: casting a model is a change to the program, not a rename.
+
+## Known problems
+Setting a variable to a value that leaves it off (`"0"`, `"false"`) is not reported. The variable's
+name must be a literal in the file (or a name holding one).
 
 ## References
 - `torch_xla.sync`: https://github.com/pytorch/xla/pull/9086
 - `torch_xla.device`: https://github.com/pytorch/xla/pull/9200
-- `torch_xla.launch`: https://github.com/pytorch/xla/pull/7648
+- `XLA_USE_BF16` and friends: https://github.com/pytorch/xla/pull/7150 (torch_xla/csrc/dtype.cpp at v2.9.0)
+- `XLA_USE_SPMD`: https://github.com/pytorch/xla/pull/5474 (torch_xla/runtime.py at v2.9.0)
 """
 
 
@@ -798,7 +1012,7 @@ class RemovedXlaApi(_MigrationVisitor, Rule):
 
     code, name, category = "XLA601", "removed-xla-api", "deprecated_xla_api"
     summary = "this torch_xla API was removed"
-    hint = "use the replacement named in the message (torch_xla.runtime, torch_xla.compile, torch_xla.distributed.spmd)"
+    hint = "use the replacement named in the message (torch_xla.runtime, torch_xla.compile, PJRT_DEVICE, ...)"
     fix_availability = "sometimes"
     status = "removed"
 
@@ -857,6 +1071,40 @@ class RemovedXlaApi(_MigrationVisitor, Rule):
             """
         ),
         Valid("import torch_xla_py_helpers\nimport torch_xla.distributed.spmd as xs\n"),
+        Valid(
+            """
+            import torch_xla.distributed.xla_multiprocessing as xmp
+
+            if __name__ == "__main__":
+                xmp.spawn(_mp_fn, args=(flags,))
+                xmp.spawn(_mp_fn, (flags,), None, start_method="fork")
+                xmp.spawn(_mp_fn, args=(flags,), nprocs=1)  # one process: still accepted
+                xmp.spawn(_mp_fn, args=(flags,), nprocs=flags.num_cores)  # a value we can't see
+            """
+        ),
+        Valid(
+            """
+            import os
+            import torch_xla
+
+            if "XRT_TPU_CONFIG" in os.environ:  # reads are not reported
+                print("legacy config:", os.environ.get("XRT_TPU_CONFIG"))
+            os.environ["PJRT_DEVICE"] = "TPU"
+            os.environ["XLA_USE_FP16"] = "0"  # off, as without it
+            """
+        ),
+        Valid(
+            """
+            import os
+            import torch_xla
+            from packaging import version
+
+            if version.parse(torch_xla.__version__) < version.parse("2.1"):
+                os.environ["XRT_TPU_CONFIG"] = "localservice;0;localhost:51011"
+            else:
+                os.environ["PJRT_DEVICE"] = "TPU"
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -980,6 +1228,46 @@ class RemovedXlaApi(_MigrationVisitor, Rule):
             """,
             line=2,
         ),
+        Invalid(
+            """
+            import torch_xla.distributed.xla_multiprocessing as xmp
+
+            if __name__ == "__main__":
+                xmp.spawn(_mp_fn, args=(flags,), nprocs=8, start_method="fork")
+            """,
+            line=4,
+            expected_replacement="""
+            import torch_xla.distributed.xla_multiprocessing as xmp
+
+            if __name__ == "__main__":
+                xmp.spawn(_mp_fn, args=(flags,), start_method="fork")
+            """,
+            applicability=Applicability.UNSAFE,
+        ),
+        Invalid(
+            """
+            import torch_xla.distributed.xla_multiprocessing as xmp
+            xmp.spawn(_mp_fn, (), 8, False)  # positional, with an argument after it: no fix
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            import os
+            import torch_xla
+
+            os.environ["XRT_TPU_CONFIG"] = "localservice;0;localhost:51011"
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import os
+            import torch_xla.core.xla_model as xm
+            os.environ.update({"PJRT_DEVICE": "GPU", "XLA_USE_FP16": "1"})
+            """,
+            line=3,
+        ),
     ]
 
 
@@ -988,7 +1276,7 @@ class DeprecatedXlaApi(_MigrationVisitor, Rule):
 
     code, name, category = "XLA602", "deprecated-xla-api", "deprecated_xla_api"
     summary = "this torch_xla API is deprecated"
-    hint = "use the replacement named in the message (torch_xla.sync, torch_xla.device, torch_xla.launch)"
+    hint = "use the replacement named in the message (torch_xla.sync, torch_xla.device, a bf16 cast, ...)"
     fix_availability = "sometimes"
     status = "deprecated"
 
@@ -1027,6 +1315,16 @@ class DeprecatedXlaApi(_MigrationVisitor, Rule):
             """
         ),
         Valid("model.mark_step()\nthing.xla_device()\n"),
+        Valid(
+            """
+            import os
+            import torch_xla.runtime as xr
+
+            xr.use_spmd()
+            assert os.environ.get("XLA_USE_SPMD") == "1"  # reads are not reported
+            os.environ["XLA_USE_BF16"] = "0"  # off, as without it
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -1107,25 +1405,22 @@ class DeprecatedXlaApi(_MigrationVisitor, Rule):
         ),
         Invalid(
             """
-            import torch_xla.distributed.xla_multiprocessing as xmp
-
-            if __name__ == "__main__":
-                xmp.spawn(_mp_fn, args=(flags,), nprocs=None, start_method="fork")
-            """,
-            line=4,
-            expected_replacement="""
+            import os
             import torch_xla
 
-            if __name__ == "__main__":
-                torch_xla.launch(_mp_fn, args=(flags,), start_method="fork")
+            os.environ["XLA_USE_BF16"] = "1"
             """,
-            applicability=Applicability.UNSAFE,
+            line=4,
         ),
         Invalid(
             """
-            import torch_xla.distributed.xla_multiprocessing as xmp
-            context = xmp.spawn(_mp_fn, args=(), nprocs=8, join=False)  # no equivalent: no fix
+            import os
+            import torch_xla.runtime as xr
+
+            def setup(spmd: bool):
+                if spmd:
+                    os.environ.setdefault("XLA_USE_SPMD", "1")
             """,
-            line=2,
+            line=6,
         ),
     ]

@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent(
 
 
     if __name__ == "__main__":
-        xmp.spawn(train, args=({"lr": 0.1},), nprocs=None)
+        xmp.spawn(train, args=({"lr": 0.1},), nprocs=8)
     '''
 ).lstrip()
 
@@ -54,27 +54,28 @@ SCRIPT = textwrap.dedent(
 def test_realistic_script_safe_fixes_parse_and_converge():
     found = lint_code(SCRIPT, RULES)
     assert sorted((d.code, d.location.row) for d in found) == [
-        ("XLA601", 16), ("XLA601", 24), ("XLA602", 21), ("XLA602", 31), ("XLA602", 36)
+        ("XLA601", 16), ("XLA601", 24), ("XLA601", 36), ("XLA602", 21), ("XLA602", 31)
     ]
     fixed = fix_code(SCRIPT, RULES, unsafe=False)
     compile(fixed, "fixed.py", "exec")
     assert fix_code(fixed, RULES, unsafe=False) == fixed
     assert "xm.get_ordinal" not in fixed and "xr.global_ordinal() == 0" in fixed
     assert "torch_xla.device()" in fixed and "torch_xla.sync()" in fixed
-    assert "xmp.spawn(" in fixed  # unsafe: not applied without opt-in
+    assert "nprocs=8" in fixed  # dropping it is unsafe: not applied without opt-in
     # the new imports sit inside the same try/except ImportError as the old ones
     module = cst.parse_module(fixed)
     guarded = cst.Module([module.body[4]]).code
     assert "import torch_xla.runtime as xr" in guarded and "import torch_xla\n" in guarded
     left = lint_code(fixed, RULES)
-    assert [d.code for d in left] == ["XLA602"]  # only the unsafe spawn
+    assert [(d.code, d.location.row) for d in left] == [("XLA601", 38)]  # only `nprocs=8`, whose fix is unsafe
 
 
 def test_realistic_script_unsafe_fixes_parse_and_converge():
     fixed = fix_code(SCRIPT, RULES, unsafe=True)
     compile(fixed, "fixed.py", "exec")
     assert fix_code(fixed, RULES, unsafe=True) == fixed
-    assert 'torch_xla.launch(train, args=({"lr": 0.1},))' in fixed
+    # xmp.spawn stays (it is not deprecated); only the count PJRT rejects goes
+    assert 'xmp.spawn(train, args=({"lr": 0.1},))' in fixed
     assert not lint_code(fixed, RULES)
 
 
@@ -155,15 +156,17 @@ def test_guard_that_is_not_about_versions_still_reports():
 
 
 def test_torch_xla_own_implementation_is_not_reported():
+    # torch_xla.runtime.use_spmd() sets the variable it deprecates
     code = textwrap.dedent(
         """
-        import torch_xla.distributed.xla_multiprocessing as xmp
+        import os
+        import torch_xla
 
-        def launch(fn, args=()):
-            xmp.spawn(fn, args=args, nprocs=None)
+        def use_spmd():
+            os.environ["XLA_USE_SPMD"] = "1"
         """
     )
-    assert lint_code(code, RULES, path="site-packages/torch_xla/torch_xla.py") == []
+    assert lint_code(code, RULES, path="site-packages/torch_xla/runtime.py") == []
     assert len(lint_code(code, RULES, path="myproject/launch.py")) == 1
 
 
