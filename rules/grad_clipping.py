@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
+from xlalint.analysis.index import FUNCTIONS, target_names
 from xlalint.analysis.names import dotted_name, is_constant, last_part, method_name, param_default, receiver
 from xlalint.analysis.names import string_value
 from xlalint.diagnostics import Applicability, Fix
@@ -316,9 +317,14 @@ SCALING_METHODS = {"mul_", "div_"}
 
 class ManualGradClipping(Rule):
     """## What it does
-    Flags hand-written gradient clipping that branches on a tensor norm: an `if` whose test compares
-    the gradient norm (or a clip coefficient computed from it) with a threshold and whose body scales
-    the gradients.
+    Flags hand-written gradient clipping by a *global* norm that branches on that norm: an `if` whose
+    test compares the gradients' total norm (or a clip coefficient computed from it) with a
+    threshold and whose body scales the gradients.
+
+    Clipping each parameter by its own norm (a norm and a coefficient computed per parameter inside a
+    loop over the parameters) is not what `clip_grad_norm_` does and is not reported here: its `if`
+    on a device tensor is a plain Python branch on a tensor, reported by XLA201
+    (`tensor-condition`).
 
     ## Why is this bad?
     The norm is a lazy device tensor. The Python `if` needs its value: the step's graph executes and
@@ -352,7 +358,8 @@ class ManualGradClipping(Rule):
 
     ## Fix safety
     When the parameters and the max norm can be read off the pattern exactly (an `if` holding one
-    loop over the parameters that scales each gradient), the fix replaces the `if` statement with
+    loop over the parameters that scales each gradient, by a 2-norm of exactly those parameters'
+    gradients), the fix replaces the `if` statement with
     `xlalint.runtime.clip_grad_norm_(params, max_norm)`. It is unsafe: the coefficient is computed as
     torch computes it (`max_norm / (norm + 1e-6)`, clamped at 1, applied always), which may differ
     slightly from the hand-written formula, and the 2-norm is recomputed by the runtime.
@@ -405,6 +412,17 @@ class ManualGradClipping(Rule):
                     skipped += 1
                     continue
                 loss.backward()
+            """
+        ),
+        Valid(
+            """
+            for x, y in loader:
+                loss_fn(model(x), y).backward()
+                for p in model.parameters():  # per-parameter clipping: XLA201's `if`, not clip_grad_norm_
+                    param_norm = p.grad.norm(2)
+                    if param_norm > max_norm:
+                        p.grad.mul_(max_norm / (param_norm + 1e-6))
+                optimizer.step()
             """
         ),
     ]
@@ -487,7 +505,7 @@ class ManualGradClipping(Rule):
         found = self._norm_test(node.test)
         if found is None or not self._scales_gradients(node.body):
             return
-        if self.ctx.in_non_xla_code(node):
+        if self.ctx.in_non_xla_code(node) or self._per_parameter(found[0], node):
             return
         replacement = self._replacement(node, *found)
         if replacement is None or self._is_elif(node):
@@ -521,6 +539,28 @@ class ManualGradClipping(Rule):
         if _is_number(big, 1.0) and self.ctx.on_device(small) and self._is_coefficient(small):
             return small, None, True
         return None
+
+    def _per_parameter(self, norm: ast.expr, node: ast.If) -> bool:
+        """The compared norm (or coefficient) is computed per element of a loop around the `if`: it
+        reads that loop's variable, directly or through names assigned inside the loop."""
+        for loop in self.ctx.index.ancestors(node):
+            if isinstance(loop, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+                break
+            if isinstance(loop, (ast.For, ast.AsyncFor)) and \
+                    self._reads_loop_variable(norm, loop, set(target_names(loop.target)), 0):
+                return True
+        return False
+
+    def _reads_loop_variable(self, expr: ast.expr, loop: ast.AST, targets: set[str], depth: int) -> bool:
+        if depth > 3:
+            return False
+        for name in (n for n in ast.walk(expr) if isinstance(n, ast.Name)):
+            if name.id in targets:
+                return True
+            values = [v for v in self.ctx.reaching_values(name) if loop in self.ctx.index.ancestors(v)]
+            if any(self._reads_loop_variable(v, loop, targets, depth + 1) for v in values):
+                return True
+        return False
 
     def _is_device_norm(self, node: ast.expr) -> bool:
         name = dotted_name(node)
@@ -695,3 +735,4 @@ def _simple_assignment(statement: ast.stmt):
 def _is_number(node: ast.expr, value: float) -> bool:
     """An int or float literal equal to `value` (never `True`)."""
     return isinstance(node, ast.Constant) and type(node.value) in (int, float) and float(node.value) == value
+
