@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from xlalint.analysis.names import dotted_name, is_string, keyword_value, last_part, method_name, receiver
+from xlalint.analysis.names import dotted_name, is_string, keyword_value, last_part, method_name, positional, receiver
 from xlalint.analysis.tensors import Kind, names_cpu
 from xlalint.rule import Invalid, Rule, Valid
 
@@ -299,11 +299,15 @@ class ScalarConversionInStep(Rule):
 class PrintTensorInStep(Rule):
     """## What it does
     Flags printing or string-formatting a device tensor on a per-step path: `print(t)`,
-    `f"{t}"`, `"%s" % t`, `"{}".format(t)`, and logging calls with a tensor argument.
+    `xm.master_print(t)`, `f"{t}"`, `"%s" % t`, `"{}".format(t)`, and logging calls with a tensor
+    argument (`logger.info(...)`, `pbar.set_postfix(...)`). Numerical functions that share a
+    logging method's name (`torch.log(x)`, `np.log(x)`, `math.log(x)`) are not logging.
 
     ## Why is this bad?
     Formatting a lazy XLA tensor needs its value: the graph executes and the data is copied to the
-    host, every step.
+    host, every step. `xm.master_print` is `print` on the master ordinal
+    (`torch_xla/core/xla_model.py` at v2.9.0): the master reads the value every step, and the
+    other replicas wait for it at the next collective.
 
     ## Example
     ```python
@@ -347,6 +351,29 @@ class PrintTensorInStep(Rule):
                 print(f"loss shape {loss.shape}")
             """
         ),
+        Valid(
+            """
+            import numpy as np
+            import torch
+
+            def forward(self, x):
+                h = self.encoder(x)
+                logp = torch.log(h.softmax(-1))  # a math function, not logging
+                scale = np.log(self.temperature)
+                return logp * scale
+            """
+        ),
+        Valid(
+            """
+            import torch_xla.core.xla_model as xm
+            for step, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                if step % 100 == 0:
+                    xm.master_print(f"step {step}", loss)  # every N steps
+            xm.master_print("done", loss)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -367,15 +394,32 @@ class PrintTensorInStep(Rule):
             """,
             line=4,
         ),
+        Invalid(
+            """
+            import torch_xla.core.xla_model as xm
+            for step, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                xm.optimizer_step(optimizer)
+                xm.master_print("loss:", loss)
+            """,
+            line=6,
+        ),
     ]
 
     LOG_METHODS = {"print", "info", "debug", "warning", "warn", "error", "log", "write", "set_postfix", "set_description"}
+    # print-like functions of torch_xla: `master_print(*args)` prints its arguments on the master ordinal
+    PRINT_FUNCTIONS = {"torch_xla.core.xla_model.master_print"}
 
     def visit_Call(self, node: ast.Call) -> None:
         name = dotted_name(node.func) or ""
         callee = last_part(name)
+        qualified = self.ctx.qualified_name(node.func) or ""
         args = [*node.args, *(k.value for k in node.keywords)]
-        if name == "print" or (callee in self.LOG_METHODS and name != callee and callee != "write"):
+        if qualified in self.PRINT_FUNCTIONS:
+            targets = [a for a in positional(node) if not (is_string(a) or isinstance(a, ast.BinOp))]
+        elif name == "print" or (callee in self.LOG_METHODS and name != callee and callee != "write"
+                                 and not _math_function(qualified)):
             targets = [a for a in args if not (is_string(a) or isinstance(a, ast.BinOp))]
         elif method_name(node) == "format" and is_string(receiver(node)):
             targets = args
@@ -395,6 +439,16 @@ class PrintTensorInStep(Rule):
         values = list(right.elts) if isinstance(right, ast.Tuple) else [right]
         if any(self.ctx.on_device(v) for v in values) and reportable_sync(self.ctx, node):
             self.report(node)
+
+
+
+
+# Modules of numerical functions: `torch.log(x)`, `np.log(x)`, `math.log(x)` compute, they never log.
+_MATH_ROOTS = {"torch", "numpy", "np", "math", "cmath", "jax", "jnp", "scipy"}
+
+
+def _math_function(qualified: str) -> bool:
+    return qualified.split(".")[0] in _MATH_ROOTS
 
 
 class MeshReduceInStep(Rule):
