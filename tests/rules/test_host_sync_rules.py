@@ -3,7 +3,7 @@ element-wise builtins against their look-alikes, and where evidence of a device 
 
 from xlalint.testing import lint_code
 from rules.control_flow import PythonValueFromTensors
-from rules.host_sync import PrintTensorInStep
+from rules.host_sync import HostCollectiveInStep, PrintTensorInStep
 
 
 def findings(src, rules, path="example.py"):
@@ -12,6 +12,63 @@ def findings(src, rules, path="example.py"):
 
 def rows(src, rules, path="example.py"):
     return [(code, row) for code, row, _ in findings(src, rules, path)]
+
+
+# -- XLA105 host-collective-in-step ------------------------------------------------------------------
+
+def test_host_collective_message_names_the_call():
+    src = """
+import torch_xla.core.xla_model as xm
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    xm.rendezvous("a")
+    xm.xla_rendezvous(b"")
+    xm.do_on_ordinals(save, (loss,))
+    xm.mesh_reduce("l", loss, sum)
+"""
+    found = findings(src, [HostCollectiveInStep])
+    assert [(c, r) for c, r, _ in found] == [("XLA105", 6), ("XLA105", 7), ("XLA105", 8), ("XLA105", 9)]
+    assert [m.split("`")[1] for _, _, m in found] == ["xm.rendezvous", "xm.xla_rendezvous", "xm.do_on_ordinals",
+                                                     "xm.mesh_reduce"]
+
+
+def test_host_collective_through_xm_passed_as_a_parameter_in_a_step_loop():
+    src = """
+import torch_xla
+
+def _mp_fn(index, xm):
+    for epoch in range(3):
+        for x, y in loader:
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            xm.rendezvous("step")
+        xm.rendezvous("epoch")
+"""
+    assert rows(src, [HostCollectiveInStep]) == [("XLA105", 9)]
+
+
+def test_a_local_function_named_rendezvous_and_files_without_xla_are_not_host_collectives():
+    local = """
+import torch_xla
+
+def rendezvous(tag):
+    pass
+
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    rendezvous("step")
+"""
+    no_xla = """
+import torch
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    xm.rendezvous("step")
+"""
+    assert rows(local, [HostCollectiveInStep]) == []
+    assert rows(no_xla, [HostCollectiveInStep]) == []
 
 
 # -- XLA104 print-tensor-in-step ---------------------------------------------------------------------
