@@ -3,7 +3,7 @@ element-wise builtins against their look-alikes, and where evidence of a device 
 
 from xlalint.testing import lint_code
 from rules.control_flow import PythonValueFromTensors
-from rules.host_sync import HostCollectiveInStep, PrintTensorInStep
+from rules.host_sync import AnomalyDetectionInStep, HostCollectiveInStep, PrintTensorInStep
 
 
 def findings(src, rules, path="example.py"):
@@ -69,6 +69,98 @@ for x, y in loader:
 """
     assert rows(local, [HostCollectiveInStep]) == []
     assert rows(no_xla, [HostCollectiveInStep]) == []
+
+
+# -- XLA106 anomaly-detection-in-step ----------------------------------------------------------------
+
+def test_anomaly_mode_spellings_are_reported_in_any_code():
+    src = """
+import torch
+from torch.autograd import set_detect_anomaly
+torch.set_anomaly_enabled(True)
+set_detect_anomaly(mode=True, check_nan=True)
+torch.autograd.anomaly_mode.set_detect_anomaly(True)
+"""
+    found = findings(src, [AnomalyDetectionInStep])
+    assert [(c, r) for c, r, _ in found] == [("XLA106", 4), ("XLA106", 5), ("XLA106", 6)]
+    assert "torch.set_anomaly_enabled(True)" in found[0][2]
+
+
+def test_anomaly_mode_that_checks_nothing_or_is_switched_is_not_reported():
+    src = """
+import contextlib
+import torch
+torch.autograd.set_detect_anomaly(False)
+torch.set_anomaly_enabled(True, False)
+torch.autograd.set_detect_anomaly(True, check_nan=args.check_nan)
+torch.autograd.detect_anomaly()  # not entered: does nothing
+with torch.autograd.detect_anomaly() if args.debug else contextlib.nullcontext():
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+with torch.autograd.detect_anomaly(check_nan=False):
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+"""
+    assert rows(src, [AnomalyDetectionInStep]) == []
+
+
+def test_anomaly_mode_behind_a_flag_is_opted_in_but_the_main_guard_is_no_flag():
+    gated = """
+import torch
+
+def main(args):
+    if args.debug:
+        torch.autograd.set_detect_anomaly(True)
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+"""
+    main_guard = """
+import torch
+if __name__ == "__main__":
+    torch.autograd.set_detect_anomaly(True)
+    main()
+"""
+    assert rows(gated, [AnomalyDetectionInStep]) == []
+    assert rows(main_guard, [AnomalyDetectionInStep]) == [("XLA106", 4)]
+
+
+def test_anomaly_mode_switched_off_again_is_judged_by_what_runs_in_between():
+    around_setup = """
+import torch
+
+def smoke_test_backward(model):
+    torch.autograd.set_detect_anomaly(True)
+    model(torch.ones(1, 3)).sum().backward()
+    torch.autograd.set_detect_anomaly(False)
+"""
+    around_training = """
+import torch
+
+def train(model, loader):
+    torch.autograd.set_detect_anomaly(True)
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+    torch.autograd.set_detect_anomaly(False)
+"""
+    assert rows(around_setup, [AnomalyDetectionInStep]) == []
+    assert rows(around_training, [AnomalyDetectionInStep]) == [("XLA106", 5)]
+
+
+def test_anomaly_with_block_around_setup_is_not_reported_but_per_step_is():
+    src = """
+import torch
+with torch.autograd.detect_anomaly():
+    model.load_state_dict(state)
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    with torch.autograd.set_detect_anomaly(True):
+        loss.backward()
+"""
+    assert rows(src, [AnomalyDetectionInStep]) == [("XLA106", 7)]
 
 
 # -- XLA104 print-tensor-in-step ---------------------------------------------------------------------
