@@ -3,7 +3,8 @@ element-wise builtins against their look-alikes, and where evidence of a device 
 
 from xlalint.testing import lint_code
 from rules.control_flow import PythonValueFromTensors
-from rules.host_sync import AnomalyDetectionInStep, HostCollectiveInStep, PrintTensorInStep
+from rules.host_sync import (AnomalyDetectionInStep, HostCollectiveInStep, ItemInStep, PrintTensorInStep,
+                             PythonBuiltinOverTensor)
 
 
 def findings(src, rules, path="example.py"):
@@ -161,6 +162,86 @@ for x, y in loader:
         loss.backward()
 """
     assert rows(src, [AnomalyDetectionInStep]) == [("XLA106", 7)]
+
+
+# -- XLA107 python-builtin-over-tensor ---------------------------------------------------------------
+
+def test_builtins_over_device_values_and_sequences_indexed_by_them():
+    src = """
+import torch
+
+def forward(self, x):
+    h = self.encoder(x)
+    a = any(h > 0)
+    b = all(v > 0 for v in h)
+    c = min([h.mean(), h.max()])
+    d = ("neg", "pos")[h.argmax()]
+    e = list(range(10))[: h.argmax()]
+    f = "abc"[h.argmax()]
+    return h
+"""
+    assert rows(src, [PythonBuiltinOverTensor]) == [("XLA107", 6), ("XLA107", 7), ("XLA107", 8), ("XLA107", 9),
+                                                    ("XLA107", 10), ("XLA107", 11)]
+
+
+def test_look_alikes_of_element_wise_builtins_are_not_reported():
+    src = """
+import torch
+
+def forward(self, x):
+    h = self.encoder(x)
+    d = sum(torch.split(h, 2))  # a tuple of a few tensors: adds stay on the device
+    e = sum(h.chunk(4))
+    k = {0: "a", 1: "b"}.get(h.argmax())
+    table = {0: "a"}
+    m = table[h.argmax()]  # a dict hashes tensors by identity: no read
+    n = max(h.shape)
+    o = torch.max(h)
+    p = h[h.argmax()]  # indexing a tensor stays on the device
+    return h
+"""
+    assert rows(src, [PythonBuiltinOverTensor]) == []
+
+
+def test_shadowed_builtins_are_not_python_builtins():
+    src = """
+from torch import max
+
+def forward(self, x, sum=None):
+    out = self.layer(x)
+    any = lambda t: t.any()
+    a = any(out > 0)
+    b = max(out)
+    c = sum(out)
+    return out
+"""
+    assert rows(src, [PythonBuiltinOverTensor]) == []
+
+
+def test_generator_of_item_values_is_left_to_item_in_step():
+    src = """
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    grads = [p.grad for p in model.parameters()]
+    total = sum(g.norm().item() for g in grads)
+    worst = max(g.abs().max().item() for g in grads)
+"""
+    assert rows(src, [PythonBuiltinOverTensor, ItemInStep]) == [("XLA101", 6), ("XLA101", 7)]
+
+
+def test_builtin_over_tensor_every_n_steps_or_after_training_is_not_reported():
+    src = """
+import torch
+for step, (x, y) in enumerate(loader):
+    logits = model(x)
+    loss = loss_fn(logits, y)
+    loss.backward()
+    if step % 100 == 0:
+        print(any(torch.isnan(p.grad).any() for p in model.parameters()))
+print(max(logits.max(dim=-1).values))
+"""
+    assert rows(src, [PythonBuiltinOverTensor]) == []
 
 
 # -- XLA104 print-tensor-in-step ---------------------------------------------------------------------
