@@ -4,7 +4,7 @@ element-wise builtins against their look-alikes, and where evidence of a device 
 from xlalint.testing import lint_code
 from rules.control_flow import PythonValueFromTensors
 from rules.host_sync import (AnomalyDetectionInStep, HostCollectiveInStep, ItemInStep, PrintTensorInStep,
-                             PythonBuiltinOverTensor)
+                             PythonBuiltinOverTensor, WaitDeviceOpsInStep)
 
 
 def findings(src, rules, path="example.py"):
@@ -242,6 +242,55 @@ for step, (x, y) in enumerate(loader):
 print(max(logits.max(dim=-1).values))
 """
     assert rows(src, [PythonBuiltinOverTensor]) == []
+
+
+# -- XLA108 wait-device-ops-in-step ------------------------------------------------------------------
+
+def test_wait_device_ops_imported_by_name_and_in_a_step_function():
+    src = """
+from torch_xla.core.xla_model import wait_device_ops
+
+def train_step(model, batch, optimizer):
+    loss = model(batch).mean()
+    loss.backward()
+    optimizer.step()
+    wait_device_ops()
+    return loss
+"""
+    assert rows(src, [WaitDeviceOpsInStep]) == [("XLA108", 8)]
+
+
+def test_wait_device_ops_in_a_closure_periodically_or_timed_is_not_reported():
+    src = """
+import timeit
+import torch_xla.core.xla_model as xm
+for step, (x, y) in enumerate(loader):
+    start = timeit.default_timer()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    xm.optimizer_step(optimizer)
+    xm.add_step_closure(lambda: xm.wait_device_ops())
+    if step % 100 == 0:
+        xm.wait_device_ops()
+        xm.save(model.state_dict(), "ckpt.pt")
+    xm.wait_device_ops()
+    elapsed = timeit.default_timer() - start
+"""
+    assert rows(src, [WaitDeviceOpsInStep]) == []
+
+
+def test_a_clock_read_before_the_wait_does_not_make_it_a_benchmark():
+    src = """
+import time
+import torch_xla.core.xla_model as xm
+for x, y in loader:
+    start = time.time()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    xm.optimizer_step(optimizer)
+    xm.wait_device_ops()
+"""
+    assert rows(src, [WaitDeviceOpsInStep]) == [("XLA108", 9)]
 
 
 # -- XLA104 print-tensor-in-step ---------------------------------------------------------------------
