@@ -289,6 +289,8 @@ class PythonValueFromTensors(Rule):
     Flags calls that turn device tensors into a Python `bool` or pick between them in Python, on a
     per-step path: `torch.equal(a, b)`, `torch.allclose(a, b)`, `a.equal(b)`, `a.allclose(b)`,
     `torch.is_nonzero(t)`, and the builtins `max(a, b)` / `min(a, b)` over device tensors.
+    Comparisons of CPU tensors (`torch.tensor(...)` without a device, `.cpu()` results) are not
+    reported, nor are those whose arguments are tensors of unknown device.
 
     ## Why is this bad?
     These return Python values: the lazy graph executes and the result is copied to the host, every
@@ -359,16 +361,36 @@ class PythonValueFromTensors(Rule):
                 lr = max(scheduler.get_last_lr()[0], 1e-6)
             """
         ),
+        Valid(
+            """
+            for x, y in loader:
+                out = model(x)
+                loss = loss_fn(out, y)
+                loss.backward()
+                expected = torch.tensor([0.5, 0.5])  # no device: a CPU tensor
+                host_out = out.detach().cpu()
+                same = torch.allclose(host_out, expected) and torch.equal(host_out, target)
+            """
+        ),
+        Valid(
+            """
+            def update(self, preds, target):
+                if not torch.equal(target, target.round()):  # a tensor, of unknown device
+                    raise ValueError("target must be integral")
+                self.correct += (preds == target).sum()
+            """
+        ),
     ]
     INVALID = [
         Invalid(
             """
             def update(self, preds, target):
+                target = target.to(self.device)
                 if not torch.equal(target, target.round()):
                     raise ValueError("target must be integral")
                 self.correct += (preds == target).sum()
             """,
-            line=2,
+            line=3,
         ),
         Invalid(
             """
@@ -431,7 +453,7 @@ class PythonValueFromTensors(Rule):
         qualified = self.ctx.qualified_name(node.func)
         args = [a for a in node.args if not isinstance(a, ast.Starred)]
         if qualified in self.TORCH_FUNCS and args:
-            if any(self.ctx.on_device(a) for a in args) and reportable_sync(self.ctx, node):
+            if self._on_device_only(args) and reportable_sync(self.ctx, node):
                 self.report(node, self.summary.format(func=self.TORCH_FUNCS[qualified]))
             return
         method = method_name(node)
@@ -449,7 +471,13 @@ class PythonValueFromTensors(Rule):
         return evident_device_tensor(self.ctx, expr) or self.ctx.tensor_kind(expr) == Kind.DEVICE
 
     def _is_tensor_method(self, node: ast.Call, args: list[ast.expr]) -> bool:
-        return self._device(receiver(node)) and self.ctx.tensor_kind(args[0]) != Kind.NOT_TENSOR
+        return self._device(receiver(node)) and self.ctx.tensor_kind(args[0]) not in (Kind.NOT_TENSOR, Kind.CPU)
+
+    def _on_device_only(self, args: list[ast.expr]) -> bool:
+        """A device tensor among the arguments, and no CPU tensor (the comparison would then run on
+        the CPU: tensors on two devices are an error, not a sync)."""
+        kinds = [self.ctx.tensor_kind(a) for a in args]
+        return Kind.DEVICE in kinds and Kind.CPU not in kinds
 
     def _builtin_extreme(self, node: ast.Call, name: str, args: list[ast.expr]) -> None:
         if len(node.args) + len(node.keywords) != 2 or len(args) != 2:
