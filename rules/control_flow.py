@@ -7,7 +7,7 @@ import ast
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import dotted_name, method_name, receiver
 from xlalint.analysis.steps import after_periodic_operand
-from xlalint.analysis.tensors import Kind
+from xlalint.analysis.tensors import MAX_DEPTH, Kind
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.fixing.context import CstContext
 from xlalint.rule import Invalid, Rule, Valid
@@ -253,7 +253,7 @@ def evident_device_tensor(ctx: FileContext, expr: ast.expr, depth: int = 0) -> b
     such names are usually Optional/None checks, lists or Python numbers. A torch function, a
     tensor method or an elementwise comparison involving an evident tensor is.
     """
-    if depth > 4 or not ctx.on_device(expr):
+    if depth > MAX_DEPTH or not ctx.on_device(expr):
         return False
     if isinstance(expr, ast.Name):
         values = ctx.reaching_values(expr)

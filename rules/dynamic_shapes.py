@@ -10,7 +10,7 @@ import libcst as cst
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import dotted_name, has_star_args, is_constant, keyword, keyword_value, last_part
 from xlalint.analysis.names import method_name, positional, receiver, string_value
-from xlalint.analysis.tensors import Kind
+from xlalint.analysis.tensors import MAX_DEPTH, Kind
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.fixing import cst_names
 from xlalint.fixing.context import CstContext
@@ -54,7 +54,7 @@ def _is_torch(ctx: FileContext, call: ast.Call, names: set[str]) -> str | None:
 def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is evidently a boolean device tensor: a comparison of tensors, `~m`, `m & n`,
     `torch.isnan(x)`, `.bool()`, a name assigned from one of those, or a tensor named like a mask."""
-    if depth > 4 or not ctx.on_device(expr):
+    if depth > MAX_DEPTH or not ctx.on_device(expr):
         return False
     if isinstance(expr, ast.Compare):
         return not any(isinstance(op, _MEMBERSHIP) for op in expr.ops)
@@ -98,7 +98,7 @@ def elementwise_of(ctx: FileContext, mask: ast.expr, base: str, depth: int = 0) 
 
 def _elementwise(ctx: FileContext, expr: ast.expr, base: str, depth: int) -> str | None:
     """"base" (shaped like base), "scalar" (a Python number), or None (anything else)."""
-    if depth > 4:
+    if depth > MAX_DEPTH:
         return None
     if ctx.code(expr) == base:
         return "base"

@@ -375,3 +375,18 @@ def test_classes_written_for_another_backend_are_not_xla_code():
     )
     assert ctx.in_non_xla_code(call_named(ctx, "item"))
     assert not ctx.in_non_xla_code(call_named(ctx, "tolist"))
+
+
+def test_predicates_and_tests_are_no_model_outputs_or_per_call_functions():
+    ctx = context(
+        """
+        def test_metric_update(metric):
+            metric.update(torch.ones(3, device="xla"))
+            use(metric.total.item())
+
+        def run(ckpt):
+            use(is_clip_model(ckpt))
+        """
+    )
+    assert not ctx.runs_hot(call_named(ctx, "item"))  # a test runs once, whatever its name says
+    assert ctx.tensor_kind(call_named(ctx, "use", 1).args[0]) is not Kind.DEVICE

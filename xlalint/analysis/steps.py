@@ -463,6 +463,8 @@ PER_CALL_FUNCTION = re.compile(
     r"(^|_)(loss|losses|criterion)($|_)|[A-Za-z0-9]Loss$|^_*check_|_validation$|"
     r"^_*validate_(input|tensor|target|pred)|[a-z0-9]_update$"
 )
+# ... but not tests (`test_metric_update`) or one-off checks of the set-up (`check_init`).
+NOT_PER_CALL = re.compile(r"^_*test|(^|_)(init|setup|config|version|available|import|env|install)", re.I)
 MAX_CALL_SITE_DEPTH = 2
 
 
@@ -471,7 +473,8 @@ def compute_per_call_functions(ctx: "FileContext") -> set[ast.AST]:
     they call."""
     result: set[ast.AST] = set()
     work = [f for defs in ctx.index.functions.values() for f in defs
-            if PER_CALL_FUNCTION.search(f.name) and not _call_sites(ctx, f) and not ctx.externally_called(f)]
+            if PER_CALL_FUNCTION.search(f.name) and not NOT_PER_CALL.search(f.name)
+            and not _call_sites(ctx, f) and not ctx.externally_called(f)]
     while work:
         func = work.pop()
         if func in result or ctx.is_step_closure(func):

@@ -53,6 +53,11 @@ XLA_COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "
 WRAPS_ITS_ARGUMENT = {"torch.autograd.Variable", "torch.autograd.variable.Variable", "torch.nn.Parameter",
                       "torch.nn.parameter.Parameter"}
 MAX_CALL_SITES = 8  # call sites read for a parameter's kind
+# Names and operations a rule follows back to decide what a value evidently is
+# (`g = p.grad.norm(); coef = max_norm / (g + eps); if coef < 1:` is four steps).
+MAX_DEPTH = 8
+# `is_clip_model(ckpt)`, `has_head(m)`: questions, answered with Python values.
+PREDICATE = re.compile(r"^_*(is|are|has|have|should|can|needs?|uses?)_")
 HOST_TYPES = {"int", "float", "bool", "str", "list", "tuple", "dict", "set", "complex", "bytes", "numbers.Number",
               "numbers.Real", "numbers.Integral"}
 FACTORIES = {
@@ -346,7 +351,8 @@ class TensorInference:
         name = dotted_name(node.func)
         if TO_DEVICE_CALL.search(last_part(name) or method or ""):
             return Kind.DEVICE
-        if name and MODEL_CALLEE.search(last_part(name)) and name.count(".") <= 1:
+        if name and MODEL_CALLEE.search(last_part(name)) and name.count(".") <= 1 and \
+                not PREDICATE.match(last_part(name)):
             return Kind.DEVICE  # `model(x)`, `self.encoder(h)`, `criterion(out, y)`: model outputs
         if name and name.startswith("self.") and name.count(".") == 1 and self._submodule(name):
             return Kind.DEVICE  # `self.quantizer(h)` where `self.quantizer = VectorQuantizer(...)`
