@@ -704,6 +704,11 @@ class OptimizerStepWithoutBarrier(Rule):
     - docs/source/learn/pytorch-on-xla-devices.md and docs/source/learn/xla-advanced.md
       ("Data Loading") at v2.9.0
     - "do not call `xm.optimizer_step`" under FSDP: docs/source/perf/fsdp_collectives.md at v2.9.0
+    - accelerate wraps prepared loaders in `MpDeviceLoaderWrapper(xpl.MpDeviceLoader)`:
+      huggingface/accelerate src/accelerate/data_loader.py
+    - Lightning's XLA strategy `process_dataloader` returns a `MpDeviceLoader`, its XLA precision
+      plugins sync after the step: Lightning-AI/pytorch-lightning src/lightning/fabric/strategies/xla.py,
+      src/lightning/pytorch/plugins/precision/xla.py
     """
 
     code, name, category = "XLA401", "optimizer-step-without-barrier", "optimizer_step"
