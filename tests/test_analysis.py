@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from xlalint.analysis.context import FileContext
+from xlalint.analysis.steps import is_step_loop
 from xlalint.analysis.tensors import Kind
 from xlalint.source import SourceText
 
@@ -390,3 +391,20 @@ def test_predicates_and_tests_are_no_model_outputs_or_per_call_functions():
     )
     assert not ctx.runs_hot(call_named(ctx, "item"))  # a test runs once, whatever its name says
     assert ctx.tensor_kind(call_named(ctx, "use", 1).args[0]) is not Kind.DEVICE
+
+
+def test_a_loop_over_the_optimizers_it_steps_is_no_step_loop():
+    ctx = context(
+        """
+        def train(model, loader, optimizers):
+            for x in stream():
+                model(x).sum().backward()
+                for opt in optimizers:
+                    opt.step()
+                    use(opt)
+                record(x.sum().item())
+        """
+    )
+    inner = next(loop for loop in ctx.index.loops if isinstance(loop.target, ast.Name) and loop.target.id == "opt")
+    assert not is_step_loop(ctx, inner)
+    assert ctx.is_per_step(call_named(ctx, "item"))

@@ -330,9 +330,13 @@ def _is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
     if isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter):
         return True
     data = loop_data(ctx, loop)
+    targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)} \
+        if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
     for call in ctx.calls_within(loop):
         if _gated(ctx, call, loop):
             continue
+        if _training_call(ctx, call) and (dotted_name(receiver(call)) or "").split(".")[0] in targets:
+            continue  # `for opt in optimizers: opt.step()` applies one step to each: no step loop
         if _training_call(ctx, call) or ctx.trains_externally(call):
             return True
         if any(trains(ctx, func) for func in local_callees_of(ctx, call)):
