@@ -372,25 +372,16 @@ class PythonValueFromTensors(Rule):
                 same = torch.allclose(host_out, expected) and torch.equal(host_out, target)
             """
         ),
-        Valid(
-            """
-            def update(self, preds, target):
-                if not torch.equal(target, target.round()):  # a tensor, of unknown device
-                    raise ValueError("target must be integral")
-                self.correct += (preds == target).sum()
-            """
-        ),
     ]
     INVALID = [
         Invalid(
             """
             def update(self, preds, target):
-                target = target.to(self.device)
-                if not torch.equal(target, target.round()):
+                if not torch.equal(target, target.round()):  # a metric's inputs: on the device
                     raise ValueError("target must be integral")
                 self.correct += (preds == target).sum()
             """,
-            line=3,
+            line=2,
         ),
         Invalid(
             """
@@ -474,10 +465,17 @@ class PythonValueFromTensors(Rule):
         return self._device(receiver(node)) and self.ctx.tensor_kind(args[0]) not in (Kind.NOT_TENSOR, Kind.CPU)
 
     def _on_device_only(self, args: list[ast.expr]) -> bool:
-        """A device tensor among the arguments, and no CPU tensor (the comparison would then run on
-        the CPU: tensors on two devices are an error, not a sync)."""
+        """A tensor that may be on the device among the arguments (a model output, or the inputs of a
+        metric's update: on the device when training runs there), and no CPU tensor (the comparison
+        would then run on the CPU: tensors on two devices are an error, not a sync)."""
         kinds = [self.ctx.tensor_kind(a) for a in args]
-        return Kind.DEVICE in kinds and Kind.CPU not in kinds
+        return Kind.CPU not in kinds and any(
+            k == Kind.DEVICE or (k == Kind.TENSOR and not self._guessed(a)) for a, k in zip(args, kinds))
+
+    def _guessed(self, expr: ast.expr) -> bool:
+        """A free name taken for a tensor by its spelling alone (`labels`, bound nowhere)."""
+        return isinstance(expr, ast.Name) and not self.ctx.reaching_values(expr) and \
+            self.ctx.parameter(expr) is None and not self.ctx.loop_iterables(expr)
 
     def _builtin_extreme(self, node: ast.Call, name: str, args: list[ast.expr]) -> None:
         if len(node.args) + len(node.keywords) != 2 or len(args) != 2:

@@ -45,6 +45,7 @@ TABLE_FILE = "xla_migrations.toml"
 STATUSES = ("removed", "deprecated")
 FIXES = ("safe", "unsafe", "none")
 KINDS = ("function", "module", "environment", "argument")
+CONFIGURED = "<configured>"  # an argument value the file does not show
 REQUIRED = ("name", "status", "fix", "reference", "note")
 OPTIONAL = ("kind", "replacement", "deprecated_in", "removed_in", "replacement_since", "params",
             "argument", "position", "allowed", "off")
@@ -125,7 +126,10 @@ class Migration:
         return self._with_note(head)
 
     def _argument_message(self, old: str, value: str | None, resolved: str | None) -> str:
-        passed = f"`{self.argument}={value}`" + (f" (which can be `{resolved}`)" if resolved else "")
+        if resolved is CONFIGURED:
+            passed = f"`{self.argument}={value}` unless it is " + " or ".join(repr(v) for v in self.allowed)
+        else:
+            passed = f"`{self.argument}={value}`" + (f" (which can be `{resolved}`)" if resolved else "")
         if self.status == "removed":
             head = f"`{old}()` no longer accepts {passed} since torch_xla {self.removed_in}{self._deprecated_since()}"
         else:
@@ -334,6 +338,8 @@ def _literal_values(ctx: FileContext, node: ast.expr | None, seen: frozenset = f
         pass
     if isinstance(node, ast.IfExp):
         return [*_literal_values(ctx, node.body, seen), *_literal_values(ctx, node.orelse, seen)]
+    if isinstance(node, ast.Call) and dotted_name(node.func) == "str" and len(node.args) == 1 and not node.keywords:
+        return [str(v) if v is not UNKNOWN else UNKNOWN for v in _literal_values(ctx, node.args[0], seen)]
     if isinstance(node, ast.Name) and node.id not in seen:
         values = ctx.assigned_values(node)
         if values:
@@ -818,11 +824,14 @@ class _MigrationVisitor:
         else:
             return
         # compared with `==`, as torch_xla compares (`nprocs == 1`: `True` and `1.0` pass)
-        bad = [v for v in _literal_values(self.ctx, value) if v is not UNKNOWN and v not in entry.allowed]
-        if not bad or self._excused(call, entry):
+        values = _literal_values(self.ctx, value)
+        bad = [v for v in values if v is not UNKNOWN and v not in entry.allowed]
+        # a value the file does not show (`nprocs=args.nprocs`) is passed to be configured: it works
+        # only when configured to an allowed value, so it is reported with that condition
+        if not (bad or UNKNOWN in values) or self._excused(call, entry):
             return
         written = self.ctx.code(value)
-        resolved = None if written == repr(bad[0]) else repr(bad[0])
+        resolved = (None if written == repr(bad[0]) else repr(bad[0])) if bad else CONFIGURED
         fix = None
         if entry.applicability is not None and not has_star_args(call) and (
                 kw is not None or entry.position == len(call.args) - 1):
@@ -1079,7 +1088,6 @@ class RemovedXlaApi(_MigrationVisitor, Rule):
                 xmp.spawn(_mp_fn, args=(flags,))
                 xmp.spawn(_mp_fn, (flags,), None, start_method="fork")
                 xmp.spawn(_mp_fn, args=(flags,), nprocs=1)  # one process: still accepted
-                xmp.spawn(_mp_fn, args=(flags,), nprocs=flags.num_cores)  # a value we can't see
             """
         ),
         Valid(

@@ -343,6 +343,8 @@ class StepBarriers:
         one a framework prepared; PLAIN when from a host loader, `range`, or nothing; else UNKNOWN.
         `next(it)` in the body counts as iterating `it`."""
         kind = self._loop_kinds.get(loop)
+        if kind is None and self._inner_steps(loop):
+            kind = self._loop_kinds[loop] = UNKNOWN
         if kind is None:
             kinds = [self.loader_kind(loop.iter)] if isinstance(loop, (ast.For, ast.AsyncFor)) else [PLAIN]
             for call in self.ctx.calls_within(loop):
@@ -352,6 +354,16 @@ class StepBarriers:
                     kinds.append(self.loader_kind(receiver(call)))
             kind = self._loop_kinds[loop] = _combine(kinds)
         return kind
+
+    def _inner_steps(self, loop: ast.AST) -> bool:
+        """`for d_step in range(n):` inside a step function, or inside a nested function handed to
+        its caller (`def train(x, y): ...; return train`): steps within one batch, whose barrier
+        is the business of the loop that calls the function."""
+        if not (isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call)
+                and dotted_name(loop.iter.func) == "range"):
+            return False
+        func = self.ctx.index.enclosing_function(loop)
+        return func is not None and (self.ctx.is_step_function(func) or self.ctx.index.enclosing_function(func) is not None)
 
     def loader_kind(self, expr: ast.expr | None, depth: int = 0) -> str:
         if expr is None or depth > MAX_DEPTH:

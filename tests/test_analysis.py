@@ -408,3 +408,20 @@ def test_a_loop_over_the_optimizers_it_steps_is_no_step_loop():
     inner = next(loop for loop in ctx.index.loops if isinstance(loop.target, ast.Name) and loop.target.id == "opt")
     assert not is_step_loop(ctx, inner)
     assert ctx.is_per_step(call_named(ctx, "item"))
+
+
+def test_a_parameter_shadows_the_enclosing_functions_variable():
+    ctx = context(
+        """
+        def run(dataset):
+            loader = DataLoader(dataset)
+
+            def train_fn(loader):
+                use(loader)
+
+            def show():
+                use(loader)
+        """
+    )
+    assert ctx.reaching_values(call_named(ctx, "use").args[0]) == []
+    assert len(ctx.reaching_values(call_named(ctx, "use", 1).args[0])) == 1  # a closure reads it

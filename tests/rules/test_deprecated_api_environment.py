@@ -74,13 +74,15 @@ def test_values_that_leave_the_flag_off_are_not_reported():
     os.environ["XLA_DOWNCAST_BF16"] = "false"
     os.environ.setdefault("XLA_USE_SPMD", "")
     os.environ["XLA_USE_FP16"] = "0" if cpu else "false"
+    os.environ["XLA_DOWNCAST_BF16"] = str(0)
     os.environ["XLA_USE_BF16"] = "1" if bf16 else "0"
     os.environ["XLA_USE_BF16"] = str(int(args.bf16))
+    os.environ["XLA_DOWNCAST_BF16"] = str(1)
     os.environ["XRT_TPU_CONFIG"] = ""
     """
-    # the last three may turn the flag on (or set an XRT variable, which has no "off")
-    assert found(code) == [("XLA602", 8, "XLA_USE_BF16"), ("XLA602", 9, "XLA_USE_BF16"),
-                           ("XLA601", 10, "XRT_TPU_CONFIG")]
+    # the last four may turn the flag on (or set an XRT variable, which has no "off")
+    assert found(code) == [("XLA602", 9, "XLA_USE_BF16"), ("XLA602", 10, "XLA_USE_BF16"),
+                           ("XLA602", 11, "XLA_DOWNCAST_BF16"), ("XLA601", 12, "XRT_TPU_CONFIG")]
 
 
 def test_each_entry_of_an_update_is_its_own_finding():

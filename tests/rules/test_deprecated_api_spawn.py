@@ -27,15 +27,21 @@ def findings(body, head=HEAD):
         "xmp.spawn(_mp_fn, (flags,), None)",
         "xmp.spawn(_mp_fn, args=(flags,), nprocs=1, start_method='fork')",
         "xmp.spawn(_mp_fn, args=(flags,), nprocs=1.0)",  # `nprocs == 1` holds
-        "xmp.spawn(_mp_fn, args=(flags,), nprocs=flags.num_cores)",  # not a value we can see
-        "xmp.spawn(_mp_fn, args=(flags,), nprocs=len(devices))",
         "xmp.spawn(_mp_fn, *launch_args)",  # position unknown
         "context = xmp.spawn(_mp_fn, args=(), join=False)",
         "xmp.MpModelWrapper(model)",
     ],
 )
-def test_spawn_with_an_accepted_or_unknown_count_is_not_reported(call):
+def test_spawn_with_an_accepted_count_or_none_is_not_reported(call):
     assert findings(call + "\n") == []
+
+
+@pytest.mark.parametrize("count", ["flags.num_cores", "len(devices)"])
+def test_a_configured_count_is_reported_unless_configured_to_one(count):
+    # passed to be configured, typically to the number of cores: it only works as 1
+    (finding,) = findings(f"xmp.spawn(_mp_fn, args=(flags,), nprocs={count})\n")
+    assert f"`nprocs={count}` unless it is None or 1" in finding.message
+    assert finding.fix.applicability is Applicability.UNSAFE
 
 
 def test_a_count_is_reported_with_what_pjrt_does():

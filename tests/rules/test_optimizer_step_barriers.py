@@ -365,3 +365,30 @@ def test_no_fix_where_the_step_is_returned():
     found = _lint(code)
     assert [(d.code, d.location.row) for d in found] == [("XLA401", 6)]
     assert found[0].fix is None
+
+
+def test_steps_within_one_batch_leave_the_barrier_to_the_caller():
+    """A nested train function run once per batch (its caller iterates a device loader elsewhere)
+    takes a few discriminator steps over `range`: that loop is no data loop of its own."""
+    code = """
+    import torch_xla.core.xla_model as xm
+
+    def gan_training_function(G, D, config):
+        def train(x, y):
+            for step_index in range(config["num_D_steps"]):
+                D.optim.zero_grad()
+                D(x, y).mean().backward()
+                xm.optimizer_step(D.optim)
+            return {}
+        return train
+    """
+    assert _found(code) == []
+    flat = """
+    import torch_xla.core.xla_model as xm
+
+    def train(model, opt, x, num_steps):
+        for step in range(num_steps):
+            model(x).mean().backward()
+            xm.optimizer_step(opt)
+    """
+    assert ("XLA403", 6) in _found(flat)

@@ -223,6 +223,8 @@ class FileContext:
         scope = self.index.scope_of(name)
         values = self._scope_values(scope, name.id)
         if not values and not isinstance(scope, ast.Module):
+            if any(p.arg == name.id for p in function_params(scope)):
+                return []  # a parameter: it shadows whatever the enclosing function has
             # closures read the enclosing function's variables
             for anc in self.index.ancestors(scope):
                 if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.Module)):
