@@ -425,3 +425,28 @@ def test_a_parameter_shadows_the_enclosing_functions_variable():
     )
     assert ctx.reaching_values(call_named(ctx, "use").args[0]) == []
     assert len(ctx.reaching_values(call_named(ctx, "use", 1).args[0])) == 1  # a closure reads it
+
+
+@pytest.mark.parametrize(
+    "block, per_step",
+    [
+        ("try:\n            x = next(it)\n        except StopIteration:\n            print(loss.item())", False),
+        ("try:\n            return run(x)\n        except RuntimeError:\n            pass\n        print(loss.item())",
+         False),
+        ("try:\n            y = run(x)\n        except RuntimeError:\n            pass\n        print(loss.item())", True),
+        ("print(model.__class__.__name__, loss.item())", True),
+    ],
+)
+def test_error_paths_are_not_per_step(block, per_step):
+    ctx = context(
+        "def training_step(self, model, x, it):\n"
+        "    for _ in range(2):\n"
+        "        loss = model(x)\n"
+        f"        {block}\n"
+    )
+    assert ctx.runs_hot(call_named(ctx, "item")) is per_step
+
+
+def test_dunder_attributes_are_no_tensors():
+    ctx = context("def forward(self, x):\n    use(self.model.__class__.__name__)\n")
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is Kind.NOT_TENSOR

@@ -74,6 +74,7 @@ FORWARD_CALLEE = re.compile(
 # Iterating these wraps another iterable without changing what a step is.
 ITERABLE_WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "reversed", "trange"}
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
+TRY = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
 
 
 # -- step functions ------------------------------------------------------------------------------------
@@ -174,6 +175,8 @@ def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
             return True  # the `else` of `if step % N:`
     elif isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And) and after_periodic_operand(parent, child):
         return True  # `step % N == 0 and loss.item() > x`
+    elif isinstance(parent, ast.ExceptHandler) and field == "body":
+        return True  # runs when the step failed: recovery, not the step
     return isinstance(child, ast.stmt) and _after_gating_exit(ctx, parent, child)
 
 
@@ -252,6 +255,9 @@ def _after_gating_exit(ctx: "FileContext", parent: ast.AST, statement: ast.stmt)
         if isinstance(earlier, ast.If) and not earlier.orelse and skips_rest(earlier.body):
             if periodic_polarity(earlier.test) == ALMOST_ALWAYS or _option_absent(ctx, earlier.test):
                 return True
+        if isinstance(earlier, TRY) and earlier.handlers and isinstance(earlier.body[-1], ast.Return) \
+                and not earlier.orelse and not earlier.finalbody:
+            return True  # `try: return fast(...) except OOM: ...` then a fallback: only after an error
     return False
 
 

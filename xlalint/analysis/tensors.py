@@ -306,8 +306,8 @@ class TensorInference:
 
     def _attribute(self, node: ast.Attribute) -> Kind:
         attr = node.attr
-        if attr in SHAPE_ATTRIBUTES:
-            return Kind.NOT_TENSOR
+        if attr in SHAPE_ATTRIBUTES or (attr.startswith("__") and attr.endswith("__")):
+            return Kind.NOT_TENSOR  # shapes and dtypes; `__class__`, `__name__`, `__dict__`
         if attr == "grad":
             return Kind.DEVICE
         base = self.kind(node.value)
