@@ -450,3 +450,23 @@ def test_error_paths_are_not_per_step(block, per_step):
 def test_dunder_attributes_are_no_tensors():
     ctx = context("def forward(self, x):\n    use(self.model.__class__.__name__)\n")
     assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is Kind.NOT_TENSOR
+
+
+@pytest.mark.parametrize("test, latch, per_step", [
+    ("not self._checked", "self._checked = True", False),
+    ("not getattr(self, '_checked', False)", "self._checked = True", False),
+    ("not checked", "checked = True", False),
+    ("not self._checked", "self._other = True", True),   # sets another flag: no latch
+    ("not self._checked", "self._checked = False", True),
+    ("self._checked", "self._checked = True", True),
+])
+def test_latched_blocks_run_once(test, latch, per_step):
+    ctx = context(
+        "def training_step(self, model, batch):\n"
+        "    loss = model(batch)\n"
+        f"    if {test}:\n"
+        "        log(loss.item())\n"
+        f"        {latch}\n"
+        "    return loss\n"
+    )
+    assert ctx.runs_hot(call_named(ctx, "item")) is per_step

@@ -169,7 +169,7 @@ def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
     if isinstance(parent, ast.If):
         polarity = periodic_polarity(parent.test)
         if field == "body" and (polarity == EVERY_N or opt_in(ctx, parent) or _counter_bounded(ctx, parent)
-                                or _leaves_loop(ctx, parent)):
+                                or _leaves_loop(ctx, parent) or _latched(parent)):
             return True
         if field == "orelse" and polarity == ALMOST_ALWAYS:
             return True  # the `else` of `if step % N:`
@@ -188,6 +188,24 @@ def _leaves_loop(ctx: "FileContext", node: ast.If) -> bool:
         isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
         and dotted_name(last.value.func) in ("sys.exit", "exit", "quit", "os._exit"))
     return exits and _enclosing_loop(ctx, node) is not None
+
+
+def _latched(node: ast.If) -> bool:
+    """`if not self._checked: ...; self._checked = True`: the block sets the flag it tests, so it
+    runs on the first pass only (a one-time validation or warm-up), not every step."""
+    test = node.test
+    if not (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)):
+        return False
+    flag = dotted_name(test.operand)
+    operand = test.operand
+    if isinstance(operand, ast.Call) and dotted_name(operand.func) == "getattr" and len(operand.args) >= 2 \
+            and isinstance(operand.args[1], ast.Constant) and isinstance(operand.args[1].value, str):
+        owner = dotted_name(operand.args[0])
+        flag = owner and f"{owner}.{operand.args[1].value}"
+    return bool(flag) and any(
+        isinstance(statement, ast.Assign) and is_constant(statement.value, True)
+        and any(dotted_name(target) == flag for target in statement.targets)
+        for statement in node.body)
 
 
 def _enclosing_loop(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
