@@ -837,7 +837,8 @@ class _MigrationVisitor:
                 kw is not None or entry.position == len(call.args) - 1):
             index = len(call.args) + call.keywords.index(kw) if kw is not None else entry.position
             fix = partial(_fix_drop_argument, call, index, f"Drop `{entry.argument}={written}`", entry)
-        self.report(kw if kw is not None else value, entry.message(dotted_name(call.func), written, resolved), fix=fix)
+        # at the callee, where the call starts: the argument may sit lines below it
+        self.report(call.func, entry.message(dotted_name(call.func), written, resolved), fix=fix)
 
     def _uses_of(self, local: str, qualified: str) -> list[ast.Name]:
         """The names that refer to the import `local` of `qualified`; none when `local` is also a

@@ -470,3 +470,17 @@ def test_latched_blocks_run_once(test, latch, per_step):
         "    return loss\n"
     )
     assert ctx.runs_hot(call_named(ctx, "item")) is per_step
+
+
+def test_storing_loop_data_into_an_object_does_not_make_it_loop_data():
+    ctx = context(
+        """
+        def run(cfg, table, folds):
+            for fold in folds:
+                table["is_valid"] = table.fold == fold
+                cfg.n_valid = table.is_valid.sum()
+                model = get_model(cfg)
+                show(model.head.tolist())
+        """
+    )
+    assert not is_step_loop(ctx, next(n for n in ast.walk(ctx.tree) if isinstance(n, ast.For)))

@@ -58,7 +58,7 @@ def test_a_count_is_reported_with_what_pjrt_does():
         ("xmp.spawn(_mp_fn, (), -1)\n", 2),
         ("NPROCS = 8\n\ndef main():\n    xmp.spawn(_mp_fn, nprocs=NPROCS)\n", 5),
         ("def main(tpu):\n    n = 8 if tpu else 1\n    xmp.spawn(_mp_fn, nprocs=n)\n", 4),
-        ("xmp.spawn(\n    _mp_fn,\n    args=(flags,),\n    nprocs=4,\n)\n", 5),
+        ("xmp.spawn(\n    _mp_fn,\n    args=(flags,),\n    nprocs=4,\n)\n", 2),  # reported where the call starts
     ],
 )
 def test_counts_through_names_branches_and_positions(body, row):

@@ -417,8 +417,20 @@ def loop_data(ctx: "FileContext", loop: ast.AST) -> set[str]:
         for node in assignments:
             if node.value is not None and _mentions(node.value, data):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                data |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                data |= {name for t in targets for name in _bound_names(t)}
     return data
+
+
+def _bound_names(target: ast.expr):
+    """Names an assignment target binds: `x`, `x, (y, *z)`; not the object an item or attribute
+    is stored into (`metadata["fold"] = ...` mutates `metadata`, it does not make it loop data)."""
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _bound_names(element)
+    elif isinstance(target, ast.Starred):
+        yield from _bound_names(target.value)
 
 
 def _mentions(expr: ast.AST, names: set[str]) -> bool:
