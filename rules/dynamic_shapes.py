@@ -822,6 +822,16 @@ class TrainLoaderWithoutDropLast(Rule):
             """,
             applicability=Applicability.UNSAFE,
         ),
+        Invalid(
+            """
+            import torch_xla.core.xla_model as xm
+            def make_loader(dataset, batch_size, is_train):
+                sampler = DistributedSampler(dataset, shuffle=is_train, drop_last=False)
+                return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=False)
+            """,
+            line=4,
+            applicability=Applicability.UNSAFE,
+        ),
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -860,16 +870,24 @@ class TrainLoaderWithoutDropLast(Rule):
             return False
         shuffle = keyword_value(node, "shuffle")
         if shuffle is not None:
-            if is_constant(shuffle, True):
-                return True
-            if _TRAIN.search(code(shuffle)):
+            if self._shuffles(shuffle):
                 return True
             if is_constant(shuffle, False):
                 return bool(_TRAIN.search(text))
         sampler = keyword_value(node, "sampler")
         if sampler is not None and re.search(r"train|RandomSampler", code(sampler)):
             return True
+        # `sampler = DistributedSampler(ds, shuffle=train)`: a sampler that shuffles feeds training
+        for value in self.ctx.reaching_values(sampler) if isinstance(sampler, ast.Name) else ():
+            if isinstance(value, ast.Call) and last_part(dotted_name(value.func)).endswith("Sampler"):
+                sampler_shuffle = keyword_value(value, "shuffle")
+                if sampler_shuffle is not None and self._shuffles(sampler_shuffle):
+                    return True
         return bool(_TRAIN.search(text))
+
+    def _shuffles(self, shuffle: ast.expr) -> bool:
+        """`shuffle=True`, `shuffle=is_train`: order is shuffled for training."""
+        return is_constant(shuffle, True) or bool(_TRAIN.search(self.ctx.code(shuffle)))
 
     def _target_name(self, node: ast.Call) -> str | None:
         parent = self.ctx.parent(node)

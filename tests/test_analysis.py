@@ -484,3 +484,10 @@ def test_storing_loop_data_into_an_object_does_not_make_it_loop_data():
         """
     )
     assert not is_step_loop(ctx, next(n for n in ast.walk(ctx.tree) if isinstance(n, ast.For)))
+
+
+def test_tensor_only_methods_make_tensors():
+    ctx = context("def log(values, table):\n    use(values.detach(), table.copy())\n")
+    detached, copied = call_named(ctx, "use").args
+    assert ctx.tensor_kind(detached) is Kind.TENSOR
+    assert ctx.tensor_kind(copied) is not Kind.TENSOR

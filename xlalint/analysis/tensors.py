@@ -74,6 +74,8 @@ HOST_METHODS = {
     "children", "named_modules", "named_children", "buffers", "register_buffer", "apply", "train",
     "eval", "zero_grad", "step", "append", "extend", "insert", "pop", "get", "update", "copy",
 }
+# methods only torch tensors have (numpy arrays and modules lack them): the receiver is a tensor
+TENSOR_ONLY_METHODS = {"detach", "detach_", "contiguous", "unsqueeze", "masked_fill", "softmax", "log_softmax"}
 SHAPE_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "is_leaf", "layout", "names",
                     "is_sparse", "is_quantized", "is_meta", "grad_fn", "itemsize", "nbytes"}
 SAME_KIND_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "real", "imag"}
@@ -422,6 +424,8 @@ class TensorInference:
             return base
         if MODEL_CALLEE.search(method) and base == Kind.UNKNOWN:
             return Kind.UNKNOWN
+        if method in TENSOR_ONLY_METHODS and base == Kind.UNKNOWN:
+            return Kind.TENSOR
         return base
 
 
