@@ -491,3 +491,15 @@ def test_tensor_only_methods_make_tensors():
     detached, copied = call_named(ctx, "use").args
     assert ctx.tensor_kind(detached) is Kind.TENSOR
     assert ctx.tensor_kind(copied) is not Kind.TENSOR
+
+
+@pytest.mark.parametrize("block, per_step", [
+    ("if not self.training:\n        use(x.item())", False),
+    ("if x.dim() == 3 and not self.layer.training:\n        use(x.item())", False),
+    ("if self.training:\n        pass\n    else:\n        use(x.item())", False),
+    ("if self.training:\n        use(x.item())", True),
+    ("if self.training and x.dim() == 3:\n        pass\n    else:\n        use(x.item())", True),
+])
+def test_inference_only_branches_are_not_per_step(block, per_step):
+    ctx = context(f"def forward(self, x):\n    {block}\n    return x\n")
+    assert ctx.runs_hot(call_named(ctx, "item")) is per_step

@@ -173,6 +173,8 @@ def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
             return True
         if field == "orelse" and polarity == ALMOST_ALWAYS:
             return True  # the `else` of `if step % N:`
+        if field == _EVAL_ONLY_FIELD.get(_training_test(parent.test)):
+            return True  # `if not self.training:` / the `else` of `if self.training:`: inference only
     elif isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And) and after_periodic_operand(parent, child):
         return True  # `step % N == 0 and loss.item() > x`
     elif isinstance(parent, ast.ExceptHandler) and field == "body":
@@ -188,6 +190,24 @@ def _leaves_loop(ctx: "FileContext", node: ast.If) -> bool:
         isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
         and dotted_name(last.value.func) in ("sys.exit", "exit", "quit", "os._exit"))
     return exits and _enclosing_loop(ctx, node) is not None
+
+
+_EVAL_ONLY_FIELD = {False: "body", True: "orelse"}
+
+
+def _training_test(test: ast.expr) -> bool | None:
+    """True for `self.training` (or `training and ...`), False for `not model.training` (or an
+    `and` requiring it); None when the test does not pin a module's training mode."""
+    if isinstance(test, ast.Attribute) and test.attr == "training":
+        return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Attribute) \
+            and test.operand.attr == "training":
+        return False
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        modes = {_training_test(value) for value in test.values} - {None}
+        if modes == {False}:
+            return False  # `if training and x` does not pin eval: its `else` also runs in training
+    return None
 
 
 def _latched(node: ast.If) -> bool:
