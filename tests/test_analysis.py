@@ -503,3 +503,20 @@ def test_tensor_only_methods_make_tensors():
 def test_inference_only_branches_are_not_per_step(block, per_step):
     ctx = context(f"def forward(self, x):\n    {block}\n    return x\n")
     assert ctx.runs_hot(call_named(ctx, "item")) is per_step
+
+
+@pytest.mark.parametrize("latch, per_step", [
+    ("if self.enabled:\n            self._checked = True", False),  # set deeper in the block
+    ("self._ready = True", True),
+])
+def test_the_else_of_a_latched_flag_runs_once(latch, per_step):
+    ctx = context(
+        "def update(self, model, batch):\n"
+        "    loss = model(batch)\n"
+        "    if self._checked:\n"
+        "        fast(loss)\n"
+        "    else:\n"
+        "        log(loss.item())\n"
+        f"        {latch}\n"
+    )
+    assert ctx.runs_hot(call_named(ctx, "item")) is per_step

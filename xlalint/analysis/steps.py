@@ -169,7 +169,9 @@ def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
     if isinstance(parent, ast.If):
         polarity = periodic_polarity(parent.test)
         if field == "body" and (polarity == EVERY_N or opt_in(ctx, parent) or _counter_bounded(ctx, parent)
-                                or _leaves_loop(ctx, parent) or _latched(parent)):
+                                or _leaves_loop(ctx, parent)):
+            return True
+        if field in ("body", "orelse") and _latched(parent, field):
             return True
         if field == "orelse" and polarity == ALMOST_ALWAYS:
             return True  # the `else` of `if step % N:`
@@ -210,22 +212,25 @@ def _training_test(test: ast.expr) -> bool | None:
     return None
 
 
-def _latched(node: ast.If) -> bool:
-    """`if not self._checked: ...; self._checked = True`: the block sets the flag it tests, so it
-    runs on the first pass only (a one-time validation or warm-up), not every step."""
-    test = node.test
-    if not (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)):
+def _latched(node: ast.If, field: str) -> bool:
+    """`if not self._checked: ...; self._checked = True` (or the `else` of `if self._checked:`):
+    the block sets the flag it tests, so it runs on the first pass only (a one-time validation
+    or warm-up), not every step."""
+    test, first_pass = node.test, "orelse"
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, first_pass = test.operand, "body"
+    if field != first_pass:
         return False
-    flag = dotted_name(test.operand)
-    operand = test.operand
-    if isinstance(operand, ast.Call) and dotted_name(operand.func) == "getattr" and len(operand.args) >= 2 \
-            and isinstance(operand.args[1], ast.Constant) and isinstance(operand.args[1].value, str):
-        owner = dotted_name(operand.args[0])
-        flag = owner and f"{owner}.{operand.args[1].value}"
+    block = getattr(node, first_pass)
+    flag = dotted_name(test)
+    if isinstance(test, ast.Call) and dotted_name(test.func) == "getattr" and len(test.args) >= 2 \
+            and isinstance(test.args[1], ast.Constant) and isinstance(test.args[1].value, str):
+        owner = dotted_name(test.args[0])
+        flag = owner and f"{owner}.{test.args[1].value}"
     return bool(flag) and any(
-        isinstance(statement, ast.Assign) and is_constant(statement.value, True)
-        and any(dotted_name(target) == flag for target in statement.targets)
-        for statement in node.body)
+        isinstance(n, ast.Assign) and is_constant(n.value, True)
+        and any(dotted_name(target) == flag for target in n.targets)
+        for statement in block for n in ast.walk(statement))
 
 
 def _enclosing_loop(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
