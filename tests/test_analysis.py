@@ -520,3 +520,31 @@ def test_the_else_of_a_latched_flag_runs_once(latch, per_step):
         f"        {latch}\n"
     )
     assert ctx.runs_hot(call_named(ctx, "item")) is per_step
+
+
+@pytest.mark.parametrize("base, params, per_step", [
+    ("LlavaForConditionalGeneration", "self, image_features, input_ids, attention_mask", True),
+    ("LlavaForConditionalGeneration", "self, config", False),            # no batch tensors
+    ("nn.Module", "self, image_features, input_ids, attention_mask", False),  # nothing calls it
+    ("LocalBase", "self, image_features, input_ids, attention_mask", False),  # the project's own base
+])
+def test_overrides_of_library_model_hooks_run_every_forward(base, params, per_step):
+    ctx = context(
+        "from transformers import LlavaForConditionalGeneration\n"
+        "import torch.nn as nn\n"
+        f"class Patched({base}):\n"
+        f"    def _merge(self{params[4:]}):\n"
+        "        return input_ids.sum().item()\n"
+    )
+    assert ctx.runs_hot(call_named(ctx, "item")) is per_step
+
+
+def test_a_negated_tensor_stored_in_a_name_is_a_python_bool():
+    ctx = context("def forward(self, x):\n    flag = not x.sum()\n    use(flag)\n")
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is Kind.NOT_TENSOR
+
+
+@pytest.mark.parametrize("tail, per_step", [("raise ValueError('bad')", False), ("pass", True)])
+def test_blocks_that_raise_are_error_paths(tail, per_step):
+    ctx = context(f"def forward(self, x):\n    if x.dim() != 2:\n        print(x.sum().item())\n        {tail}\n")
+    assert ctx.runs_hot(call_named(ctx, "item")) is per_step

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from .guards import EVERY_N, ALMOST_ALWAYS, is_periodic, periodic_polarity, skips_rest
 from .index import FUNCTIONS, loop_bindings
-from .names import dotted_name, is_constant, last_part, method_name, param_default, receiver
+from .names import dotted_name, function_params, is_constant, last_part, method_name, param_default, receiver
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -115,9 +115,33 @@ def is_named_step(ctx: "FileContext", func: ast.AST) -> bool:
     if name == "__call__":
         cls = ctx.index.enclosing_class(func)
         return cls is not None and bool(CALLABLE_CLASS.search(cls.name))
-    if not STEP_FUNCTION.match(name) or NOT_STEP_FUNCTION.search(name):
+    if NOT_STEP_FUNCTION.search(name):
         return False
+    if not STEP_FUNCTION.match(name):
+        return overrides_model_hook(ctx, func)
     return not owns_loader_loop(ctx, func)
+
+
+# Model libraries whose models call overridable methods of their own from `forward`.
+MODEL_LIBRARIES = ("transformers.", "diffusers.", "timm.")
+MODEL_CLASS = re.compile(r"(Model|For[A-Z]\w*|Transformer|Encoder|Decoder)$")
+# Arguments of a model's forward pass, as these libraries name them.
+MODEL_INPUTS = {"input_ids", "inputs_embeds", "attention_mask", "pixel_values", "hidden_states", "position_ids",
+                "image_features", "encoder_hidden_states", "labels", "token_type_ids", "decoder_input_ids"}
+
+
+def overrides_model_hook(ctx: "FileContext", func: ast.AST) -> bool:
+    """A method of a subclass of a library model (`class M(LlavaForConditionalGeneration)`) that
+    takes the batch's tensors (`input_ids`, `attention_mask`, ...): it overrides a hook that the
+    library's `forward` calls (`_merge_input_ids_with_image_features`, `_update_causal_mask`), so it
+    runs in every forward although nothing in the project calls it."""
+    cls = ctx.index.enclosing_class(func)
+    if cls is None or ctx.index.parent(func) is not cls:
+        return False
+    if sum(arg.arg in MODEL_INPUTS for arg in function_params(func)) < 2:
+        return False
+    return any((ctx.qualified_name(base) or "").startswith(MODEL_LIBRARIES) and MODEL_CLASS.search(last_part(
+        dotted_name(base))) for base in cls.bases)
 
 
 def owns_loader_loop(ctx: "FileContext", func: ast.AST) -> bool:
@@ -173,6 +197,8 @@ def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
             return True
         if field in ("body", "orelse") and _latched(parent, field):
             return True
+        if field == "body" and isinstance(parent.body[-1], ast.Raise):
+            return True  # `if bad: print(t); raise ValueError(...)`: runs once, when failing
         if field == "orelse" and polarity == ALMOST_ALWAYS:
             return True  # the `else` of `if step % N:`
         if field == _EVAL_ONLY_FIELD.get(_training_test(parent.test)):

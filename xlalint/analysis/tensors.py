@@ -198,7 +198,9 @@ class TensorInference:
             return Kind.NOT_TENSOR
         values = self.ctx.reaching_values(node)
         if values:
-            return combine(*(self.kind(v) for v in values))
+            # `flag = not t` stores a Python bool: the sync happened at the `not`, not where `flag` is read
+            return combine(*(Kind.NOT_TENSOR if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
+                             else self.kind(v) for v in values))
         iterables = self.ctx.loop_iterables(node)
         if iterables:
             return combine(*(self._element_kind(it) for it in iterables))
