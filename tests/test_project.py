@@ -110,3 +110,17 @@ def test_a_damaged_cache_is_ignored(run_cli, package):
 def test_no_cache_writes_nothing(run_cli, package):
     run_cli("check", "--no-cache", package)
     assert not (package / ".xlalint_cache").exists()
+
+
+def test_an_unchanged_project_reuses_its_facts(run_cli, package):
+    """A warm pre-commit run neither re-reads the summaries nor re-resolves the call graph."""
+    args = ("check", "--output-format", "json", package / "pkg" / "metrics.py")
+    first = run_cli(*args)[1]
+    (entry,) = (package / ".xlalint_cache").glob("*.json")
+    data = json.loads(entry.read_text())
+    assert "#facts" in data["results"]
+    # without the summaries, only the stored facts can still say who calls the helpers
+    data["summaries"] = {}
+    data["results"] = {"#facts": data["results"]["#facts"]}
+    entry.write_text(json.dumps(data))
+    assert run_cli(*args)[1] == first

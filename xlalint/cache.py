@@ -84,9 +84,10 @@ class ProjectCache:
 
     def keep_only(self, present: set[str]) -> None:
         """Forget files that no longer exist (bounds the cache by the project's size). A key is a
-        relative path, optionally followed by `#` and the name of a second slot."""
+        relative path, optionally followed by `#` and the name of a second slot; keys starting
+        with `#` are the project's own slots."""
         for table in (self.summaries, self.results):
-            for stale in [k for k in table if k.partition("#")[0] not in present]:
+            for stale in [k for k in table if k.partition("#")[0] not in present and not k.startswith("#")]:
                 del table[stale]
                 self.dirty = True
 

@@ -28,6 +28,7 @@ from .source import SourceError, decode_source
 
 MAX_PROJECT_FILES = 20_000
 PARALLEL_MIN = 8  # fewer tasks than this run in-process: starting workers would cost more
+FACTS_SLOT = "#facts"  # the cache slot of a project's facts (no file has this relative path)
 
 
 @dataclass
@@ -160,12 +161,18 @@ class Workspace:
             if MARKERS.search(raw):
                 contents[path] = digest(raw)
         cache.keep_only({_relative(p, root) for p in contents})
+        # an unchanged project has unchanged facts: one entry keyed by every member's content
+        key = digest(repr(sorted((_relative(p, root), c) for p, c in contents.items())).encode())
+        cached = _read(_facts_from_json, cache.result(FACTS_SLOT, key))
+        if cached is not None:
+            return cached
         summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents)
         facts = ProjectIndex(list(summaries.values())).facts()
         again = {Path(path): f for path, f in facts.items() if f.training_calls}
         if again:
             summaries.update(self._summaries(cache, root, again, contents))
             facts = ProjectIndex(list(summaries.values())).facts()
+        cache.put_result(FACTS_SLOT, key, _facts_to_json(facts))
         return facts
 
     def _summaries(self, cache: ProjectCache, root: Path, wanted: dict[Path, ProjectFacts],
@@ -243,6 +250,16 @@ def _read(convert, entry):
         return convert(entry)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
+    return {path: [sorted(f.steps), sorted(f.called), sorted(f.training_calls)]
+            for path, f in facts.items() if f != NO_PROJECT}
+
+
+def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
+    return {path: ProjectFacts(frozenset(steps), frozenset(called), frozenset(tuple(c) for c in calls))
+            for path, (steps, called, calls) in data.items()}
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:
