@@ -32,7 +32,6 @@ MODULE_METHODS = {"parameters", "named_parameters", "state_dict", "load_state_di
 SAME_PLACE = {"state_dict", "parameters", "named_parameters", "buffers", "named_buffers", "detach", "clone",
               "float", "half", "bfloat16", "double", "contiguous", "values", "items"}
 MAX_DEPTH = 16  # expression levels followed (names, calls, containers), cycles aside
-MAX_CALL_SITES = 8
 
 
 def _any(results) -> bool | None:
@@ -422,24 +421,9 @@ class _Placement:
 
     def _passed(self, name: ast.Name, depth: int) -> bool | None:
         """What this module's calls of the enclosing function pass for the parameter `name`."""
-        func = self.ctx.index.enclosing_function(name)
-        if func is None:
-            return None
-        params = [p.arg for p in [*func.args.posonlyargs, *func.args.args]]
-        offset = 1 if params and params[0] in ("self", "cls") else 0
-        position = params.index(name.id) - offset if name.id in params else None
-        found = []
-        for call in self.ctx.index.calls:
-            if dotted_name(call.func) not in (func.name, f"self.{func.name}", f"cls.{func.name}"):
-                continue
-            value = keyword_value(call, name.id)
-            if value is None and position is not None and 0 <= position < len(positional(call)):
-                value = positional(call)[position]
-            if value is not None:
-                found.append(self.of(value, depth))
-            if len(found) >= MAX_CALL_SITES:
-                break
-        return _any(found)
+        param = self.ctx.parameter(name)
+        values = self.ctx.arguments_for(param) if param is not None else []
+        return _any([self.of(v, depth) for v in values if v is not None])
 
     def device(self, expr: ast.expr, depth: int = 0) -> bool | None:
         """Whether the device `expr` names is the XLA device."""
@@ -478,22 +462,9 @@ class _Placement:
         return None
 
     def _passed_device(self, name: ast.Name, depth: int) -> bool | None:
-        func = self.ctx.index.enclosing_function(name)
-        if func is None:
-            return None
-        params = [p.arg for p in [*func.args.posonlyargs, *func.args.args]]
-        offset = 1 if params and params[0] in ("self", "cls") else 0
-        position = params.index(name.id) - offset if name.id in params else None
-        found = []
-        for call in self.ctx.index.calls:
-            if dotted_name(call.func) not in (func.name, f"self.{func.name}", f"cls.{func.name}"):
-                continue
-            value = keyword_value(call, name.id)
-            if value is None and position is not None and 0 <= position < len(positional(call)):
-                value = positional(call)[position]
-            if value is not None:
-                found.append(self.device(value, depth))
-        return _any(found)
+        param = self.ctx.parameter(name)
+        values = self.ctx.arguments_for(param) if param is not None else []
+        return _any([self.device(v, depth) for v in values if v is not None])
 
 
 def _use_xm_save(cctx: CstContext, node: ast.Call) -> Fix | None:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from functools import lru_cache
 
 from . import __version__
+from .source import write_atomic
 
 CACHE_DIR_NAME = ".xlalint_cache"
 FORMAT = 1
@@ -101,16 +100,6 @@ class ProjectCache:
                 ignore.write_text("# Automatically created by xlalint.\n*\n", encoding="utf-8")
             payload = json.dumps({"code": code_fingerprint(), "summaries": self.summaries, "results": self.results},
                                  separators=(",", ":"))
-            fd, tmp = tempfile.mkstemp(prefix=".cache-", suffix=".tmp", dir=self.folder)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(payload)
-                os.replace(tmp, self.file)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            write_atomic(self.file, payload.encode("utf-8"))  # concurrent runs: the last complete write wins
         except OSError:
             pass  # a read-only tree: run without a cache

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import guards, steps
 from .index import FUNCTIONS, ModuleIndex, build_index, loop_bindings
-from .names import dotted_name, function_params, last_part, positional
+from .names import dotted_name, function_params, keyword_value, last_part, positional
 from .project import NO_PROJECT, ProjectFacts, qualname
 from ..source import SourceText
 from .tensors import Kind, TensorInference
@@ -18,6 +18,7 @@ XLA_MODULES = ("torch_xla", "torchax")
 # are passed around: `def _mp_fn(rank, cfg, xm):`).
 CONVENTIONAL_MODULES = {"xm": "torch_xla.core.xla_model", "xr": "torch_xla.runtime",
                         "xmp": "torch_xla.distributed.xla_multiprocessing"}
+MAX_CALL_SITES = 8  # call sites read for what a parameter is passed
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
@@ -292,3 +293,25 @@ class FileContext:
                     if param.arg == name.id:
                         return param
         return None
+
+    def arguments_for(self, param: ast.arg) -> list[ast.expr | None]:
+        """What this module's calls of the function declaring `param` (`f(...)`, `self.f(...)`)
+        pass for it, the first few of them; None for a call that passes nothing (a default, *args)."""
+        func = self.index.parent(self.index.parent(param))
+        if not isinstance(func, FUNCTIONS):
+            return []
+        params = [*func.args.posonlyargs, *func.args.args]
+        position = params.index(param) if param in params else None
+        if position is not None and params[0].arg in ("self", "cls"):
+            position -= 1
+        found: list[ast.expr | None] = []
+        for call in self.index.calls:
+            if dotted_name(call.func) not in (func.name, f"self.{func.name}", f"cls.{func.name}"):
+                continue
+            value = keyword_value(call, param.arg)
+            if value is None and position is not None and 0 <= position < len(positional(call)):
+                value = positional(call)[position]
+            found.append(value)
+            if len(found) >= MAX_CALL_SITES:
+                break
+        return found

@@ -52,7 +52,6 @@ XLA_COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "
                    "collective_broadcast"}
 WRAPS_ITS_ARGUMENT = {"torch.autograd.Variable", "torch.autograd.variable.Variable", "torch.nn.Parameter",
                       "torch.nn.parameter.Parameter"}
-MAX_CALL_SITES = 8  # call sites read for a parameter's kind
 # Names and operations a rule follows back to decide what a value evidently is
 # (`g = p.grad.norm(); coef = max_norm / (g + eps); if coef < 1:` is four steps).
 MAX_DEPTH = 8
@@ -253,31 +252,17 @@ class TensorInference:
             return Kind.NOT_TENSOR  # a literal/config default: a hyper-parameter, not data
         if isinstance(func, FUNCTIONS) and is_named_step(self.ctx, func) and self.ctx.is_step_function(func):
             return Kind.TENSOR  # forward(self, x), training_step(self, batch, ...): data
-        passed = self._passed(func, param) if isinstance(func, FUNCTIONS) else Kind.UNKNOWN
+        passed = self._passed(param) if isinstance(func, FUNCTIONS) else Kind.UNKNOWN
         if passed >= Kind.CPU or passed == Kind.NOT_TENSOR:
             return passed  # what the module's own callers pass
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
 
-    def _passed(self, func: ast.AST, param: ast.arg) -> Kind:
-        """The kind of what this module's calls of `func` pass for `param`; UNKNOWN without calls."""
-        params = func.args.posonlyargs + func.args.args
-        position = params.index(param) if param in params else None
-        if position is not None and params and params[0].arg in ("self", "cls"):
-            position -= 1
-        kinds = []
-        for call in self.ctx.index.calls:
-            if last_part(dotted_name(call.func)) != func.name or dotted_name(call.func) not in (
-                    func.name, f"self.{func.name}", f"cls.{func.name}"):
-                continue
-            value = keyword_value(call, param.arg)
-            if value is None and position is not None and 0 <= position < len(positional(call)):
-                value = positional(call)[position]
-            if value is None:
-                return Kind.UNKNOWN  # a default or *args: can't tell
-            kinds.append(self.kind(value))
-            if len(kinds) >= MAX_CALL_SITES:
-                break
-        return combine(*kinds) if kinds else Kind.UNKNOWN
+    def _passed(self, param: ast.arg) -> Kind:
+        """The kind of what this module's calls pass for `param`; UNKNOWN without calls."""
+        values = self.ctx.arguments_for(param)
+        if any(v is None for v in values):
+            return Kind.UNKNOWN  # a default or *args: can't tell
+        return combine(*(self.kind(v) for v in values)) if values else Kind.UNKNOWN
 
     def _element_kind(self, iterable: ast.expr) -> Kind:
         """Kind of the loop variable of `for x in iterable`."""
