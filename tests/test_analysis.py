@@ -470,3 +470,29 @@ def test_latched_blocks_run_once(test, latch, per_step):
         "    return loss\n"
     )
     assert ctx.runs_hot(call_named(ctx, "item")) is per_step
+
+
+@pytest.mark.parametrize("block, per_step", [
+    ("if self.sampler is None:\n        self.sampler = make_sampler(x.min().item())\n", False),
+    ("if self.index is None:\n        self._init_index(x)\n", False),  # the helper assigns self._index
+    ("if self.index is None:\n        self._other(x)\n", True),  # fills in something else
+    ("if self.sampler is not None:\n        self.sampler = make_sampler(x.min().item())\n", True),
+    ("if self.sampler is None:\n        self.sampler = None\n        use(x.min().item())\n", True),
+])
+def test_lazy_initialisation_runs_once(block, per_step):
+    """A block that fills in the attribute it finds missing runs on the first call only."""
+    code = (
+        "class Solver:\n"
+        "    def _init_index(self, t):\n"
+        "        self._index = int(t.argmax().item())\n"
+        "    def _other(self, t):\n"
+        "        self._seen = int(t.argmax().item())\n"
+        "    def step(self, x):\n"
+        "    " + block.replace("\n    ", "\n        ").replace("if ", "    if ", 1) +
+        "        return x * 2\n"
+    )
+    ctx = context(code)
+    items = [c for c in ctx.index.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "item"]
+    # the first `.item()` is in the helpers; the one in `step` (if any) is last
+    hot = any(ctx.runs_hot(c) for c in items)
+    assert hot is per_step

@@ -169,7 +169,8 @@ def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
     if isinstance(parent, ast.If):
         polarity = periodic_polarity(parent.test)
         if field == "body" and (polarity == EVERY_N or opt_in(ctx, parent) or _counter_bounded(ctx, parent)
-                                or _leaves_loop(ctx, parent) or _latched(parent)):
+                                or _leaves_loop(ctx, parent) or _latched(parent)
+                                or _lazily_initialised(ctx, parent)):
             return True
         if field == "orelse" and polarity == ALMOST_ALWAYS:
             return True  # the `else` of `if step % N:`
@@ -206,6 +207,36 @@ def _latched(node: ast.If) -> bool:
         isinstance(statement, ast.Assign) and is_constant(statement.value, True)
         and any(dotted_name(target) == flag for target in statement.targets)
         for statement in node.body)
+
+
+def _lazily_initialised(ctx: "FileContext", node: ast.If) -> bool:
+    """`if self.sampler is None: self.sampler = build(...)`, or `if self.index is None:
+    self._init_index(t)` where that method assigns `self._index` (the attribute behind a property):
+    the block fills in the attribute it tests, so it runs on the first call only (lazy set-up), not
+    every step."""
+    test = node.test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is)
+            and is_constant(test.comparators[0], None)):
+        return False
+    attribute = dotted_name(test.left)
+    if not attribute or "." not in attribute:
+        return False
+    owner, _, attr = attribute.rpartition(".")
+    names = {attribute, f"{owner}._{attr}"}
+    bodies: list[ast.AST] = list(node.body)
+    for statement in node.body:  # one level of helpers: `self._init_x(...)`
+        for call in ast.walk(statement):
+            if isinstance(call, ast.Call) and owner in ("self", "cls"):
+                for func in local_callees_of(ctx, call):
+                    bodies.extend(func.body)
+    for body in bodies:
+        for assign in ast.walk(body):
+            if isinstance(assign, (ast.Assign, ast.AnnAssign)) and assign.value is not None \
+                    and not is_constant(assign.value, None):
+                targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
+                if any(dotted_name(t) in names for target in targets for t in ast.walk(target)):
+                    return True
+    return False
 
 
 def _enclosing_loop(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
