@@ -496,3 +496,22 @@ def test_lazy_initialisation_runs_once(block, per_step):
     # the first `.item()` is in the helpers; the one in `step` (if any) is last
     hot = any(ctx.runs_hot(c) for c in items)
     assert hot is per_step
+
+
+def test_self_attribute_call_is_no_module_function():
+    """`self.main(x)` runs a method or a submodule stored on the instance, not the script's
+    `def main()`; a bare `helper(x)` runs no method of a class."""
+    ctx = context(
+        "class Head(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return self.main(x) + helper(x)\n"
+        "    def helper(self, x):\n"
+        "        return x.sum().item()\n"
+        "def main():\n"
+        "    print(loss_value.item())\n"
+        "def helper(x):\n"
+        "    return x.max().item()\n"
+    )
+    functions = {f.name + str(f.lineno) for f in ctx.step_functions}
+    assert "forward2" in functions and "helper8" in functions
+    assert "main6" not in functions and "helper4" not in functions

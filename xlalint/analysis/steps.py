@@ -155,7 +155,12 @@ def local_callees_of(ctx: "FileContext", call: ast.Call):
         return
     parts = name.split(".")
     if len(parts) == 1 or (len(parts) == 2 and parts[0] in ("self", "cls")):
+        method_call = len(parts) == 2
         for func in ctx.index.functions.get(parts[-1], ()):
+            # `self.main(x)` calls a method (or a submodule held in `self.main`), never the
+            # module's `def main()`; a bare `f(x)` never calls a method
+            if isinstance(ctx.index.parent(func), ast.ClassDef) is not method_call:
+                continue
             if not ctx.is_step_closure(func):
                 yield func
 
