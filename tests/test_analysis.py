@@ -515,3 +515,22 @@ def test_self_attribute_call_is_no_module_function():
     functions = {f.name + str(f.lineno) for f in ctx.step_functions}
     assert "forward2" in functions and "helper8" in functions
     assert "main6" not in functions and "helper4" not in functions
+
+
+@pytest.mark.parametrize("callee, step_loop", [
+    ("load_sub_model", False),
+    ("_unwrap_model", False),
+    ("build_model", False),
+    ("ema_model", True),
+    ("model", True),
+])
+def test_model_handlers_are_no_forward(callee, step_loop):
+    """A loop that loads, builds or unwraps one model per item is set-up, not a step loop; a loop
+    that runs a model on each item it yields is one."""
+    ctx = context(
+        "def setup(parts):\n"
+        "    for name, spec in parts:\n"
+        f"        out = {callee}(spec)\n"
+    )
+    loop = next(n for n in ast.walk(ctx.tree) if isinstance(n, ast.For))
+    assert is_step_loop(ctx, loop) is step_loop

@@ -71,6 +71,11 @@ FORWARD_CALLEE = re.compile(
     r"policy_net|value_net|q_net|critic|actor)$|(_model|_net|_criterion)$",
     re.I,
 )
+# `load_model(...)`, `build_sub_model(...)`, `unwrap_model(m)`: helpers named for the model they
+# load, build or unwrap, which run no model on anything.
+MODEL_HANDLER = re.compile(
+    r"^_*(load|build|create|get|make|init|initiali[sz]e|setup|prepare|save|convert|unwrap|wrap|copy|export|"
+    r"freeze|register|instantiate|fetch|download|print|log|show|describe|count)_", re.I)
 # Iterating these wraps another iterable without changing what a step is.
 ITERABLE_WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "reversed", "trange"}
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -468,7 +473,7 @@ def _forward_on(call: ast.Call, data: set[str]) -> bool:
     name = dotted_name(call.func)
     if not name or name.count(".") > 1 or name.split(".")[0] in data:
         return False
-    if not FORWARD_CALLEE.search(last_part(name)):
+    if not FORWARD_CALLEE.search(last_part(name)) or MODEL_HANDLER.match(last_part(name)):
         return False
     args = [*call.args, *(k.value for k in call.keywords)]
     return any(_mentions(a, data) for a in args)
