@@ -534,3 +534,17 @@ def test_model_handlers_are_no_forward(callee, step_loop):
     )
     loop = next(n for n in ast.walk(ctx.tree) if isinstance(n, ast.For))
     assert is_step_loop(ctx, loop) is step_loop
+
+
+@pytest.mark.parametrize("code, kind", [
+    ("if isinstance(t, torch.Tensor):\n        n = 0\n    else:\n        n = use(t)\n", Kind.NOT_TENSOR),
+    ("if not torch.is_tensor(t):\n        n = use(t)\n", Kind.NOT_TENSOR),
+    ("n = 0 if torch.is_tensor(t) else use(t)\n", Kind.NOT_TENSOR),
+    ("if isinstance(t, torch.Tensor):\n        n = use(t)\n", Kind.TENSOR),
+    ("if isinstance(t, (torch.Tensor, np.ndarray)):\n        n = 0\n    else:\n        n = use(t)\n", Kind.NOT_TENSOR),
+    ("if isinstance(t, np.ndarray):\n        n = 0\n    else:\n        n = use(t)\n", Kind.TENSOR),
+])
+def test_not_a_tensor_where_a_tensor_check_failed(code, kind):
+    """Where `isinstance(t, torch.Tensor)` (or `torch.is_tensor(t)`) is false, `t` is no tensor."""
+    ctx = context("import torch\nimport numpy as np\ndef step(self, t: torch.Tensor):\n    " + code)
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind

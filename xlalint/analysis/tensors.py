@@ -222,7 +222,27 @@ class TensorInference:
                     else [anc.test]
                 if any(self._isinstance_host(t, node.id) for t in tests):
                     return True
+                if any(isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and self._tensor_check(t.operand, node.id)
+                       for t in tests):
+                    return True  # `if not torch.is_tensor(t): n = int(t)`
+            if isinstance(anc, (ast.If, ast.IfExp)) and self.ctx.index.field_of(child) == "orelse" and \
+                    self._tensor_check(anc.test, node.id):
+                return True  # `if isinstance(t, torch.Tensor): ... else: n = int(t)`
             child = anc
+        return False
+
+    def _tensor_check(self, test: ast.expr, name: str) -> bool:
+        """`isinstance(name, torch.Tensor)` (or a tuple of types with it) or `torch.is_tensor(name)`: false
+        only when `name` is no tensor."""
+        if not (isinstance(test, ast.Call) and test.args and isinstance(test.args[0], ast.Name)
+                and test.args[0].id == name):
+            return False
+        qualified = self.ctx.qualified_name(test.func) or ""
+        if qualified == "torch.is_tensor":
+            return len(test.args) == 1
+        if qualified == "isinstance" and len(test.args) == 2:
+            types = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+            return any(last_part(self.ctx.qualified_name(t) or "") == "Tensor" for t in types)
         return False
 
     def _isinstance_host(self, test: ast.expr, name: str) -> bool:
