@@ -548,3 +548,8 @@ def test_not_a_tensor_where_a_tensor_check_failed(code, kind):
     """Where `isinstance(t, torch.Tensor)` (or `torch.is_tensor(t)`) is false, `t` is no tensor."""
     ctx = context("import torch\nimport numpy as np\ndef step(self, t: torch.Tensor):\n    " + code)
     assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind
+
+
+def test_methods_of_dunder_attributes_are_no_torch_ops():
+    ctx = context("import torch\ndef forward(self, x):\n    use(torch.__version__.split('.')[0])\n")
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is Kind.NOT_TENSOR

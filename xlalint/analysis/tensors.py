@@ -363,7 +363,9 @@ class TensorInference:
                 return Kind.NOT_TENSOR
             if qualified in ("sum", "max", "min", "abs"):
                 return combine(*(self.kind(a) for a in node.args))
-            if root == "torch" and not qualified.startswith("torch.Tensor"):
+            if root == "torch" and not qualified.startswith("torch.Tensor") and \
+                    not any(p.startswith("__") and p.endswith("__") for p in head.split(".")):
+                # (`torch.__version__.split(".")` is a method of a string, no torch op)
                 return self._torch_call(node, qualified, head, tail)
             if root == "torch_xla" and tail in XLA_COLLECTIVES:
                 kinds = [self.kind(a) for a in node.args]
