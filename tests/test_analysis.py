@@ -553,3 +553,23 @@ def test_not_a_tensor_where_a_tensor_check_failed(code, kind):
 def test_methods_of_dunder_attributes_are_no_torch_ops():
     ctx = context("import torch\ndef forward(self, x):\n    use(torch.__version__.split('.')[0])\n")
     assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is Kind.NOT_TENSOR
+
+
+@pytest.mark.parametrize("last, kind", [
+    ("self.sigmas = self.sigmas.to('cpu')", Kind.CPU),
+    ("self.sigmas = torch.linspace(0, 1, n)", Kind.CPU),
+    ("self.sigmas = self.sigmas * 2", Kind.DEVICE),  # reads the device value: it stays
+    ("pass", Kind.DEVICE),
+])
+def test_attribute_overwritten_later_in_the_same_block(last, kind):
+    """Other methods see an attribute's last value in a method, not one it replaced."""
+    ctx = context(
+        "import torch\n"
+        "class Sampler:\n"
+        "    def set_steps(self, n, device):\n"
+        "        self.sigmas = torch.linspace(0, 1, n).to(device)\n"
+        f"        {last}\n"
+        "    def step(self, x):\n"
+        "        return use(self.sigmas)\n"
+    )
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind
