@@ -524,6 +524,15 @@ class DataDependentSize(Rule):
         Valid(
             """
             def forward(self, x):
+                height, width = x.shape[-2:]
+                rope_sizes = [height // self.patch, width // self.patch]
+                grids = [torch.arange(rope_sizes[i], device=x.device) for i in range(2)]
+                return self.rope(x, grids)
+            """
+        ),
+        Valid(
+            """
+            def forward(self, x):
                 n = x.shape[1]
                 return self.cos_cached[:n] * x
             """
@@ -747,7 +756,12 @@ def _unpacked(ctx, name: str, value: ast.expr) -> ast.expr:
 def _lengthy(ctx, expr: ast.expr) -> bool:
     """A per-sample length/count container of unknown type named like one (`lens`, `counts`)."""
     name = dotted_name(expr)
-    return bool(name) and bool(_LENGTHY.search(last_part(name))) and ctx.tensor_kind(expr) != Kind.NOT_TENSOR
+    if not name or not _LENGTHY.search(last_part(name)) or ctx.tensor_kind(expr) == Kind.NOT_TENSOR:
+        return False
+    # `sizes = [h // p, w // p]`: a list built right here holds what it was built from
+    values = ctx.assigned_values(expr)
+    return not (values and all(isinstance(v, (ast.List, ast.Tuple)) and
+                               not any(_data_dependent(ctx, e) for e in v.elts) for v in values))
 
 
 def _subscript_source(ctx, expr: ast.Subscript, depth: int) -> ast.AST | None:
