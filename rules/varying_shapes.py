@@ -85,7 +85,9 @@ def _host_only_result(ctx, call: ast.Call, depth: int = 0) -> bool:
     compiles nothing, whatever its length."""
     node: ast.AST = call
     parent = ctx.parent(node)
-    while isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is node:
+    while isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is node or \
+            isinstance(parent, ast.Call) and isinstance(node, ast.Attribute) and node.attr == "to" and \
+            parent.func is node:  # `.input_ids`, `["input_ids"]`, `.to(device)`
         node, parent = parent, ctx.parent(parent)
     if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
         return False
@@ -208,7 +210,7 @@ class PadToLongestInBatch(Rule):
             def encode(texts, limit):
                 ids = tokenizer(texts, padding="max_length", max_length=limit, return_tensors="pt").input_ids
                 # padded to the longest only to see what truncation drops: measured and decoded, never run
-                full = tokenizer(texts, padding="longest", return_tensors="pt").input_ids
+                full = tokenizer(texts, padding="longest", return_tensors="pt").input_ids.to(device)
                 if full.shape[-1] > ids.shape[-1] and not torch.equal(ids, full[:, :limit]):
                     print("truncated:", tokenizer.batch_decode(full[:, limit - 1 : -1]))
                 return text_encoder(ids.to(device))
