@@ -573,3 +573,15 @@ def test_attribute_overwritten_later_in_the_same_block(last, kind):
         "        return use(self.sigmas)\n"
     )
     assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind
+
+
+@pytest.mark.parametrize("annotation, kind", [
+    ("list[tuple[int, int, int]]", Kind.NOT_TENSOR),
+    ("Optional[Sequence[int]]", Kind.NOT_TENSOR),
+    ("int | None", Kind.NOT_TENSOR),
+    ("list[torch.Tensor]", Kind.TENSOR),
+    ("Any", Kind.TENSOR),
+])
+def test_builtin_type_annotations_are_host_values(annotation, kind):
+    ctx = context(f"import torch\ndef forward(self, sizes: {annotation}):\n    use(sizes)\n")
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind

@@ -261,7 +261,7 @@ class TensorInference:
             annotation = ast.unparse(param.annotation)
             if "Tensor" in annotation:
                 return Kind.TENSOR
-            if annotation in NON_TENSOR_ANNOTATIONS:
+            if annotation in NON_TENSOR_ANNOTATIONS or _host_annotation(param.annotation):
                 return Kind.NOT_TENSOR
         func = self.ctx.index.parent(self.ctx.index.parent(param))
         default = param_default(func, param) if func is not None else None
@@ -445,6 +445,21 @@ class TensorInference:
         if MODEL_CALLEE.search(method) and base == Kind.UNKNOWN:
             return Kind.UNKNOWN
         return base
+
+
+_HOST_ANNOTATION_NAMES = {"int", "float", "bool", "str", "bytes", "complex", "list", "tuple", "dict", "set",
+                          "frozenset", "List", "Tuple", "Dict", "Set", "FrozenSet", "Optional", "Union", "Sequence",
+                          "Mapping", "Iterable", "Literal", "None", "typing", "collections", "abc"}
+
+
+def _host_annotation(annotation: ast.expr) -> bool:
+    """`list[tuple[int, int]]`, `Optional[Sequence[int]]`, `int | None`: only Python builtin types
+    and their containers, so no tensor (string literals inside `Literal[...]` count as values)."""
+    names = [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(annotation)
+             if isinstance(n, (ast.Name, ast.Attribute))]
+    if isinstance(annotation, ast.Constant):
+        return False  # a string annotation: not parsed here
+    return bool(names) and all(name in _HOST_ANNOTATION_NAMES for name in names)
 
 
 def names_cpu(node: ast.expr) -> bool:
