@@ -585,3 +585,20 @@ def test_attribute_overwritten_later_in_the_same_block(last, kind):
 def test_builtin_type_annotations_are_host_values(annotation, kind):
     ctx = context(f"import torch\ndef forward(self, sizes: {annotation}):\n    use(sizes)\n")
     assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind
+
+
+@pytest.mark.parametrize("loop, on_device", [
+    ("for shape, idx in zip(shapes, indexes):", False),
+    ("for i, (shape, idx) in enumerate(zip(shapes, indexes)):", False),
+    ("for idx, shape in zip(indexes, shapes):", False),
+    ("for idx, shape in zip(indexes, hidden):", True),
+])
+def test_zip_loop_targets_take_their_own_iterable(loop, on_device):
+    """In `for a, b in zip(xs, ys)`, `a` is an element of `xs`, whatever `ys` holds."""
+    ctx = context(
+        "import torch\n"
+        "def forward(self, hidden: torch.Tensor, shapes: list[tuple[int, int]], indexes: list[torch.Tensor]):\n"
+        f"    {loop}\n"
+        "        use(shape)\n"
+    )
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]).on_device is on_device
