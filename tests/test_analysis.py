@@ -602,3 +602,10 @@ def test_zip_loop_targets_take_their_own_iterable(loop, on_device):
         "        use(shape)\n"
     )
     assert ctx.tensor_kind(call_named(ctx, "use").args[0]).on_device is on_device
+
+
+@pytest.mark.parametrize("name, step", [("test_weighted_loss", False), ("test_step", True), ("weighted_loss", True)])
+def test_unit_tests_named_like_losses_are_no_step_functions(name, step):
+    ctx = context(f"def {name}(self, batch):\n    return batch.sum()\n")
+    func = next(n for n in ast.walk(ctx.tree) if isinstance(n, ast.FunctionDef))
+    assert ctx.is_step_function(func) is step

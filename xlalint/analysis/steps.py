@@ -47,7 +47,8 @@ STEP_CALL = re.compile(
     r"optimizer_step|reduce_gradients|backward|manual_backward|fit_batch|_?train_(one_)?batch|train_iter(ation)?|"
     r"training_iteration|run_iter|run_batch)$"
 )
-NOT_STEP_FUNCTION = re.compile(r"(^|_)(log|plot|save|load|print|show|init|build|setup|register|get_loss_name)", re.I)
+NOT_STEP_FUNCTION = re.compile(r"(^|_)(log|plot|save|load|print|show|init|build|setup|register|get_loss_name)|"
+                               r"^test_(?!step$)", re.I)  # `test_weighted_loss` is a unit test, `test_step` a hook
 # `__call__` counts when the class is a loss or metric (called once per step by design).
 CALLABLE_CLASS = re.compile(r"(Loss|Criterion|Metric)", re.I)
 OPTIMIZER = re.compile(r"(^|_)(optim|optimizer|optimiser|opt)s?$|optimizer", re.I)
