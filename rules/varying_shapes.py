@@ -74,6 +74,55 @@ def _in_collate_path(ctx, node: ast.AST) -> bool:
     return bool(_COLLATE_FUNCTION.search(name)) and name != "__call__"
 
 
+_DECODE_METHODS = {"decode", "batch_decode", "convert_ids_to_tokens"}
+
+
+def _host_only_result(ctx, call: ast.Call, depth: int = 0) -> bool:
+    """The padded batch `call` returns never reaches a model: it is assigned to a name (possibly
+    through `.input_ids` or `["input_ids"]`) that is only measured (`.shape`, `.size()`, `len()`),
+    compared on the host (`torch.equal`) or decoded back to text. A truncation check such as
+    `ids = tok(texts, padding="longest").input_ids; if ids.shape[-1] > limit: tok.batch_decode(ids[...])`
+    compiles nothing, whatever its length."""
+    node: ast.AST = call
+    parent = ctx.parent(node)
+    while isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is node or \
+            isinstance(parent, ast.Call) and isinstance(node, ast.Attribute) and node.attr == "to" and \
+            parent.func is node:  # `.input_ids`, `["input_ids"]`, `.to(device)`
+        node, parent = parent, ctx.parent(parent)
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+        return False
+    func = _enclosing(ctx, parent, FUNCTIONS)
+    if func is None:
+        return False
+    return _host_only_uses(ctx, func, parent.targets[0].id, depth)
+
+
+def _host_only_uses(ctx, func: ast.AST, name: str, depth: int) -> bool:
+    uses = [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    if not uses or depth > 2:
+        return False
+    for use in uses:
+        node, parent = use, ctx.parent(use)
+        while isinstance(parent, ast.Subscript) and parent.value is node:  # `ids[i]`, `ids[:, n:]`
+            node, parent = parent, ctx.parent(parent)
+        if isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in ("shape", "ndim"):
+            continue
+        if isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in ("size", "numel") and \
+                isinstance(ctx.parent(parent), ast.Call):
+            continue
+        if isinstance(parent, ast.Call) and node in parent.args:
+            callee = dotted_name(parent.func) or ""
+            if callee == "len" or last_part(callee) in _DECODE_METHODS or \
+                    (ctx.qualified_name(parent.func) or "") == "torch.equal":
+                continue
+        if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1 and \
+                isinstance(parent.targets[0], ast.Name) and parent.targets[0].id != name and \
+                _host_only_uses(ctx, func, parent.targets[0].id, depth + 1):
+            continue  # `tokens = ids[i][start:]`, then only decoded
+        return False
+    return True
+
+
 # -- XLA312 ----------------------------------------------------------------------------------------
 
 
@@ -158,6 +207,17 @@ class PadToLongestInBatch(Rule):
         ),
         Valid(
             """
+            def encode(texts, limit):
+                ids = tokenizer(texts, padding="max_length", max_length=limit, return_tensors="pt").input_ids
+                # padded to the longest only to see what truncation drops: measured and decoded, never run
+                full = tokenizer(texts, padding="longest", return_tensors="pt").input_ids.to(device)
+                if full.shape[-1] > ids.shape[-1] and not torch.equal(ids, full[:, :limit]):
+                    print("truncated:", tokenizer.batch_decode(full[:, limit - 1 : -1]))
+                return text_encoder(ids.to(device))
+            """
+        ),
+        Valid(
+            """
             class Encoder(nn.Module):
                 def forward(self, chunks):
                     # not a collate path: the list of chunks has a fixed structure
@@ -198,6 +258,16 @@ class PadToLongestInBatch(Rule):
             """
             def encode(texts):
                 return tokenizer(texts, padding=True, truncation=True, max_length=512, return_tensors="pt")
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            def encode(texts):
+                ids = tokenizer(texts, padding="longest", return_tensors="pt").input_ids
+                if ids.shape[-1] > 77:
+                    print("long prompt")
+                return text_encoder(ids.to(device))  # the padded length reaches the model
             """,
             line=2,
         ),
@@ -310,7 +380,7 @@ class PadToLongestInBatch(Rule):
             return "`batch_pad_right(...)` in a collate function"
         padding = keyword(node, "padding")
         if padding is not None and _longest_padding(padding.value) and not _fixed_padding(node) and \
-                self._tokenizer_call(node):
+                self._tokenizer_call(node) and not _host_only_result(self.ctx, node):
             return f"`padding={self.ctx.code(padding.value)}`"
         return None
 
@@ -453,6 +523,15 @@ class DataDependentSize(Rule):
     hint = "keep a static size (the padded length, a fixed bound or bucket) and mask; gather a fixed-length window with `index_select(0, s + torch.arange(L))`"
 
     VALID = [
+        Valid(
+            """
+            def forward(self, x):
+                height, width = x.shape[-2:]
+                rope_sizes = [height // self.patch, width // self.patch]
+                grids = [torch.arange(rope_sizes[i], device=x.device) for i in range(2)]
+                return self.rope(x, grids)
+            """
+        ),
         Valid(
             """
             def forward(self, x):
@@ -679,7 +758,12 @@ def _unpacked(ctx, name: str, value: ast.expr) -> ast.expr:
 def _lengthy(ctx, expr: ast.expr) -> bool:
     """A per-sample length/count container of unknown type named like one (`lens`, `counts`)."""
     name = dotted_name(expr)
-    return bool(name) and bool(_LENGTHY.search(last_part(name))) and ctx.tensor_kind(expr) != Kind.NOT_TENSOR
+    if not name or not _LENGTHY.search(last_part(name)) or ctx.tensor_kind(expr) == Kind.NOT_TENSOR:
+        return False
+    # `sizes = [h // p, w // p]`: a list built right here holds what it was built from
+    values = ctx.assigned_values(expr)
+    return not (values and all(isinstance(v, (ast.List, ast.Tuple)) and
+                               not any(_data_dependent(ctx, e) for e in v.elts) for v in values))
 
 
 def _subscript_source(ctx, expr: ast.Subscript, depth: int) -> ast.AST | None:

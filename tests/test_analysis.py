@@ -548,3 +548,142 @@ def test_a_negated_tensor_stored_in_a_name_is_a_python_bool():
 def test_blocks_that_raise_are_error_paths(tail, per_step):
     ctx = context(f"def forward(self, x):\n    if x.dim() != 2:\n        print(x.sum().item())\n        {tail}\n")
     assert ctx.runs_hot(call_named(ctx, "item")) is per_step
+
+
+@pytest.mark.parametrize("block, per_step", [
+    ("if self.sampler is None:\n        self.sampler = make_sampler(x.min().item())\n", False),
+    ("if self.index is None:\n        self._init_index(x)\n", False),  # the helper assigns self._index
+    ("if self.index is None:\n        self._other(x)\n", True),  # fills in something else
+    ("if self.sampler is not None:\n        self.sampler = make_sampler(x.min().item())\n", True),
+    ("if self.sampler is None:\n        self.sampler = None\n        use(x.min().item())\n", True),
+])
+def test_lazy_initialisation_runs_once(block, per_step):
+    """A block that fills in the attribute it finds missing runs on the first call only."""
+    code = (
+        "class Solver:\n"
+        "    def _init_index(self, t):\n"
+        "        self._index = int(t.argmax().item())\n"
+        "    def _other(self, t):\n"
+        "        self._seen = int(t.argmax().item())\n"
+        "    def step(self, x):\n"
+        "    " + block.replace("\n    ", "\n        ").replace("if ", "    if ", 1) +
+        "        return x * 2\n"
+    )
+    ctx = context(code)
+    items = [c for c in ctx.index.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "item"]
+    # the first `.item()` is in the helpers; the one in `step` (if any) is last
+    hot = any(ctx.runs_hot(c) for c in items)
+    assert hot is per_step
+
+
+def test_self_attribute_call_is_no_module_function():
+    """`self.main(x)` runs a method or a submodule stored on the instance, not the script's
+    `def main()`; a bare `helper(x)` runs no method of a class."""
+    ctx = context(
+        "class Head(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return self.main(x) + helper(x)\n"
+        "    def helper(self, x):\n"
+        "        return x.sum().item()\n"
+        "def main():\n"
+        "    print(loss_value.item())\n"
+        "def helper(x):\n"
+        "    return x.max().item()\n"
+    )
+    functions = {f.name + str(f.lineno) for f in ctx.step_functions}
+    assert "forward2" in functions and "helper8" in functions
+    assert "main6" not in functions and "helper4" not in functions
+
+
+@pytest.mark.parametrize("callee, step_loop", [
+    ("load_sub_model", False),
+    ("_unwrap_model", False),
+    ("build_model", False),
+    ("ema_model", True),
+    ("model", True),
+])
+def test_model_handlers_are_no_forward(callee, step_loop):
+    """A loop that loads, builds or unwraps one model per item is set-up, not a step loop; a loop
+    that runs a model on each item it yields is one."""
+    ctx = context(
+        "def setup(parts):\n"
+        "    for name, spec in parts:\n"
+        f"        out = {callee}(spec)\n"
+    )
+    loop = next(n for n in ast.walk(ctx.tree) if isinstance(n, ast.For))
+    assert is_step_loop(ctx, loop) is step_loop
+
+
+@pytest.mark.parametrize("code, kind", [
+    ("if isinstance(t, torch.Tensor):\n        n = 0\n    else:\n        n = use(t)\n", Kind.NOT_TENSOR),
+    ("if not torch.is_tensor(t):\n        n = use(t)\n", Kind.NOT_TENSOR),
+    ("n = 0 if torch.is_tensor(t) else use(t)\n", Kind.NOT_TENSOR),
+    ("if isinstance(t, torch.Tensor):\n        n = use(t)\n", Kind.TENSOR),
+    ("if isinstance(t, (torch.Tensor, np.ndarray)):\n        n = 0\n    else:\n        n = use(t)\n", Kind.NOT_TENSOR),
+    ("if isinstance(t, np.ndarray):\n        n = 0\n    else:\n        n = use(t)\n", Kind.TENSOR),
+])
+def test_not_a_tensor_where_a_tensor_check_failed(code, kind):
+    """Where `isinstance(t, torch.Tensor)` (or `torch.is_tensor(t)`) is false, `t` is no tensor."""
+    ctx = context("import torch\nimport numpy as np\ndef step(self, t: torch.Tensor):\n    " + code)
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind
+
+
+def test_methods_of_dunder_attributes_are_no_torch_ops():
+    ctx = context("import torch\ndef forward(self, x):\n    use(torch.__version__.split('.')[0])\n")
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is Kind.NOT_TENSOR
+
+
+@pytest.mark.parametrize("last, kind", [
+    ("self.sigmas = self.sigmas.to('cpu')", Kind.CPU),
+    ("self.sigmas = torch.linspace(0, 1, n)", Kind.CPU),
+    ("self.sigmas = self.sigmas * 2", Kind.DEVICE),  # reads the device value: it stays
+    ("pass", Kind.DEVICE),
+])
+def test_attribute_overwritten_later_in_the_same_block(last, kind):
+    """Other methods see an attribute's last value in a method, not one it replaced."""
+    ctx = context(
+        "import torch\n"
+        "class Sampler:\n"
+        "    def set_steps(self, n, device):\n"
+        "        self.sigmas = torch.linspace(0, 1, n).to(device)\n"
+        f"        {last}\n"
+        "    def step(self, x):\n"
+        "        return use(self.sigmas)\n"
+    )
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind
+
+
+@pytest.mark.parametrize("annotation, kind", [
+    ("list[tuple[int, int, int]]", Kind.NOT_TENSOR),
+    ("Optional[Sequence[int]]", Kind.NOT_TENSOR),
+    ("int | None", Kind.NOT_TENSOR),
+    ("list[torch.Tensor]", Kind.TENSOR),
+    ("Any", Kind.TENSOR),
+])
+def test_builtin_type_annotations_are_host_values(annotation, kind):
+    ctx = context(f"import torch\ndef forward(self, sizes: {annotation}):\n    use(sizes)\n")
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind
+
+
+@pytest.mark.parametrize("loop, on_device", [
+    ("for shape, idx in zip(shapes, indexes):", False),
+    ("for i, (shape, idx) in enumerate(zip(shapes, indexes)):", False),
+    ("for idx, shape in zip(indexes, shapes):", False),
+    ("for idx, shape in zip(indexes, hidden):", True),
+])
+def test_zip_loop_targets_take_their_own_iterable(loop, on_device):
+    """In `for a, b in zip(xs, ys)`, `a` is an element of `xs`, whatever `ys` holds."""
+    ctx = context(
+        "import torch\n"
+        "def forward(self, hidden: torch.Tensor, shapes: list[tuple[int, int]], indexes: list[torch.Tensor]):\n"
+        f"    {loop}\n"
+        "        use(shape)\n"
+    )
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]).on_device is on_device
+
+
+@pytest.mark.parametrize("name, step", [("test_weighted_loss", False), ("test_step", True), ("weighted_loss", True)])
+def test_unit_tests_named_like_losses_are_no_step_functions(name, step):
+    ctx = context(f"def {name}(self, batch):\n    return batch.sum()\n")
+    func = next(n for n in ast.walk(ctx.tree) if isinstance(n, ast.FunctionDef))
+    assert ctx.is_step_function(func) is step

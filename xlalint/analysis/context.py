@@ -273,8 +273,25 @@ class FileContext:
         for per_scope in self.index.assignments.values():
             for name, values in per_scope.items():
                 if "." in name:
-                    found.setdefault(name, []).extend(values)
+                    found.setdefault(name, []).extend(v for v in values if not self._overwritten(name, v))
         return found
+
+    def _overwritten(self, name: str, value: ast.expr) -> bool:
+        """`self.x = value` is followed, in the same block, by another `self.x = ...` that does not
+        read it, or that moves it to the host (`self.sigmas = self.sigmas.to("cpu")`): other methods
+        only ever see the later value."""
+        statement = self.index.parent(value)
+        if not isinstance(statement, ast.Assign) or statement.value is not value:
+            return False
+        parent = self.index.parent(statement)
+        block = getattr(parent, self.index.field_of(statement) or "", None)
+        if not isinstance(block, list):
+            return False
+        for later in block[block.index(statement) + 1:]:
+            if isinstance(later, ast.Assign) and len(later.targets) == 1 and dotted_name(later.targets[0]) == name:
+                reads = any(dotted_name(n) == name for n in ast.walk(later.value))
+                return not reads or _moves_to_host(later.value)
+        return False
 
     def attribute_values(self, dotted: str) -> list[ast.expr]:
         """Values assigned to `self.x`-style targets anywhere in the file."""
@@ -315,3 +332,16 @@ class FileContext:
             if len(found) >= MAX_CALL_SITES:
                 break
         return found
+
+def _moves_to_host(value: ast.expr) -> bool:
+    """`x.cpu()`, `x.to("cpu")`, `x.numpy()`, `x.tolist()`: a value on the host, whatever `x` was."""
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Attribute):
+        return False
+    method = value.func.attr
+    if method in ("cpu", "numpy", "tolist", "item"):
+        return True
+    if method == "to":
+        from .tensors import names_cpu
+        targets = [k.value for k in value.keywords if k.arg == "device"] or value.args[:1]
+        return any(names_cpu(t) for t in targets)
+    return False

@@ -232,11 +232,26 @@ def loop_bindings(target: ast.expr, iterable: ast.expr):
         first, second = target.elts
         for name in target_names(first):
             yield name, COUNTER
+        if isinstance(second, (ast.Tuple, ast.List)) and _zip_of(second, iterable.args[0] if iterable.args else None):
+            yield from loop_bindings(second, iterable.args[0])
+            return
         for name in target_names(second):
             yield name, iterable
         return
+    if isinstance(target, (ast.Tuple, ast.List)) and _zip_of(target, iterable):
+        # `for shape, idx in zip(shapes, indexes)`: each name takes the elements of its own iterable
+        for element, source in zip(target.elts, iterable.args):
+            yield from loop_bindings(element, source)
+        return
     for name in target_names(target):
         yield name, iterable
+
+
+def _zip_of(target: ast.Tuple | ast.List, iterable: ast.expr | None) -> bool:
+    """`iterable` is `zip(a, b, ...)` with one plain argument per element of `target`."""
+    return isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "zip" and not iterable.keywords \
+        and len(iterable.args) == len(target.elts) and not any(isinstance(a, ast.Starred) for a in iterable.args) \
+        and not any(isinstance(e, ast.Starred) for e in target.elts)
 
 
 def target_names(target: ast.expr):

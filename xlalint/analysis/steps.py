@@ -47,7 +47,8 @@ STEP_CALL = re.compile(
     r"optimizer_step|reduce_gradients|backward|manual_backward|fit_batch|_?train_(one_)?batch|train_iter(ation)?|"
     r"training_iteration|run_iter|run_batch)$"
 )
-NOT_STEP_FUNCTION = re.compile(r"(^|_)(log|plot|save|load|print|show|init|build|setup|register|get_loss_name)", re.I)
+NOT_STEP_FUNCTION = re.compile(r"(^|_)(log|plot|save|load|print|show|init|build|setup|register|get_loss_name)|"
+                               r"^test_(?!step$)", re.I)  # `test_weighted_loss` is a unit test, `test_step` a hook
 # `__call__` counts when the class is a loss or metric (called once per step by design).
 CALLABLE_CLASS = re.compile(r"(Loss|Criterion|Metric)", re.I)
 OPTIMIZER = re.compile(r"(^|_)(optim|optimizer|optimiser|opt)s?$|optimizer", re.I)
@@ -71,6 +72,11 @@ FORWARD_CALLEE = re.compile(
     r"policy_net|value_net|q_net|critic|actor)$|(_model|_net|_criterion)$",
     re.I,
 )
+# `load_model(...)`, `build_sub_model(...)`, `unwrap_model(m)`: helpers named for the model they
+# load, build or unwrap, which run no model on anything.
+MODEL_HANDLER = re.compile(
+    r"^_*(load|build|create|get|make|init|initiali[sz]e|setup|prepare|save|convert|unwrap|wrap|copy|export|"
+    r"freeze|register|instantiate|fetch|download|print|log|show|describe|count)_", re.I)
 # Iterating these wraps another iterable without changing what a step is.
 ITERABLE_WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "reversed", "trange"}
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -179,7 +185,12 @@ def local_callees_of(ctx: "FileContext", call: ast.Call):
         return
     parts = name.split(".")
     if len(parts) == 1 or (len(parts) == 2 and parts[0] in ("self", "cls")):
+        method_call = len(parts) == 2
         for func in ctx.index.functions.get(parts[-1], ()):
+            # `self.main(x)` calls a method (or a submodule held in `self.main`), never the
+            # module's `def main()`; a bare `f(x)` never calls a method
+            if isinstance(ctx.index.parent(func), ast.ClassDef) is not method_call:
+                continue
             if not ctx.is_step_closure(func):
                 yield func
 
@@ -193,7 +204,7 @@ def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
     if isinstance(parent, ast.If):
         polarity = periodic_polarity(parent.test)
         if field == "body" and (polarity == EVERY_N or opt_in(ctx, parent) or _counter_bounded(ctx, parent)
-                                or _leaves_loop(ctx, parent)):
+                                or _leaves_loop(ctx, parent) or _lazily_initialised(ctx, parent)):
             return True
         if field in ("body", "orelse") and _latched(parent, field):
             return True
@@ -257,6 +268,36 @@ def _latched(node: ast.If, field: str) -> bool:
         isinstance(n, ast.Assign) and is_constant(n.value, True)
         and any(dotted_name(target) == flag for target in n.targets)
         for statement in block for n in ast.walk(statement))
+
+
+def _lazily_initialised(ctx: "FileContext", node: ast.If) -> bool:
+    """`if self.sampler is None: self.sampler = build(...)`, or `if self.index is None:
+    self._init_index(t)` where that method assigns `self._index` (the attribute behind a property):
+    the block fills in the attribute it tests, so it runs on the first call only (lazy set-up), not
+    every step."""
+    test = node.test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is)
+            and is_constant(test.comparators[0], None)):
+        return False
+    attribute = dotted_name(test.left)
+    if not attribute or "." not in attribute:
+        return False
+    owner, _, attr = attribute.rpartition(".")
+    names = {attribute, f"{owner}._{attr}"}
+    bodies: list[ast.AST] = list(node.body)
+    for statement in node.body:  # one level of helpers: `self._init_x(...)`
+        for call in ast.walk(statement):
+            if isinstance(call, ast.Call) and owner in ("self", "cls"):
+                for func in local_callees_of(ctx, call):
+                    bodies.extend(func.body)
+    for body in bodies:
+        for assign in ast.walk(body):
+            if isinstance(assign, (ast.Assign, ast.AnnAssign)) and assign.value is not None \
+                    and not is_constant(assign.value, None):
+                targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
+                if any(dotted_name(t) in names for target in targets for t in ast.walk(target)):
+                    return True
+    return False
 
 
 def _enclosing_loop(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
@@ -495,7 +536,7 @@ def _forward_on(call: ast.Call, data: set[str]) -> bool:
     name = dotted_name(call.func)
     if not name or name.count(".") > 1 or name.split(".")[0] in data:
         return False
-    if not FORWARD_CALLEE.search(last_part(name)):
+    if not FORWARD_CALLEE.search(last_part(name)) or MODEL_HANDLER.match(last_part(name)):
         return False
     args = [*call.args, *(k.value for k in call.keywords)]
     return any(_mentions(a, data) for a in args)

@@ -225,7 +225,27 @@ class TensorInference:
                     else [anc.test]
                 if any(self._isinstance_host(t, node.id) for t in tests):
                     return True
+                if any(isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and self._tensor_check(t.operand, node.id)
+                       for t in tests):
+                    return True  # `if not torch.is_tensor(t): n = int(t)`
+            if isinstance(anc, (ast.If, ast.IfExp)) and self.ctx.index.field_of(child) == "orelse" and \
+                    self._tensor_check(anc.test, node.id):
+                return True  # `if isinstance(t, torch.Tensor): ... else: n = int(t)`
             child = anc
+        return False
+
+    def _tensor_check(self, test: ast.expr, name: str) -> bool:
+        """`isinstance(name, torch.Tensor)` (or a tuple of types with it) or `torch.is_tensor(name)`: false
+        only when `name` is no tensor."""
+        if not (isinstance(test, ast.Call) and test.args and isinstance(test.args[0], ast.Name)
+                and test.args[0].id == name):
+            return False
+        qualified = self.ctx.qualified_name(test.func) or ""
+        if qualified == "torch.is_tensor":
+            return len(test.args) == 1
+        if qualified == "isinstance" and len(test.args) == 2:
+            types = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+            return any(last_part(self.ctx.qualified_name(t) or "") == "Tensor" for t in types)
         return False
 
     def _isinstance_host(self, test: ast.expr, name: str) -> bool:
@@ -244,7 +264,7 @@ class TensorInference:
             annotation = ast.unparse(param.annotation)
             if "Tensor" in annotation:
                 return Kind.TENSOR
-            if annotation in NON_TENSOR_ANNOTATIONS:
+            if annotation in NON_TENSOR_ANNOTATIONS or _host_annotation(param.annotation):
                 return Kind.NOT_TENSOR
         func = self.ctx.index.parent(self.ctx.index.parent(param))
         default = param_default(func, param) if func is not None else None
@@ -332,7 +352,9 @@ class TensorInference:
                 return Kind.NOT_TENSOR
             if qualified in ("sum", "max", "min", "abs"):
                 return combine(*(self.kind(a) for a in node.args))
-            if root == "torch" and not qualified.startswith("torch.Tensor"):
+            if root == "torch" and not qualified.startswith("torch.Tensor") and \
+                    not any(p.startswith("__") and p.endswith("__") for p in head.split(".")):
+                # (`torch.__version__.split(".")` is a method of a string, no torch op)
                 return self._torch_call(node, qualified, head, tail)
             if root == "torch_xla" and tail in XLA_COLLECTIVES:
                 kinds = [self.kind(a) for a in node.args]
@@ -414,6 +436,21 @@ class TensorInference:
         if method in TENSOR_ONLY_METHODS and base == Kind.UNKNOWN:
             return Kind.TENSOR
         return base
+
+
+_HOST_ANNOTATION_NAMES = {"int", "float", "bool", "str", "bytes", "complex", "list", "tuple", "dict", "set",
+                          "frozenset", "List", "Tuple", "Dict", "Set", "FrozenSet", "Optional", "Union", "Sequence",
+                          "Mapping", "Iterable", "Literal", "None", "typing", "collections", "abc"}
+
+
+def _host_annotation(annotation: ast.expr) -> bool:
+    """`list[tuple[int, int]]`, `Optional[Sequence[int]]`, `int | None`: only Python builtin types
+    and their containers, so no tensor (string literals inside `Literal[...]` count as values)."""
+    names = [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(annotation)
+             if isinstance(n, (ast.Name, ast.Attribute))]
+    if isinstance(annotation, ast.Constant):
+        return False  # a string annotation: not parsed here
+    return bool(names) and all(name in _HOST_ANNOTATION_NAMES for name in names)
 
 
 def names_cpu(node: ast.expr) -> bool:
