@@ -200,12 +200,7 @@ class Workspace:
         facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, keys = [], []
-        for path in files:
-            try:
-                raw = path.read_bytes()
-            except OSError as exc:
-                outcomes[path] = FileOutcome(path, [], f"{path}: error: {exc.strerror or exc}")
-                continue
+        for path, raw in _readable(files, outcomes):
             codes = self._codes(path)
             root = project_root(path)
             key = digest(repr((digest(raw), codes, self.settings.assume_xla, facts[path].key(), __version__)).encode())
@@ -225,12 +220,7 @@ class Workspace:
         facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, paths = [], []
-        for path in files:
-            try:
-                raw = path.read_bytes()
-            except OSError as exc:
-                outcomes[path] = FileOutcome(path, [], f"{path}: error: {exc.strerror or exc}")
-                continue
+        for path, raw in _readable(files, outcomes):
             tasks.append((str(path), raw, self._codes(path), self.settings.assume_xla, facts[path], unsafe))
             paths.append(path)
         for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
@@ -240,6 +230,15 @@ class Workspace:
                     d.path = path
             outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result)
         return [outcomes[p] for p in files]
+
+
+def _readable(files: list[Path], outcomes: dict[Path, FileOutcome]):
+    """(path, bytes) of each file that can be read; an unreadable one gets its one-line error."""
+    for path in files:
+        try:
+            yield path, path.read_bytes()
+        except OSError as exc:
+            outcomes[path] = FileOutcome(path, [], f"{path}: error: {exc.strerror or exc}")
 
 
 def _read(convert, entry):
