@@ -194,22 +194,13 @@ class FileContext:
                 return True  # `except torch.cuda.OutOfMemoryError:` fallbacks
             elif isinstance(anc, ast.ClassDef) and guards.names_non_xla_backend(anc.name):
                 return True  # `class GemmaFlashAttention2`, `class CudaGraphRunner`: another backend's code
-            if isinstance(child, ast.stmt) and self._after_xla_exit(anc, child):
+            if isinstance(child, ast.stmt) and self._after_xla_exit(child):
                 return True
             child = anc
         return False
 
-    def _after_xla_exit(self, parent: ast.AST, statement: ast.stmt) -> bool:
-        block = getattr(parent, self.index.field_of(statement) or "", None)
-        if not isinstance(block, list):
-            return False
-        for earlier in block:
-            if earlier is statement:
-                return False
-            if isinstance(earlier, ast.If) and not earlier.orelse and guards.exits_block(earlier.body) \
-                    and guards.xla_polarity(earlier.test) == guards.POSITIVE:
-                return True
-        return False
+    def _after_xla_exit(self, statement: ast.stmt) -> bool:
+        return self.index.after_in_block(statement, "xla-exit", _xla_exit)
 
     # -- values -----------------------------------------------------------------------------------
     def tensor_kind(self, node: ast.expr | None) -> Kind:
@@ -345,3 +336,9 @@ def _moves_to_host(value: ast.expr) -> bool:
         targets = [k.value for k in value.keywords if k.arg == "device"] or value.args[:1]
         return any(names_cpu(t) for t in targets)
     return False
+
+
+def _xla_exit(earlier: ast.stmt) -> bool:
+    """`if is_xla: return` (or raise/continue): what follows runs off XLA only."""
+    return isinstance(earlier, ast.If) and not earlier.orelse and guards.exits_block(earlier.body) \
+        and guards.xla_polarity(earlier.test) == guards.POSITIVE

@@ -53,6 +53,9 @@ class ModuleIndex:
     bare_names: set[str] = field(default_factory=set)
     name_uses: dict[str, list[ast.Name]] = field(default_factory=lambda: defaultdict(list))
     by_type: dict[type, list[ast.AST]] = field(default_factory=lambda: defaultdict(list))
+    # (id of a statement block, test name) -> position of the first statement passing the test
+    _first_in_block: dict[tuple[int, str], int] = field(default_factory=dict)
+    _positions: dict[ast.AST, int] = field(default_factory=dict)  # statement -> its position in its block
 
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self.parents.get(node)
@@ -60,6 +63,23 @@ class ModuleIndex:
     def field_of(self, node: ast.AST) -> str | None:
         """The field of its parent that holds `node` ("body", "orelse", "test", ...)."""
         return self.fields.get(node)
+
+    def after_in_block(self, statement: ast.stmt, test_name: str, test) -> bool:
+        """Some earlier statement of `statement`'s block passes `test` (a function of one statement
+        only, named `test_name`). Memoised per block, so asking it of every statement of a
+        generated 100,000-line function is linear, not quadratic."""
+        parent = self.parents.get(statement)
+        block = getattr(parent, self.fields.get(statement) or "", None)
+        if not isinstance(block, list):
+            return False
+        key = (id(block), test_name)
+        first = self._first_in_block.get(key)
+        if first is None:
+            first = next((i for i, earlier in enumerate(block) if test(earlier)), len(block))
+            self._first_in_block[key] = first
+        if statement not in self._positions:
+            self._positions.update((s, i) for i, s in enumerate(block))
+        return self._positions[statement] > first
 
     def ancestors(self, node: ast.AST):
         node = self.parents.get(node)

@@ -218,7 +218,7 @@ def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
         return True  # `step % N == 0 and loss.item() > x`
     elif isinstance(parent, ast.ExceptHandler) and field == "body":
         return True  # runs when the step failed: recovery, not the step
-    return isinstance(child, ast.stmt) and _after_gating_exit(ctx, parent, child)
+    return isinstance(child, ast.stmt) and _after_gating_exit(ctx, child)
 
 
 def _leaves_loop(ctx: "FileContext", node: ast.If) -> bool:
@@ -353,22 +353,18 @@ def after_periodic_operand(boolop: ast.BoolOp, operand: ast.AST) -> bool:
     return False
 
 
-def _after_gating_exit(ctx: "FileContext", parent: ast.AST, statement: ast.stmt) -> bool:
+def _after_gating_exit(ctx: "FileContext", statement: ast.stmt) -> bool:
     """An earlier `if step % N: continue`, `if not should_log(step): return` or `if option is None:
     return` in the statement's block: the statement runs only when that test fails."""
-    block = getattr(parent, ctx.index.field_of(statement) or "", None)
-    if not isinstance(block, list):
-        return False
-    for earlier in block:
-        if earlier is statement:
-            return False
-        if isinstance(earlier, ast.If) and not earlier.orelse and skips_rest(earlier.body):
-            if periodic_polarity(earlier.test) == ALMOST_ALWAYS or _option_absent(ctx, earlier.test):
-                return True
-        if isinstance(earlier, TRY) and earlier.handlers and isinstance(earlier.body[-1], ast.Return) \
-                and not earlier.orelse and not earlier.finalbody:
-            return True  # `try: return fast(...) except OOM: ...` then a fallback: only after an error
-    return False
+    return ctx.index.after_in_block(statement, "gating-exit", lambda earlier: _gating_exit(ctx, earlier))
+
+
+def _gating_exit(ctx: "FileContext", earlier: ast.stmt) -> bool:
+    if isinstance(earlier, ast.If) and not earlier.orelse and skips_rest(earlier.body):
+        return periodic_polarity(earlier.test) == ALMOST_ALWAYS or _option_absent(ctx, earlier.test)
+    # `try: return fast(...) except OOM: ...` then a fallback: only after an error
+    return isinstance(earlier, TRY) and bool(earlier.handlers) and isinstance(earlier.body[-1], ast.Return) \
+        and not earlier.orelse and not earlier.finalbody
 
 
 def opt_in(ctx: "FileContext", node: ast.If) -> bool:
