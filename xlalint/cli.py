@@ -14,9 +14,9 @@ import click
 from . import __version__
 from .config import ConfigError, Settings, load_settings, validate_selectors
 from .diagnostics import Diagnostic
-from .discovery import MissingPath, discover
+from .discovery import discover
 from .explain import explain_text, rules_table
-from .reporters import FORMATS, render, statistics
+from .reporters import FORMATS, printable, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
 from .source import write_atomic
 from .workspace import Workspace
@@ -25,6 +25,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 def _error(message: str) -> None:
+    message = printable(message)  # file names and contents may hold control characters
     click.echo(message if ": error:" in message else f"xlalint: error: {message}", err=True)
 
 
@@ -42,8 +43,13 @@ def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume
         settings.extend_select += validate_selectors(_split(extend_select), ALL_RULES, "--extend-select")
     if ignore:
         settings.ignore += validate_selectors(_split(ignore), ALL_RULES, "--ignore")
-    files = discover(targets, settings, force_exclude=force_exclude)
-    return settings, settings.selected_rules(ALL_RULES), files
+    missing: list[str] = []
+    files = discover(targets, settings, force_exclude=force_exclude, missing=missing)
+    for message in missing:  # reported, and the other paths still checked (exit 2 at the end)
+        _error(message)
+    if not files and not missing:
+        click.echo("warning: no Python files found under the given paths", err=True)
+    return settings, settings.selected_rules(ALL_RULES), files, len(missing)
 
 
 def _selection_options(func):
@@ -86,8 +92,9 @@ def check(paths, config, select, extend_select, ignore, force_exclude, assume_xl
           output_format, exit_zero, unsafe_fixes, show_statistics):
     """Lint PATHS (default: the current directory)."""
     try:
-        settings, rules, files = _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla)
-    except (ConfigError, MissingPath) as exc:
+        settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
+                                                        assume_xla)
+    except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
     workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir)
@@ -96,7 +103,7 @@ def check(paths, config, select, extend_select, ignore, force_exclude, assume_xl
     finally:
         workspace.close()
     diagnostics: list[Diagnostic] = []
-    failed = 0
+    failed = missing  # files that could not be checked
     for outcome in outcomes:
         if outcome.error:
             _error(outcome.error)
@@ -123,13 +130,14 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
         _error("--write and --diff are mutually exclusive")
         sys.exit(EXIT_ERROR)
     try:
-        settings, rules, files = _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla)
-    except (ConfigError, MissingPath) as exc:
+        settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
+                                                        assume_xla)
+    except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
     unsafe = unsafe_fixes or settings.unsafe_fixes
-    failed = False
-    changed_files = fixed = 0
+    failed = missing > 0
+    changed_files = fixed = unwritten = 0
     remaining: list[Diagnostic] = []
     workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir)
     try:
@@ -149,6 +157,8 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
                 except OSError as exc:
                     _error(f"{outcome.path}: error: cannot write: {exc.strerror or exc}")
                     failed = True
+                    remaining += result.diagnostics
+                    unwritten += result.fixed_count  # still in the file
                     continue
             else:
                 from .fixing.apply import unified_diff
@@ -165,7 +175,7 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
             click.echo(render(remaining, "concise", quiet=True, unsafe_fixes=unsafe), nl=False)
         if not quiet:
             click.echo(f"Fixed {fixed} error{'s' if fixed != 1 else ''} in {changed_files} "
-                       f"file{'s' if changed_files != 1 else ''}; {len(remaining)} remaining.", err=True)
+                       f"file{'s' if changed_files != 1 else ''}; {len(remaining) + unwritten} remaining.", err=True)
     elif not quiet:
         click.echo(f"Would fix {fixed} error{'s' if fixed != 1 else ''} in {changed_files} "
                    f"file{'s' if changed_files != 1 else ''} (run with --write to apply).", err=True)

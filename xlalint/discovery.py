@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from fnmatch import fnmatch
 from pathlib import Path
@@ -13,7 +14,21 @@ from .config import Settings
 
 class MissingPath(Exception):
     def __init__(self, path: Path) -> None:
-        super().__init__(f"{path}: error: No such file or directory")
+        super().__init__(missing_message(path))
+
+
+def missing_message(path: Path) -> str:
+    """Why a named path cannot be checked, in one line."""
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:
+            return f"{path}: error: symbolic link loop"
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return f"{path}: error: symbolic link loop"
+        return f"{path}: error: broken symbolic link (to {os.readlink(path)})"
+    return f"{path}: error: No such file or directory"
 
 
 def glob_matches(pattern: str, path: Path, root: Path) -> bool:
@@ -71,13 +86,19 @@ class _Excluder:
         return self.gitignores[folder]
 
 
-def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = False) -> list[Path]:
-    """Python files under `paths`, sorted. Files named explicitly are kept unless `force_exclude`."""
+def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = False,
+             missing: list[str] | None = None) -> list[Path]:
+    """Python files under `paths`, sorted. Files named explicitly are kept unless `force_exclude`.
+    A path that does not exist raises `MissingPath`, or with `missing` given, is described there
+    and skipped (the other paths are still checked)."""
     excluder = _Excluder(settings)
     found: set[Path] = set()
     for path in paths:
         if not path.exists():
-            raise MissingPath(path)
+            if missing is None:
+                raise MissingPath(path)
+            missing.append(missing_message(path))
+            continue
         if path.is_file():
             if not (force_exclude and excluder.excluded_with_parents(path)):
                 found.add(path)

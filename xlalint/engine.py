@@ -156,6 +156,7 @@ def lint_source(
     assume_xla: bool = False, with_fixes: bool = True, project: ProjectFacts = NO_PROJECT,
 ) -> list[Diagnostic]:
     if prefilter and not MARKERS.search(source.raw):
+        parse(source)  # no rule can fire, but invalid Python is still reported
         return []
     ctx = analyse(source, assume_xla=assume_xla, project=project)
     found = _keep(source, _run_rules(ctx, rules))
@@ -183,6 +184,7 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
     """Apply fixes until none applies; the result is re-parsed each pass, so it is valid Python."""
     result = FileResult(source.path, source=source)
     if prefilter and not MARKERS.search(source.raw):
+        parse(source)
         return result
     current = source
     for _ in range(MAX_FIX_PASSES):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 
 import click
@@ -12,6 +13,23 @@ from .diagnostics import Applicability, Diagnostic
 from .rules import RULES_BY_CODE
 
 FORMATS = ("text", "concise", "json", "github")
+# C0 and C1 control characters (ESC, BEL, CR, ...) from file contents or names: a crafted file must
+# not be able to move the cursor, retitle or clear the terminal of whoever reads the report
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with control characters shown as escapes (`\x1b`); newlines and tabs kept."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _github_data(text: str) -> str:
+    """A GitHub workflow command's message: `%`, CR and LF are escaped (the message ends the line)."""
+    return printable(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _github_property(text: str) -> str:
+    return _github_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def _relative(path) -> str:
@@ -28,24 +46,24 @@ def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsa
         return json.dumps([d.to_json() for d in diagnostics], indent=2) + "\n"
     if fmt == "github":
         return "".join(
-            f"::error title=xlalint ({d.code}),file={d.path},line={d.location.row},col={d.location.column},"
-            f"endLine={d.end_location.row},endColumn={d.end_location.column}::"
-            f"{_relative(d.path)}:{d.location.row}:{d.location.column}: {d.code} {d.message}\n"
+            f"::error title=xlalint ({d.code}),file={_github_property(str(d.path))},line={d.location.row},"
+            f"col={d.location.column},endLine={d.end_location.row},endColumn={d.end_location.column}::"
+            + _github_data(f"{_relative(d.path)}:{d.location.row}:{d.location.column}: {d.code} {d.message}") + "\n"
             for d in diagnostics
         )
     lines = []
     for d in diagnostics:
-        where = click.style(f"{_relative(d.path)}:{d.location.row}:{d.location.column}:", bold=True)
+        where = click.style(printable(f"{_relative(d.path)}:{d.location.row}:{d.location.column}:"), bold=True)
         fixable = ""
         if d.fix is not None and d.fix.applicability.allowed(unsafe_fixes):
             fixable = click.style(" [*]", fg="cyan")
         elif d.fix is not None and d.fix.applicability is Applicability.UNSAFE:
             fixable = click.style(" [unsafe fix]", fg="cyan")
-        lines.append(f"{where} {click.style(d.code, fg='red', bold=True)}{fixable} {d.message}")
+        lines.append(f"{where} {click.style(d.code, fg='red', bold=True)}{fixable} {printable(d.message)}")
         hint = RULES_BY_CODE[d.code].hint if d.code in RULES_BY_CODE else ""
         if fmt == "text" and not quiet:
             if d.fix is not None and d.fix.title:
-                lines.append(f"  {click.style('fix:', fg='cyan')} {d.fix.title} ({d.fix.applicability.value})")
+                lines.append(f"  {click.style('fix:', fg='cyan')} {printable(d.fix.title)} ({d.fix.applicability.value})")
             if hint:
                 lines.append(f"  {click.style('hint:', fg='blue')} {hint}")
     if not quiet:

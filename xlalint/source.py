@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
@@ -10,6 +11,11 @@ import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
+
+
+# Python's parser needs ~150x a file's size in memory: a generated 50 MB module would take gigabytes
+# and minutes. The largest hand-written modules of torch, transformers and diffusers are under 1 MiB.
+MAX_FILE_BYTES = 8 << 20
 
 
 class SourceError(Exception):
@@ -37,6 +43,9 @@ def read_source(path: Path) -> SourceFile:
 
 
 def decode_source(path: Path, raw: bytes) -> SourceFile:
+    if len(raw) > MAX_FILE_BYTES:
+        raise SourceError(path, f"not checked: {len(raw) / 2**20:.1f} MiB is over the {MAX_FILE_BYTES >> 20} MiB "
+                                "limit for one file (generated code? exclude it)")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
@@ -52,11 +61,14 @@ def decode_source(path: Path, raw: bytes) -> SourceFile:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same directory and rename: never a half-written file."""
+    """Write via a temporary file in the same directory and rename: never a half-written file.
+    A file without its owner's write bit is refused (the rename would replace it regardless)."""
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError:
         mode = None
+    if mode is not None and not mode & stat.S_IWUSR:
+        raise PermissionError(errno.EACCES, "the file is read-only", str(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".xlalint-tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
