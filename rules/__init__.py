@@ -16,7 +16,8 @@ def _collect() -> list[type[Rule]]:
         obj
         for family in FAMILIES
         for obj in vars(family).values()
-        if isinstance(obj, type) and issubclass(obj, Rule) and obj is not Rule and obj.__module__ == family.__name__
+        # `issubclass(type(obj), type)`, not `isinstance`: that would touch the lazy `cst` module and load libcst
+        if issubclass(type(obj), type) and issubclass(obj, Rule) and obj is not Rule and obj.__module__ == family.__name__
     ]
     rules.sort(key=lambda r: r.code)
     codes = [r.code for r in rules]

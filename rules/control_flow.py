@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import ast
+from typing import TYPE_CHECKING
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import dotted_name, method_name, receiver
 from xlalint.analysis.steps import after_periodic_operand
 from xlalint.analysis.tensors import MAX_DEPTH, Kind
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
-from xlalint.fixing.context import CstContext
 from xlalint.rule import Invalid, Rule, Valid
 
 from ._common import reportable_sync
+
+if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
+    from xlalint.fixing.context import CstContext
 
 # Tensor methods whose result is a tensor when the receiver is one: evident tensor values.
 _TENSOR_REDUCTIONS = {"any", "all", "isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_not",

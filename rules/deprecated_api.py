@@ -20,17 +20,18 @@ import tokenize
 from dataclasses import dataclass
 from functools import cached_property, partial
 from importlib import resources
-from typing import Callable, ClassVar
-
-import libcst as cst
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.guards import exits_block, words
 from xlalint.analysis.index import FUNCTIONS, SCOPES, ImportBinding
 from xlalint.analysis.names import dotted_name, has_star_args, last_part, positional
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
-from xlalint.fixing.context import CstContext
+from xlalint.fixing.lazy import cst
 from xlalint.rule import FixBuilder, Invalid, Rule, Valid
+
+if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
+    from xlalint.fixing.context import CstContext
 
 if sys.version_info >= (3, 11):
     import tomllib

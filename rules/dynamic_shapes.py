@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import ast
 import re
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import dotted_name, has_star_args, is_constant, keyword, keyword_value, last_part
 from xlalint.analysis.names import method_name, positional, receiver, string_value
 from xlalint.analysis.tensors import MAX_DEPTH, Kind
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
-from xlalint.fixing import cst_names
-from xlalint.fixing.context import CstContext
+from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
 
 from ._common import reportable_sync
+
+if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
+    from xlalint.fixing.context import CstContext
 
 # -- shared helpers ------------------------------------------------------------------------------
 
@@ -900,7 +901,9 @@ class TrainLoaderWithoutDropLast(Rule):
 
 def _drop_last(cctx: CstContext, node: ast.Call) -> Fix:
     call = cctx.locate(node)
-    drop_last = cst_names.keyword(call, "drop_last")
+    from xlalint.fixing.cst_names import keyword as cst_keyword  # libcst-side helpers load with the fix
+
+    drop_last = cst_keyword(call, "drop_last")
     true = cst.Name("True")
     if drop_last is not None:
         new = call.with_changes(args=[a.with_changes(value=true) if a is drop_last else a for a in call.args])

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import ast
 import re
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from xlalint.analysis.index import FUNCTIONS, LOOPS, target_names
 from xlalint.analysis.names import dotted_name, is_constant, last_part, method_name, param_default, receiver
 from xlalint.analysis.names import string_value
 from xlalint.analysis.steps import DEVICE_LOADER, is_step_loop
 from xlalint.diagnostics import Applicability, Fix
-from xlalint.fixing.apply import importable
-from xlalint.fixing.context import CstContext
+from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
+
+if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
+    from xlalint.fixing.context import CstContext
 
 CLIP_GRAD_NORM = {
     "torch.nn.utils.clip_grad_norm_",
@@ -282,7 +283,7 @@ class ClipGradNormSync(Rule):
     def _fix(cctx: CstContext, call: ast.Call, drop: int | None, safe: bool) -> Fix:
         """Call the runtime's `clip_grad_norm_` instead, without the argument at source position `drop`."""
         node = cctx.locate(call)
-        spelled, request = importable(cctx, "xlalint.runtime", "clip_grad_norm_")
+        spelled, request = cctx.importable("xlalint.runtime", "clip_grad_norm_")
         args = list(node.args)
         if drop is not None:
             dropped = args.pop(drop)
@@ -635,7 +636,7 @@ class ManualGradClipping(Rule):
     @staticmethod
     def _fix(cctx: CstContext, if_node: ast.If, params: str, threshold: str) -> Fix:
         node = cctx.locate(if_node)
-        spelled, request = importable(cctx, "xlalint.runtime", "clip_grad_norm_")
+        spelled, request = cctx.importable("xlalint.runtime", "clip_grad_norm_")
         statement = cctx.parse_statement(f"{spelled}({params}, {threshold})")
         statement = statement.with_changes(leading_lines=node.leading_lines)
         return Fix.replace(node, statement, title=f"Replace with `{spelled}(...)`", safe=False, imports=[request])
@@ -743,8 +744,6 @@ def _is_number(node: ast.expr, value: float) -> bool:
 # -- XLA503 ----------------------------------------------------------------------------------------
 
 XM = "torch_xla.core.xla_model"
-# The libcst statements an `ast` statement can be: a compound one, or a line of simple ones.
-_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 CLIP_CALLS = CLIP_GRAD_NORM | {"torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad.clip_grad_value_"}
 # Optimizer steps that all-reduce the gradients (when the world size is above 1) just before stepping.
 LATE_REDUCTION = {f"{XM}.optimizer_step", "xlalint.runtime.optimizer_step"}
@@ -1155,12 +1154,13 @@ class ClipBeforeGradientReduce(Rule):
 def _reduce_first(cctx: CstContext, step: ast.Call, holder: ast.stmt, module: str | None, reduce_arguments: str,
                   step_call: str) -> Fix | None:
     call = cctx.locate(step)
-    statement = cctx.locate(holder, _STATEMENTS)
+    # the libcst statement of an `ast` one: a compound one, or a line of simple ones
+    statement = cctx.locate(holder, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
     if call is None or statement is None:
         return None
     imports = []
     if module is None:
-        spelled, request = importable(cctx, XM, "reduce_gradients")
+        spelled, request = cctx.importable(XM, "reduce_gradients")
         imports.append(request)
     else:
         spelled = f"{module}.reduce_gradients"

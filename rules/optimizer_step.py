@@ -18,8 +18,7 @@ import re
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.guards import ALMOST_ALWAYS, EVERY_N, periodic_polarity, skips_rest, words
@@ -28,9 +27,11 @@ from xlalint.analysis.names import (dotted_name, function_params, has_star_args,
                                     method_name, param_default, positional, receiver, string_value)
 from xlalint.analysis.steps import DEVICE_LOADER, gated_by, is_step_loop, local_callees_of
 from xlalint.diagnostics import Applicability, Fix
-from xlalint.fixing.apply import importable
-from xlalint.fixing.context import CstContext
+from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
+
+if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
+    from xlalint.fixing.context import CstContext
 
 # Receivers named like an optimizer (`optimizer`, `self.opt`, `g_optim`, `optimizers[0]`).
 OPTIMIZER_NAME = re.compile(r"(^|_)(optim|optimizer|optimiser|opt)s?$|optimi[sz]er", re.I)
@@ -1188,7 +1189,7 @@ def _fix(cctx: CstContext, node: ast.Call, *, with_closure: bool) -> Fix | None:
     call = cctx.locate(node)
     if call is None:
         return None
-    spelled, request = importable(cctx, "xlalint.runtime", "optimizer_step")
+    spelled, request = cctx.importable("xlalint.runtime", "optimizer_step")
     text = f"{spelled}({cctx.code(call.func.value)}, barrier=True"
     if with_closure:  # the call's one argument, positional or `closure=`
         text += f', optimizer_args={{"closure": {cctx.code(call.args[0].value)}}}'
@@ -1218,7 +1219,7 @@ def _insert_sync_after(cctx: CstContext, statement: ast.stmt) -> Fix | None:
     line = cctx.parent(small) if small is not None else None
     if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
         return None
-    spelled, request = importable(cctx, "xlalint.runtime", "sync")
+    spelled, request = cctx.importable("xlalint.runtime", "sync")
     barrier = cst.Expr(cctx.parse_expression(f"{spelled}()"))
     title = f"Add `{spelled}()` (a step barrier) after it"
     if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import ast
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from xlalint.analysis.names import dotted_name, keyword_value, last_part, method_name, positional
 from xlalint.analysis.names import receiver, string_value
 from xlalint.analysis.steps import DEVICE_LOADER
 from xlalint.analysis.tensors import FACTORIES, LIKE_FACTORIES
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
-from xlalint.fixing.context import CstContext
+from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
+
+if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
+    from xlalint.fixing.context import CstContext
 
 XM = "torch_xla.core.xla_model"
 # Calls that return the XLA device.

@@ -213,3 +213,16 @@ def test_text_output_shows_fixes_and_fix_applies(run_cli, project):
     assert code == 0, out + err
     assert script.read_text() == "import torch_xla\n\ntorch_xla.sync()\n"
     assert run_cli("check", project)[0] == 0
+
+
+def test_a_check_with_nothing_to_fix_never_loads_libcst(project):
+    """libcst costs more to import than a warm run's whole work: it loads only to build a fix."""
+    project.write("train.py", TRAIN_LOOP)  # an XLA101 finding, which has no fix
+    script = ("import sys\nfrom xlalint.cli import main\n"
+              "try:\n    main(['check', '--no-cache', sys.argv[1]])\nexcept SystemExit as exit:\n    code = exit.code\n"
+              "print(code, 'libcst._nodes.module' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", script, str(project)], capture_output=True, text=True)
+    assert proc.stdout.splitlines()[-1] == "1 False", proc.stdout + proc.stderr
+    project.write("old.py", "import torch_xla.core.xla_model as xm\nxm.mark_step()\n")  # XLA602 has a fix
+    proc = subprocess.run([sys.executable, "-c", script, str(project)], capture_output=True, text=True)
+    assert proc.stdout.splitlines()[-1] == "1 True", proc.stdout + proc.stderr

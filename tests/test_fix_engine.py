@@ -10,7 +10,7 @@ import libcst as cst
 
 from xlalint.diagnostics import Fix, ImportRequest
 from xlalint.engine import fix_source, lint_source
-from xlalint.fixing.apply import importable, text_edits
+from xlalint.fixing.apply import text_edits
 from xlalint.rule import Rule
 from xlalint.source import decode_source, read_source, write_atomic
 
@@ -42,7 +42,7 @@ class WrapInStep(Rule):
             self.report(node, fix=lambda cctx: self.fix(cctx, node))
 
     def fix(self, cctx, node):
-        spelling, request = importable(cctx, "xlalint.runtime", "optimizer_step")
+        spelling, request = cctx.importable("xlalint.runtime", "optimizer_step")
         new = cst.parse_expression(f"{spelling}({self.ctx.code(node.func.value)}, barrier=True)")
         return Fix.replace(cctx.locate(node), new, title="barrier", safe=False, imports=[request])
 

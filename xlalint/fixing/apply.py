@@ -206,17 +206,3 @@ def unified_diff(path: str, before: str, after: str) -> str:
             before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}"
         )
     )
-
-
-def importable(ctx: CstContext, module: str, obj: str) -> tuple[str, ImportRequest]:
-    """How fixed code should spell `module.obj`, and the import that makes it valid.
-
-    `from module import obj` when `obj` is free in the file (or already that import), else
-    `import module` and the dotted name.
-    """
-    binding = ctx.index.imports.get(obj)
-    if binding is not None and binding.qualified == f"{module}.{obj}":
-        return obj, ImportRequest(module, obj)
-    if obj not in ctx.index.bare_names:
-        return obj, ImportRequest(module, obj)
-    return f"{module}.{obj}", ImportRequest(module)

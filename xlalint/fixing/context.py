@@ -9,6 +9,7 @@ from functools import cached_property
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from ..diagnostics import ImportRequest
 from ..source import SourceText
 from .cst_index import ModuleIndex, build_index
 from .cst_names import dotted_name
@@ -47,6 +48,19 @@ class CstContext:
         self.module = module
         self.text = text
         self.index: ModuleIndex = build_index(module)
+
+    def importable(self, module: str, obj: str) -> tuple[str, ImportRequest]:
+        """How fixed code should spell `module.obj`, and the import that makes it valid.
+
+        `from module import obj` when `obj` is free in the file (or already that import), else
+        `import module` and the dotted name.
+        """
+        binding = self.index.imports.get(obj)
+        if binding is not None and binding.qualified == f"{module}.{obj}":
+            return obj, ImportRequest(module, obj)
+        if obj not in self.index.bare_names:
+            return obj, ImportRequest(module, obj)
+        return f"{module}.{obj}", ImportRequest(module)
 
     @cached_property
     def positions(self) -> dict[cst.CSTNode, CodeRange]:
