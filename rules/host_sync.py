@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from xlalint.analysis.names import argument, dotted_name, is_constant, is_string, keyword_value, last_part, method_name
-from xlalint.analysis.names import positional, receiver, string_value
+from xlalint.analysis.names import keyword, positional, receiver, string_value
 from xlalint.analysis.steps import is_step_loop
 from xlalint.analysis.tensors import Kind, names_cpu
 from xlalint.rule import Invalid, Rule, Valid
@@ -844,7 +844,8 @@ class PythonBuiltinOverTensor(Rule):
     `any(t)`, `all(t)`, `max(t)`, `min(t)` and `sum(t)` with a single argument that is a device tensor
     (or, for `any`/`all`/`max`/`min`, a list or generator of device tensor values, as in
     `any(torch.isinf(p.grad).any() for p in params)`), and indexing a Python list, tuple, string or
-    range with a device tensor (`classes[logits.argmax()]`).
+    range with a device tensor (`classes[logits.argmax()]`). Also a `for` loop over a device tensor
+    whose length depends on its values (`for e in hits.nonzero():`, the eager mixture-of-experts loop).
 
     ## Why is this bad?
     Iterating a tensor in Python (`Tensor.__iter__`, `torch/_tensor.py`) unbinds it into 0-d tensors.
@@ -855,6 +856,10 @@ class PythonBuiltinOverTensor(Rule):
     A Python sequence indexed with a tensor calls `Tensor.__index__`, which reads the value on the
     host. Measured with torch 2.13 (host reads): `any` over 5 elements 2 (until the first true),
     `max` over 5 elements 4, `any(isinf(g).any() for g in 4 grads)` 4, `classes[logits.argmax()]` 1.
+
+    A loop over `t.nonzero()` first needs the number of rows, which only the data knows: one read
+    of the count, and the loop body is traced once per element found, so each step compiles a
+    graph of a different length.
 
     Not reported: these builtins over Python numbers, shapes or lengths, `sum` over a list or
     generator of device tensors (adding tensors stays on the device), and `dict` lookups with a
@@ -954,9 +959,32 @@ class PythonBuiltinOverTensor(Rule):
                 loss.backward()
                 seen = any(batch)
             """
+        ),        Valid(
+            """
+            def forward(self, hidden, router_logits):
+                top = router_logits.argmax(-1)
+                for e in range(self.num_experts):  # a static count: every expert, masked
+                    hidden = hidden + self.experts[e](hidden) * (top == e).unsqueeze(-1)
+                rows, cols = (top > 0).nonzero(as_tuple=True)  # a tuple of two tensors
+                for ids in (rows, cols):
+                    hidden = hidden + ids.sum()
+                return hidden
+            """
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            def forward(self, hidden: torch.Tensor, expert_mask: torch.Tensor):
+                hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+                for expert_idx in hit:
+                    hidden = hidden + self.experts[expert_idx](hidden)
+                return hidden
+            """,
+            line=5,
+        ),
         Invalid(
             """
             import torch
@@ -1032,6 +1060,37 @@ class PythonBuiltinOverTensor(Rule):
         if container is not None and reportable_sync(self.ctx, node):
             self.report(node, self.summary.format(
                 detail=f"indexing a Python {container} with a device tensor reads the index on the host (`__index__`)"))
+
+    def visit_For(self, node: ast.For) -> None:
+        if self._data_sized(node.iter) and reportable_sync(self.ctx, node.iter):
+            self.report(node.iter, self.summary.format(
+                detail="a `for` loop over a tensor whose length depends on its values (`nonzero`, `unique`, ...) "
+                       "reads that length on the host, then traces one slice per element"))
+
+    def _data_sized(self, expr: ast.expr, depth: int = 0) -> bool:
+        """`expr` is a device tensor whose first dimension is data-dependent: the result of
+        `nonzero`/`argwhere`/`unique`/`masked_select` (without a static `size=`), or a reshape,
+        cast or row slice of one."""
+        if depth > 4:
+            return False
+        if isinstance(expr, ast.Name):
+            values = self.ctx.reaching_values(expr)
+            return bool(values) and all(not _unpacked(self.ctx, v) and self._data_sized(v, depth + 1) for v in values)
+        if isinstance(expr, ast.Subscript):  # `hits[:, 0]`
+            return self._data_sized(expr.value, depth + 1)
+        if not isinstance(expr, ast.Call):
+            return False
+        qualified = self.ctx.qualified_name(expr.func) or ""
+        functional = qualified.startswith("torch.")
+        name = last_part(qualified) if functional else method_name(expr)
+        subject = (expr.args[0] if expr.args else None) if functional else receiver(expr)
+        if subject is None:
+            return False
+        if name in _LENGTH_KEEPING and not functional:
+            return self._data_sized(subject, depth + 1)
+        if name not in _DATA_SIZED or keyword(expr, "size") is not None or keyword(expr, "as_tuple") is not None:
+            return False
+        return self._device(subject)
 
     def _builtin(self, name: ast.Name) -> bool:
         """`name` is Python's builtin: no import, module-level binding, parameter or local of that name."""
@@ -1112,6 +1171,9 @@ _TUPLE_OPS = {"split", "chunk", "unbind", "tensor_split", "hsplit", "vsplit", "d
               "meshgrid", "broadcast_tensors", "topk", "sort", "aminmax", "frexp", "std_mean", "var_mean",
               "cummax", "cummin", "kthvalue", "slogdet", "svd", "qr", "eig", "eigh", "unique_consecutive"}
 _TUPLE_WITH_DIM = {"max", "min", "median", "nanmedian", "mode", "where", "nonzero", "unique"}
+# ops whose result has as many rows as the data says, and methods that keep the number of rows
+_DATA_SIZED = {"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select"}
+_LENGTH_KEEPING = {"squeeze", "flatten", "view", "reshape", "long", "int", "to", "detach", "contiguous", "clone"}
 
 
 class WaitDeviceOpsInStep(Rule):
