@@ -61,17 +61,19 @@ def _valid(program: str) -> bool:
         return False  # e.g. `return` at module level becomes valid inside the function, or not
 
 
-@FUZZ
-@given(hypothesmith.from_grammar())
-def test_grammar_programs(program):
+def _alone_and_in_a_loop(program: str) -> None:
     _check_and_fix(program)
     if _valid(program):
         _check_and_fix(_embedded(program))
+
+
+@FUZZ
+@given(hypothesmith.from_grammar())
+def test_grammar_programs(program):
+    _alone_and_in_a_loop(program)
 
 
 @FUZZ
 @given(hypothesmith.from_node())
 def test_node_programs(program):
-    _check_and_fix(program)
-    if _valid(program):
-        _check_and_fix(_embedded(program))
+    _alone_and_in_a_loop(program)
