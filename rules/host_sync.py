@@ -1065,7 +1065,8 @@ class PythonBuiltinOverTensor(Rule):
         if self._data_sized(node.iter) and reportable_sync(self.ctx, node.iter):
             self.report(node.iter, self.summary.format(
                 detail="a `for` loop over a tensor whose length depends on its values (`nonzero`, `unique`, ...) "
-                       "reads that length on the host, then traces one slice per element"))
+                       "reads that length on the host, then traces one slice per element; loop over a static "
+                       "range (every expert, masked) instead"))
 
     def _data_sized(self, expr: ast.expr, depth: int = 0) -> bool:
         """`expr` is a device tensor whose first dimension is data-dependent: the result of
