@@ -137,6 +137,14 @@ def summarize(ctx, name: str) -> ModuleSummary:
 
 def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     index = ctx.index
+    callee, receiver_class = _callee(ctx, call)
+    # callbacks: hooks run on every forward, per-iteration events every step
+    method = last_part(dotted_name(call.func))
+    registers = method in HOOK_REGISTRATION or (
+        method == "add_event_handler" and any(e in (dotted_name(a) or "") for a in call.args[:1] for e in PER_ITERATION_EVENT))
+    targets = [t for t in map(dotted_name, call.args) if t and (registers or _names_function(ctx, t))]
+    if not targets and not (callee and _may_resolve(summary, callee, receiver_class)):
+        return  # `loss.backward()`, `len(x)`: no project function can be meant; spare the judgement
     func = index.enclosing_function(call)
     caller = qualname(index, func) if func is not None else ""
     in_lambda = any(isinstance(a, ast.Lambda) for a in _until(index, call, func))
@@ -145,19 +153,24 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     hot = not excluded and not (func is not None and _gated(ctx, call, func))
     per_step = not excluded and ctx.is_per_step(call)
     column = ctx.text.column(call.lineno, call.col_offset)
-    callee, receiver_class = _callee(ctx, call)
     looped = in_loop_within(ctx, call, func if func is not None else ctx.tree)
     if callee:
         summary.calls.append(CallSite(caller, callee, receiver_class, hot, per_step, looped, call.lineno, column))
-    # callbacks: hooks run on every forward, per-iteration events every step
-    method = last_part(dotted_name(call.func))
-    registers = method in HOOK_REGISTRATION or (
-        method == "add_event_handler" and any(e in (dotted_name(a) or "") for a in call.args[:1] for e in PER_ITERATION_EVENT))
-    for arg in call.args:
-        target = dotted_name(arg)
-        if target and (registers or (hot and _names_function(ctx, target))):
+    for target in targets:
+        if registers or hot:
             summary.calls.append(CallSite(caller, target, None, hot or registers, per_step or registers, looped,
                                           call.lineno, column))
+
+
+def _may_resolve(summary: ModuleSummary, callee: str, receiver_class: str | None) -> bool:
+    """Whether `ProjectIndex.resolve_call` could find a project function for this callee at all:
+    a method of `self`/`cls`/`super()`, a typed receiver, or a name this module defines or imports."""
+    if callee.startswith("super().") or receiver_class is not None:
+        return True
+    parts = callee.split(".")
+    if parts[0] in ("self", "cls"):
+        return len(parts) == 2
+    return parts[0] in summary.functions or parts[0] in summary.classes or parts[0] in summary.imports
 
 
 def _until(index, node: ast.AST, stop: ast.AST | None):
