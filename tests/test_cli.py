@@ -226,3 +226,13 @@ def test_a_check_with_nothing_to_fix_never_loads_libcst(project):
     project.write("old.py", "import torch_xla.core.xla_model as xm\nxm.mark_step()\n")  # XLA602 has a fix
     proc = subprocess.run([sys.executable, "-c", script, str(project)], capture_output=True, text=True)
     assert proc.stdout.splitlines()[-1] == "1 True", proc.stdout + proc.stderr
+
+
+def test_json_has_the_fix_edits_even_after_a_text_run_filled_the_cache(run_cli, project):
+    """Text output builds fixes without their edits (cheaper); the cache keeps the two apart."""
+    project.write("old.py", "import torch_xla.core.xla_model as xm\n\nxm.mark_step()\n")
+    code, out, _ = run_cli("check", project)
+    assert code == 1 and "[*]" in out and "fix:" in out
+    code, out, _ = run_cli("check", "--output-format", "json", project)
+    (item,) = json.loads(out)
+    assert item["fix"]["edits"] and "torch_xla.sync" in "".join(e["content"] for e in item["fix"]["edits"])

@@ -97,7 +97,9 @@ def check(paths, config, select, extend_select, ignore, force_exclude, assume_xl
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
-    workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir)
+    # only JSON shows each fix's edits: computing them regenerates the file once per fix
+    workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir,
+                          with_edits=output_format == "json" and not show_statistics)
     try:
         outcomes = workspace.check(files)
     finally:

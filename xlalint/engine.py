@@ -125,6 +125,7 @@ def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, w
     if module is None:
         return None  # findings stay, without fixes
     cst_ctx = CstContext(module, ctx.text)
+    original = module.code if with_edits else ""  # generated once, not once per fix
     for item in found:
         if item.builder is None:
             continue
@@ -133,7 +134,7 @@ def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, w
             continue
         item.fix_spans = tuple(_cst_span(cst_ctx, node) for node, _ in item.fix.replacements.values())
         if with_edits:
-            item.fix.edits = text_edits(module.code, apply_fixes(cst_ctx, [item.fix]).code)
+            item.fix.edits = text_edits(original, apply_fixes(cst_ctx, [item.fix]).code)
     return cst_ctx
 
 

@@ -59,11 +59,11 @@ def _summarize_task(task: tuple[str, str, ProjectFacts]) -> dict | None:
         return None  # the file is reported when it is linted; the index just lacks it
 
 
-def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts]) -> tuple[list[dict], str | None]:
-    path, raw, codes, assume_xla, facts = task
+def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, bool]) -> tuple[list[dict], str | None]:
+    path, raw, codes, assume_xla, facts, with_edits = task
     try:
         source = decode_source(Path(path), raw)
-        found = lint_source(source, [RULES_BY_CODE[c] for c in codes], with_edits=True, assume_xla=assume_xla,
+        found = lint_source(source, [RULES_BY_CODE[c] for c in codes], with_edits=with_edits, assume_xla=assume_xla,
                             project=facts)
         return [d.to_json() for d in found], None
     except SourceError as exc:
@@ -90,8 +90,10 @@ def _fix_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, bool]
 
 class Workspace:
     def __init__(self, settings: Settings, rules, *, jobs: int | None = None, cache: bool = True,
-                 cache_dir: Path | None = None) -> None:
+                 cache_dir: Path | None = None, with_edits: bool = True) -> None:
         self.settings = settings
+        # the text edits of each fix (JSON output); without them a fix is only built, never applied
+        self.with_edits = with_edits
         self.rules = rules
         self.jobs = max(1, jobs or os.cpu_count() or 1)
         self.use_cache = cache
@@ -203,12 +205,13 @@ class Workspace:
         for path, raw in _readable(files, outcomes):
             codes = self._codes(path)
             root = project_root(path)
-            key = digest(repr((digest(raw), codes, self.settings.assume_xla, facts[path].key(), __version__)).encode())
+            key = digest(repr((digest(raw), codes, self.settings.assume_xla, facts[path].key(), self.with_edits,
+                               __version__)).encode())
             cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(_relative(path.resolve(), root), key))
             if cached is not None:
                 outcomes[path] = cached
                 continue
-            tasks.append((str(path), raw, codes, self.settings.assume_xla, facts[path]))
+            tasks.append((str(path), raw, codes, self.settings.assume_xla, facts[path], self.with_edits))
             keys.append((path, root, key))
         for (path, root, key), (found, error) in zip(keys, self._map(_check_task, tasks)):
             outcomes[path] = _outcome(path, found, error)
