@@ -18,6 +18,8 @@ from xlalint.engine import fix_source, lint_source  # noqa: E402
 from xlalint.rules import ALL_RULES  # noqa: E402
 from xlalint.source import SourceError, decode_source  # noqa: E402
 
+# generated programs are odd on purpose (`1()`, `b""()`): Python warns when this test parses them
+pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")
 FUZZ = settings(max_examples=150, derandomize=True, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 
