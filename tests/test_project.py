@@ -124,3 +124,24 @@ def test_an_unchanged_project_reuses_its_facts(run_cli, package):
     data["results"] = {"#facts": data["results"]["#facts"]}
     entry.write_text(json.dumps(data))
     assert run_cli(*args)[1] == first
+
+
+def test_editing_a_rule_invalidates_the_cache():
+    """Rules live outside xlalint/ in a source checkout: their edits must still change the key."""
+    import os
+
+    import xlalint.rules.host_sync as family
+    from xlalint.cache import code_fingerprint
+
+    path = family.__file__
+    before = os.stat(path)
+    code_fingerprint.cache_clear()
+    old = code_fingerprint()
+    try:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+        code_fingerprint.cache_clear()
+        assert code_fingerprint() != old
+    finally:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        code_fingerprint.cache_clear()
+    assert code_fingerprint() == old

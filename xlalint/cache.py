@@ -28,16 +28,19 @@ def digest(data: bytes) -> str:
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """The version plus the size and mtime of every module of the installed package: a cache
-    written by other code (an edited checkout, another install) is never read."""
-    package = Path(__file__).resolve().parent
+    """The version plus the size and mtime of every module of the installed package and of its
+    rules (a folder of their own in a source checkout): a cache written by other code (an edited
+    checkout, another install) is never read."""
+    from . import rules  # installed as xlalint.rules; outside xlalint/ in an editable checkout
+
     stats = []
-    for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.toml")):
-        try:
-            info = path.stat()
-        except OSError:
-            continue
-        stats.append((path.relative_to(package).as_posix(), info.st_size, info.st_mtime_ns))
+    for package in sorted({Path(__file__).resolve().parent, Path(rules.__file__).resolve().parent}):
+        for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.toml")):
+            try:
+                info = path.stat()
+            except OSError:
+                continue
+            stats.append((path.as_posix(), info.st_size, info.st_mtime_ns))
     return digest(repr((__version__, FORMAT, stats)).encode())
 
 
