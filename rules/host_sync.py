@@ -959,7 +959,8 @@ class PythonBuiltinOverTensor(Rule):
                 loss.backward()
                 seen = any(batch)
             """
-        ),        Valid(
+        ),
+        Valid(
             """
             def forward(self, hidden, router_logits):
                 top = router_logits.argmax(-1)

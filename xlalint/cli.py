@@ -93,7 +93,7 @@ def check(paths, config, select, extend_select, ignore, force_exclude, assume_xl
     """Lint PATHS (default: the current directory)."""
     try:
         settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
-                                                        assume_xla)
+                                                   assume_xla)
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
@@ -133,7 +133,7 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
         sys.exit(EXIT_ERROR)
     try:
         settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
-                                                        assume_xla)
+                                                   assume_xla)
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
