@@ -348,13 +348,7 @@ class ProjectIndex:
         for summary, call, target in resolved:
             if call.hot and call.caller and not call.looped:
                 callers[target].append((summary.path, call.caller))
-        work = list(training)
-        while work:
-            for caller in callers.get(work.pop(), ()):
-                if caller not in training:
-                    training.add(caller)
-                    work.append(caller)
-        return training
+        return _reachable(training, callers)
 
     def _per_step(self, resolved) -> set[FunctionRef]:
         edges: dict[FunctionRef, list[FunctionRef]] = defaultdict(list)
@@ -364,13 +358,19 @@ class ProjectIndex:
                 hot.add(target)
             elif call.hot and call.caller:
                 edges[(summary.path, call.caller)].append(target)
-        work = list(hot)
-        while work:
-            for target in edges.get(work.pop(), ()):
-                if target not in hot:
-                    hot.add(target)
-                    work.append(target)
-        return hot
+        return _reachable(hot, edges)
+
+
+def _reachable(seeds: set[FunctionRef], edges: dict[FunctionRef, list[FunctionRef]]) -> set[FunctionRef]:
+    """`seeds` and every function reachable from them along `edges`."""
+    found = set(seeds)
+    work = list(found)
+    while work:
+        for following in edges.get(work.pop(), ()):
+            if following not in found:
+                found.add(following)
+                work.append(following)
+    return found
 
 
 def _class_of(summary: ModuleSummary, caller: str) -> str | None:
