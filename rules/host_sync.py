@@ -6,6 +6,7 @@ import ast
 
 from xlalint.analysis.names import argument, dotted_name, is_constant, is_string, keyword_value, last_part, method_name
 from xlalint.analysis.names import keyword, positional, receiver, string_value
+from xlalint.analysis.reads import argument_reads
 from xlalint.analysis.steps import is_step_loop
 from xlalint.analysis.tensors import Kind, names_cpu
 from xlalint.rule import Invalid, Rule, Valid
@@ -1298,3 +1299,128 @@ class WaitDeviceOpsInStep(Rule):
         order = self.ctx.index.order
         return any(order[call] > order[node] and self.ctx.qualified_name(call.func) in self.CLOCKS
                    for call in self.ctx.calls_within(owner))
+
+
+class HelperReadInStep(Rule):
+    """## What it does
+    Flags a per-step call of a function of another module of the project that reads the device
+    tensor it is given to the host (`.item()`, `.tolist()`, `.cpu()`, `.numpy()`, `float(t.sum())`)
+    on every call: an input check, a metric or a logging helper. (A helper in the same module is
+    per step itself, and its read is reported where it is, by XLA101-XLA103.)
+
+    ## Why is this bad?
+    The read is a host sync like any other `.item()` in the loop: the pending graph compiles and
+    runs there and the step is cut in two. Inside the helper it looks harmless (the helper may also
+    be called with CPU tensors, before `.to(device)`); the cost is at the call that hands it a device
+    tensor every step, so that call is reported, with the line of the read.
+
+    ## Example
+    ```python
+    # checks.py
+    def check_targets(targets, num_classes):
+        if targets.max().item() >= num_classes:
+            raise ValueError("label out of range")
+
+    # train.py
+    from checks import check_targets
+
+    for x, y in pl.MpDeviceLoader(loader, device):
+        check_targets(y, num_classes)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        xm.optimizer_step(optimizer)
+    ```
+
+    Use instead:
+    ```python
+    for x, y in loader:  # check on the host, before the batch moves to the device
+        check_targets(y, num_classes)
+        x, y = x.to(device), y.to(device)
+        ...
+    ```
+    or check every N steps, or once on the dataset.
+
+    ## Fix safety
+    No automatic fix.
+    """
+
+    code, name, category = "XLA109", "helper-read-in-step", "item_sync"
+    summary = "`{helper}()` reads the device tensor passed as `{param}` to the host ({what} at {where}): a sync every step"
+    hint = "check or log on the host before `.to(device)`, every N steps, or keep the helper's result on the device"
+
+    VALID = [
+        Valid(
+            """
+            from checks import check_targets
+
+            loader = DataLoader(dataset, batch_size=32)
+            for x, y in loader:  # host tensors
+                check_targets(y, num_classes)
+                x, y = x.to(device), y.to(device)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+            """,
+            modules={"checks.py": """
+                def check_targets(targets, num_classes):
+                    if targets.max().item() >= num_classes:
+                        raise ValueError("label out of range")
+                """},
+        ),
+        Valid(
+            """
+            from checks import check_targets
+
+            for step, (x, y) in enumerate(pl.MpDeviceLoader(loader, device)):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                xm.optimizer_step(optimizer)
+                if step % 100 == 0:
+                    check_targets(y, num_classes)
+            """,
+            modules={"checks.py": """
+                def check_targets(targets, num_classes):
+                    if targets.max().item() >= num_classes:
+                        raise ValueError("label out of range")
+                """},
+        ),
+        Valid(
+            """
+            def check_targets(targets, num_classes):  # the read itself is reported, as XLA101
+                if targets.max().item() >= num_classes:
+                    raise ValueError("label out of range")
+
+            for x, y in pl.MpDeviceLoader(loader, device):
+                check_targets(y, num_classes)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                xm.optimizer_step(optimizer)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from checks import check_targets
+
+            for x, y in pl.MpDeviceLoader(loader, device):
+                check_targets(y, num_classes)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                xm.optimizer_step(optimizer)
+            """,
+            line=4,
+            modules={"checks.py": """
+                def check_targets(targets, num_classes):
+                    if targets.max().item() >= num_classes:
+                        raise ValueError("label out of range")
+                """},
+        ),
+    ]
+
+    def visit_Call(self, node: ast.Call) -> None:
+        for helper, where, read, value in argument_reads(self.ctx, node, through=""):
+            if self.ctx.on_device(value) and reportable_sync(self.ctx, node):
+                self.report(node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`",
+                                                      where=where))
+                return

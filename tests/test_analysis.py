@@ -687,3 +687,18 @@ def test_unit_tests_named_like_losses_are_no_step_functions(name, step):
     ctx = context(f"def {name}(self, batch):\n    return batch.sum()\n")
     func = next(n for n in ast.walk(ctx.tree) if isinstance(n, ast.FunctionDef))
     assert ctx.is_step_function(func) is step
+
+
+def test_a_loop_target_is_the_value_before_its_rebinding_in_the_body():
+    """`for x, y in loader: f(y); y = y.to(device)`: at `f(y)`, y is the loader's element, not
+    the device copy made later in the same iteration."""
+    ctx = context("""
+        loader = DataLoader(dataset, batch_size=8)
+        for x, y in loader:
+            check(y)
+            y = y.to(device)
+            use(y)
+    """)
+    before, after = (call_named(ctx, "check").args[0], call_named(ctx, "use").args[0])
+    assert ctx.tensor_kind(before) == Kind.CPU
+    assert ctx.tensor_kind(after) == Kind.DEVICE

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .analysis.context import FileContext
-from .analysis.project import NO_PROJECT, ProjectFacts
+from .analysis.project import NO_PROJECT, ProjectFacts, ProjectIndex, summarize
 from .diagnostics import Diagnostic, Fix, Location
 from .noqa import parse_noqa
 from .rule import FixBuilder, Rule
@@ -150,6 +150,13 @@ def _diagnostic(source: SourceFile, item: _Found) -> Diagnostic:
 
 def analyse(source: SourceFile, *, assume_xla: bool = False, project: ProjectFacts = NO_PROJECT) -> FileContext:
     return FileContext(source.path, parse(source), SourceText(source.text), assume_xla=assume_xla, project=project)
+
+
+def example_facts(source: SourceFile, others: list[SourceFile] = ()) -> ProjectFacts:
+    """The project facts of a file whose project is itself and `others` (a rule's example and its
+    other modules, named by their paths)."""
+    summaries = [summarize(analyse(s), s.path.with_suffix("").as_posix().replace("/", ".")) for s in (source, *others)]
+    return ProjectIndex(summaries).facts().get(summaries[0].path, NO_PROJECT)
 
 
 def lint_source(

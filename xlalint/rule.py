@@ -14,7 +14,7 @@ import ast
 import inspect
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ClassVar
 
 from .diagnostics import CATEGORIES, Applicability, Fix
@@ -31,12 +31,14 @@ DOC_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "Use ins
 
 @dataclass(frozen=True)
 class Valid:
-    """Code the rule must not report."""
+    """Code the rule must not report. `modules`: other modules of its project, by file name."""
 
     code: str
+    modules: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "code", _dedent(self.code))
+        object.__setattr__(self, "modules", {k: _dedent(v) for k, v in self.modules.items()})
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,18 @@ class Invalid:
     """Code the rule must report exactly once, on 1-based `line`.
 
     `expected_replacement` is the whole file after applying the rule's fixes at `applicability`
-    (None: the rule offers no fix for this case).
+    (None: the rule offers no fix for this case). `modules`: other modules of its project, by file name.
     """
 
     code: str
     line: int | None = None
     expected_replacement: str | None = None
     applicability: Applicability = Applicability.SAFE
+    modules: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "code", _dedent(self.code))
+        object.__setattr__(self, "modules", {k: _dedent(v) for k, v in self.modules.items()})
         if self.expected_replacement is not None:
             object.__setattr__(self, "expected_replacement", _dedent(self.expected_replacement))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .diagnostics import Applicability
-from .engine import fix_source, lint_source
+from .engine import example_facts, fix_source, lint_source
 from .rule import Invalid, Rule, Valid
 from .source import decode_source
 
@@ -26,18 +26,27 @@ def rule_cases(rules: list[type[Rule]]):
             yield pytest.param(rule, case, id=f"{rule.code}-{rule.name}-INVALID_{i}")
 
 
-def lint_code(code: str, rules: list[type[Rule]], path: str = "example.py", with_edits: bool = False):
+def lint_code(code: str, rules: list[type[Rule]], path: str = "example.py", with_edits: bool = False,
+              modules: dict[str, str] | None = None):
+    """Findings in `code` (its project: itself and `modules`, file name -> code)."""
     # rule examples are fragments that need not mention torch: no prefilter
-    return lint_source(decode_source(Path(path), code.encode()), rules, with_edits=with_edits, prefilter=False)
+    source = decode_source(Path(path), code.encode())
+    return lint_source(source, rules, with_edits=with_edits, prefilter=False, project=_facts(source, modules))
 
 
-def fix_code(code: str, rules: list[type[Rule]], unsafe: bool, path: str = "example.py") -> str:
-    result = fix_source(decode_source(Path(path), code.encode()), rules, unsafe=unsafe, prefilter=False)
+def _facts(source, modules: dict[str, str] | None):
+    return example_facts(source, [decode_source(Path(name), text.encode()) for name, text in (modules or {}).items()])
+
+
+def fix_code(code: str, rules: list[type[Rule]], unsafe: bool, path: str = "example.py",
+             modules: dict[str, str] | None = None) -> str:
+    source = decode_source(Path(path), code.encode())
+    result = fix_source(source, rules, unsafe=unsafe, prefilter=False, project=_facts(source, modules))
     return (result.fixed or code.encode()).decode()
 
 
 def check_case(rule: type[Rule], case: Valid | Invalid) -> None:
-    found = lint_code(case.code, [rule], with_edits=True)
+    found = lint_code(case.code, [rule], with_edits=True, modules=case.modules)
     if isinstance(case, Valid):
         assert not found, f"{rule.code} reported valid code:\n{case.code}\n{[d.message for d in found]}"
         return
@@ -54,8 +63,9 @@ def check_case(rule: type[Rule], case: Valid | Invalid) -> None:
     assert diagnostic.fix.edits, "a fix must come with its text edits"
     unsafe = case.applicability is Applicability.UNSAFE
     if unsafe:
-        assert fix_code(case.code, [rule], unsafe=False) == case.code, "an unsafe fix was applied without opt-in"
-    fixed = fix_code(case.code, [rule], unsafe=unsafe)
+        assert fix_code(case.code, [rule], unsafe=False, modules=case.modules) == case.code, \
+            "an unsafe fix was applied without opt-in"
+    fixed = fix_code(case.code, [rule], unsafe=unsafe, modules=case.modules)
     assert fixed == case.expected_replacement, f"fix mismatch:\n--- got\n{fixed}\n--- expected\n{case.expected_replacement}"
     compile(fixed, "fixed.py", "exec")
-    assert fix_code(fixed, [rule], unsafe=unsafe) == fixed, "fixing twice changed the code again"
+    assert fix_code(fixed, [rule], unsafe=unsafe, modules=case.modules) == fixed, "fixing twice changed the code again"

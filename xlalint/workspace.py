@@ -18,6 +18,7 @@ from pathlib import Path
 from . import __version__
 from .analysis.project import (NO_PROJECT, ModuleSummary, ProjectFacts, ProjectIndex, module_name, project_root, source_root,
                                summarize, summary_from_json, summary_to_json)
+from .analysis.reads import ParamRead
 from .cache import CACHE_DIR_NAME, ProjectCache, digest
 from .config import Settings
 from .diagnostics import Diagnostic
@@ -57,6 +58,10 @@ def _summarize_task(task: tuple[str, str, ProjectFacts]) -> dict | None:
         return summary_to_json(summarize(analyse(source, project=facts), name))
     except (SourceError, OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # the file is reported when it is linted; the index just lacks it
+    except Exception:  # a bug in xlalint: the index lacks the file rather than the run failing
+        if os.environ.get("XLALINT_DEBUG"):
+            raise
+        return None
 
 
 def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, bool]) -> tuple[list[dict], str | None]:
@@ -255,13 +260,16 @@ def _read(convert, entry):
 
 
 def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
-    return {path: [sorted(f.steps), sorted(f.called), sorted(f.training_calls)]
+    return {path: [sorted(f.steps), sorted(f.called), sorted(f.training_calls),
+                   [[list(at), helper, where, [list(r) for r in reads]] for at, helper, where, reads in f.helper_reads]]
             for path, f in facts.items() if f != NO_PROJECT}
 
 
 def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
-    return {path: ProjectFacts(frozenset(steps), frozenset(called), frozenset(tuple(c) for c in calls))
-            for path, (steps, called, calls) in data.items()}
+    return {path: ProjectFacts(frozenset(steps), frozenset(called), frozenset(tuple(c) for c in calls),
+                               tuple((tuple(at), helper, where, tuple(ParamRead(*r) for r in reads))
+                                     for at, helper, where, reads in helper_reads))
+            for path, (steps, called, calls, helper_reads) in data.items()}
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:

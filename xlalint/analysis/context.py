@@ -7,9 +7,10 @@ from functools import cached_property
 from pathlib import Path
 
 from . import guards, steps
-from .index import FUNCTIONS, ModuleIndex, build_index, loop_bindings
+from .index import FUNCTIONS, ModuleIndex, build_index, loop_bindings, target_names
 from .names import dotted_name, function_params, keyword_value, last_part, positional
 from .project import NO_PROJECT, ProjectFacts, qualname
+from .reads import ParamRead
 from ..source import SourceText
 from .tensors import Kind, TensorInference
 
@@ -154,6 +155,17 @@ class FileContext:
         return bool(self.project.training_calls) and \
             (call.lineno, self.text.column(call.lineno, call.col_offset)) in self.project.training_calls
 
+    @cached_property
+    def _helper_reads(self) -> dict[tuple[int, int], tuple[str, str, tuple[ParamRead, ...]]]:
+        return {at: (helper, path, reads) for at, helper, path, reads in self.project.helper_reads}
+
+    def helper_reads(self, call: ast.Call) -> tuple[str, str, tuple[ParamRead, ...]] | None:
+        """(the function as called, its file, its host reads of its arguments) when `call` runs a
+        project function that reads an argument to the host on every call (see `reads`)."""
+        if not self.project.helper_reads:
+            return None
+        return self._helper_reads.get((call.lineno, self.text.column(call.lineno, call.col_offset)))
+
     def is_per_step(self, node: ast.AST, *, periodic: bool = False) -> bool:
         return steps.is_per_step(self, node, periodic=periodic)
 
@@ -232,14 +244,27 @@ class FileContext:
         inside = set(self.index.ancestors(name))
         before = [v for v in values if order.get(v, 0) < position and v not in inside]
         if not before:
-            # a parameter is the reaching definition; otherwise a loop may carry a later assignment round
-            return [] if self.parameter(name) is not None else values
+            # a parameter, or the target of a loop around the use, is the reaching definition;
+            # otherwise a loop may carry a later assignment round
+            return [] if self.parameter(name) is not None or self._loop_target(name, scope) else values
         reaching = [before[-1]]
         for value in reversed(before[:-1]):
             if reaching[-1] not in self.index.augmented:
                 break
             reaching.append(value)
         return reaching
+
+    def _loop_target(self, name: ast.Name, scope: ast.AST) -> bool:
+        """A `for` loop around `name` (within its scope) binds it at every iteration."""
+        child: ast.AST = name
+        for anc in self.index.ancestors(name):
+            if anc is scope:
+                return False
+            if isinstance(anc, (ast.For, ast.AsyncFor)) and self.index.field_of(child) != "iter" and \
+                    name.id in target_names(anc.target):
+                return True
+            child = anc
+        return False
 
     def _scope_values(self, scope: ast.AST, name: str) -> list[ast.expr]:
         per_scope = self.index.assignments.get(scope)

@@ -12,12 +12,14 @@ from the same `ast` analysis as the rules and cached by content hash.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .index import FUNCTIONS
-from .names import dotted_name, last_part
+from .names import dotted_name, last_part, method_name
+from .reads import READ_METHODS, ParamRead, parameter_reads
 from .steps import _gated, in_loop_within, in_raise, trains
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -47,9 +49,12 @@ class ProjectFacts:
     steps: frozenset[str] = frozenset()  # its functions other modules call every step (qualnames)
     called: frozenset[str] = frozenset()  # its functions other modules call at all
     training_calls: frozenset[tuple[int, int]] = frozenset()  # its calls (line, column) of trainers elsewhere
+    # its calls of functions that read an argument to the host on every call: (line, column) ->
+    # (the function as called, the file defining it, what it reads)
+    helper_reads: tuple[tuple[tuple[int, int], str, str, tuple[ParamRead, ...]], ...] = ()
 
     def key(self) -> str:
-        return repr((sorted(self.steps), sorted(self.called), sorted(self.training_calls)))
+        return repr((sorted(self.steps), sorted(self.called), sorted(self.training_calls), self.helper_reads))
 
 
 NO_PROJECT = ProjectFacts()
@@ -65,6 +70,7 @@ class ModuleSummary:
     step_functions: set[str] = field(default_factory=set)  # per step by the module's own analysis
     trains: set[str] = field(default_factory=set)  # run a backward or optimizer step every call
     calls: list[CallSite] = field(default_factory=list)
+    reads: dict[str, list[ParamRead]] = field(default_factory=dict)  # qualname -> its arguments' host reads
 
 
 # -- where a file belongs ----------------------------------------------------------------------------
@@ -110,6 +116,8 @@ def summarize(ctx, name: str) -> ModuleSummary:
     index = ctx.index
     package = name if Path(str(ctx.path)).name == "__init__.py" else name.rpartition(".")[0]
     summary = ModuleSummary(str(ctx.path), name)
+    has_reads = any(method_name(c) in READ_METHODS or isinstance(c.func, ast.Name) and c.func.id in ("float", "int", "bool")
+                    for c in index.calls)
     for binding in index.import_bindings:
         summary.imports.setdefault(binding.name, binding.qualified)
     for node in index.by_type.get(ast.ImportFrom, ()):
@@ -130,6 +138,10 @@ def summarize(ctx, name: str) -> ModuleSummary:
                 summary.step_functions.add(qualified)
             if trains(ctx, func):
                 summary.trains.add(qualified)
+            if has_reads:
+                reads = parameter_reads(ctx, func)
+                if reads:
+                    summary.reads[qualified] = reads
     for call in index.calls:
         _summarize_call(ctx, summary, call)
     return summary
@@ -216,6 +228,7 @@ class ProjectIndex:
     def __init__(self, summaries: list[ModuleSummary]) -> None:
         self.summaries = {s.path: s for s in summaries}
         self._resolved: list | None = None
+        self._defining: dict[str, list[ModuleSummary]] | None = None
         self.by_name: dict[str, list[ModuleSummary]] = defaultdict(list)
         for s in summaries:
             self.by_name[s.name].append(s)
@@ -239,6 +252,29 @@ class ProjectIndex:
                 return module, ".".join(parts[split:])
         return None
 
+    def unresolved_import(self, qualified: str, near: ModuleSummary) -> tuple[ModuleSummary, str] | None:
+        """`utils.trainer.check` where the project has no module `utils.trainer`: a script run with
+        another folder on `sys.path`, or a module copied or renamed (`kwt_utils_trainer.py`). Taken to
+        be the project's only module whose name ends with the imported one and that defines the name."""
+        parts = qualified.split(".")
+        for split in range(len(parts) - 1, 0, -1):
+            head = parts[split]
+            ending = _module_ending(parts[:split])
+            found = [s for s in self.defining(head) if s is not near and ending.search(s.name)]
+            if len(found) == 1:
+                return found[0], ".".join(parts[split:])
+        return None
+
+    def defining(self, name: str) -> list[ModuleSummary]:
+        """The modules defining a top-level function or class `name`."""
+        if self._defining is None:
+            self._defining = defaultdict(list)
+            for s in self.summaries.values():
+                for top in {*s.functions, *s.classes}:
+                    if "." not in top:
+                        self._defining[top].append(s)
+        return self._defining.get(name, [])
+
     def resolve_name(self, summary: ModuleSummary, dotted: str, depth: int = 0) -> tuple[ModuleSummary, str] | None:
         """What `dotted`, written in `summary`'s module, names: a (module, qualname) of a function
         or class defined in the project."""
@@ -251,6 +287,8 @@ class ProjectIndex:
         if qualified is None:
             return None
         found = self.symbol(f"{qualified}.{rest}" if rest else qualified, summary)
+        if found is None:
+            found = self.unresolved_import(f"{qualified}.{rest}" if rest else qualified, summary)
         if found is None:
             return None
         module, name = found
@@ -330,6 +368,7 @@ class ProjectIndex:
         steps: dict[str, set[str]] = defaultdict(set)
         called: dict[str, set[str]] = defaultdict(set)
         training_calls: dict[str, set[tuple[int, int]]] = defaultdict(set)
+        helper_reads: dict[str, set] = defaultdict(set)
         for path, name in hot:
             if name not in self.summaries[path].step_functions:
                 steps[path].add(name)
@@ -338,7 +377,11 @@ class ProjectIndex:
                 called[path].add(name)
             if (path, name) in training:  # local ones too: receiver classes resolve only here
                 training_calls[summary.path].add((call.line, call.column))
-        return {path: ProjectFacts(frozenset(steps[path]), frozenset(called[path]), frozenset(training_calls[path]))
+            reads = self.summaries[path].reads.get(name)
+            if reads and call.hot and path != summary.path:  # a local helper's read is reported where it is
+                helper_reads[summary.path].add(((call.line, call.column), call.callee, path, tuple(reads)))
+        return {path: ProjectFacts(frozenset(steps[path]), frozenset(called[path]), frozenset(training_calls[path]),
+                                   tuple(sorted(helper_reads[path])))
                 for path in self.summaries}
 
     def _training(self, resolved) -> set[FunctionRef]:
@@ -373,6 +416,12 @@ def _reachable(seeds: set[FunctionRef], edges: dict[FunctionRef, list[FunctionRe
     return found
 
 
+def _module_ending(parts: list[str]) -> re.Pattern:
+    """Matches a module name ending with the dotted `parts`, whether as packages (`src.utils.trainer`)
+    or joined into one file name (`kwt_utils_trainer`)."""
+    return re.compile(r"(^|[._])" + r"[._]+".join(map(re.escape, parts)) + "$")
+
+
 def _class_of(summary: ModuleSummary, caller: str) -> str | None:
     """The class a method belongs to: `Trainer` for `Trainer.step` (nested classes included)."""
     owner = caller.rpartition(".")[0]
@@ -389,10 +438,12 @@ def summary_to_json(s: ModuleSummary) -> dict:
     return {"path": s.path, "name": s.name, "imports": s.imports, "classes": s.classes, "functions": s.functions,
             "step_functions": sorted(s.step_functions), "trains": sorted(s.trains),
             "calls": [[c.caller, c.callee, c.receiver_class, c.hot, c.per_step, c.looped, c.line, c.column]
-                      for c in s.calls]}
+                      for c in s.calls],
+            "reads": {name: [list(r) for r in reads] for name, reads in s.reads.items()}}
 
 
 def summary_from_json(data: dict) -> ModuleSummary:
     return ModuleSummary(data["path"], data["name"], dict(data["imports"]), {k: list(v) for k, v in data["classes"].items()},
                          dict(data["functions"]), set(data["step_functions"]), set(data["trains"]),
-                         [CallSite(*c) for c in data["calls"]])
+                         [CallSite(*c) for c in data["calls"]],
+                         {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()})

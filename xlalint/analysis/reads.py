@@ -1,0 +1,246 @@
+"""Which arguments a function reads to the host every time it runs.
+
+`def validate(targets): if targets.max().item() >= n: raise ...` costs nothing where it is defined:
+its cost lands at each call that passes a device tensor every step. The project index records,
+per function, the parameters whose values (or values computed from them) it converts to Python
+(`.item()`, `.tolist()`, `.cpu()`, `.numpy()`, `float(t.sum())`) on every call; a rule then reports
+the per-step calls that pass a device tensor for one of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from typing import TYPE_CHECKING, NamedTuple
+
+from .index import target_names
+from .names import dotted_name, keyword_value, method_name, positional, receiver
+from .steps import _gated, in_raise
+
+if TYPE_CHECKING:
+    from .context import FileContext
+
+READ_METHODS = {"item": ".item()", "tolist": ".tolist()", "cpu": ".cpu()", "numpy": ".numpy()"}
+# `float(t.sum())`: a conversion of a tensor op's result (not of a number computed earlier)
+TENSOR_RESULTS = {"sum", "mean", "max", "min", "amax", "amin", "norm", "any", "all", "argmax", "argmin", "prod",
+                  "std", "var", "median", "count_nonzero", "float", "double", "long", "int", "detach", "squeeze"}
+# going through these makes a parameter's value module weights: it was a model, not a tensor
+MODULE_WEIGHTS = {"parameters", "named_parameters", "buffers", "named_buffers"}
+MAX_DEPTH = 8  # assignments followed back from a read
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+METADATA_METHODS = {"size", "dim", "numel", "nelement", "ndimension", "get_device", "is_floating_point"}
+METADATA_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"}
+
+
+class ParamRead(NamedTuple):
+    param: str  # the parameter's name
+    position: int | None  # its index among positional parameters (after self/cls); None: keyword-only
+    line: int  # where the function reads it to the host
+    what: str  # ".item()", "float()"
+    through: str  # "weights": of a module passed for it (`for p in model.parameters()`); "grads": their
+    # gradients (`p.grad.norm()`: hand-written clipping or gradient logging); "": the value itself
+    unless: str = ""  # only when this parameter is left out or None (`if max_len is None: max_len = ...`)
+    unless_position: int | None = None
+
+
+def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead]:
+    """The host reads in `func` of values computed from its parameters, on every call: not behind
+    a gate, not off XLA, not in an error being raised (nested functions are their own)."""
+    params = [*func.args.posonlyargs, *func.args.args]
+    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
+        params = params[1:]
+    positions = {p.arg: i for i, p in enumerate(params)}
+    names = [p.arg for p in (*params, *func.args.kwonlyargs)]
+    if not names:
+        return []
+    origins = _Origins(ctx, set(names))
+    found: list[ParamRead] = []
+    for call in ctx.calls_within(func):
+        what, operand = _read(call)
+        if what is None:
+            continue
+        sources = [o for o in map(origins.of, _uses(operand)) if o is not None]
+        if not sources or in_raise(ctx, call) or ctx.in_non_xla_code(call) or _gated(ctx, call, func):
+            continue
+        unless = _only_without(ctx, call, func, names)
+        for origin, through in dict.fromkeys(sources):
+            found.append(ParamRead(origin, positions.get(origin), call.lineno, what, _through(operand, through),
+                                   unless or "", positions.get(unless) if unless else None))
+    return found
+
+
+def _read(call: ast.Call) -> tuple[str | None, ast.expr | None]:
+    """(".item()", receiver) for a host read, else (None, None)."""
+    method = method_name(call)
+    if method in READ_METHODS and not call.args and not call.keywords:
+        return READ_METHODS[method], receiver(call)
+    name = dotted_name(call.func)
+    if name in ("float", "int", "bool") and len(call.args) == 1 and not call.keywords:
+        operand = call.args[0]
+        if isinstance(operand, ast.Call) and method_name(operand) in TENSOR_RESULTS:
+            return f"{name}()", operand
+    return None, None
+
+
+class _Origins:
+    """Which parameter a name's value at a use is computed from, following the assignments that
+    reach the use (`n = sum(...); n = torch.as_tensor(n); n.item()` reads the second). Values
+    converted to Python on the way (`n = int(t.max().item())`) are not followed: they are numbers."""
+
+    def __init__(self, ctx: "FileContext", params: set[str]) -> None:
+        self.ctx = ctx
+        self.params = params
+        self.memo: dict[ast.Name, tuple[str, str] | None] = {}
+
+    def of(self, name: ast.Name, depth: int = 0) -> tuple[str, str] | None:
+        if name in self.memo:
+            return self.memo[name]
+        self.memo[name] = None  # a cycle through a loop adds nothing
+        found = self._compute(name, depth) if depth <= MAX_DEPTH else None
+        self.memo[name] = found
+        return found
+
+    def _compute(self, name: ast.Name, depth: int) -> tuple[str, str] | None:
+        if name not in self.ctx.index.parents:
+            return None  # part of a value the index derived (`a, b = t` gives `a` the value `t[0]`)
+        values = self.ctx.reaching_values(name)
+        if not values:
+            values = self.ctx.loop_iterables(name)
+        if not values:
+            return (name.id, "") if name.id in self.params and self.ctx.parameter(name) is not None else None
+        for value in values:
+            if _converted(value):
+                continue
+            for use in _uses(value):
+                origin = self.of(use, depth + 1)
+                if origin is not None:
+                    return origin[0], _through(value, origin[1])
+        return None
+
+
+def _uses(expr: ast.AST | None) -> list[ast.Name]:
+    """The names whose values `expr` uses: not their metadata (`len(t)`, `t.shape`, `t.size(0)`,
+    `t.device`), which is known on the host, nor names a comprehension binds."""
+    found: list[ast.Name] = []
+    stack = [expr] if expr is not None else []
+    while stack:
+        node = stack.pop()
+        if _metadata(node):
+            continue
+        if isinstance(node, ast.Name):
+            found.append(node)
+        elif isinstance(node, _COMPREHENSIONS):
+            # `sum(len(t["boxes"]) for t in targets)` uses the elements' metadata only
+            bound = {name for g in node.generators for name in target_names(g.target)}
+            parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+            parts += [test for g in node.generators for test in g.ifs]
+            used = [n for part in parts for n in _uses(part)]
+            found += [n for n in used if n.id not in bound]
+            if any(n.id in bound for n in used):
+                stack.extend(g.iter for g in node.generators)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _metadata(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        return method_name(node) in METADATA_METHODS or dotted_name(node.func) in ("len", "isinstance", "type")
+    return isinstance(node, ast.Attribute) and node.attr in METADATA_ATTRIBUTES
+
+
+def _only_without(ctx: "FileContext", node: ast.AST, func: ast.AST, params: list[str]) -> str | None:
+    """The parameter `node` runs only without: in the body of `if p is None:` / `if not p:`, or the
+    `else` of `if p is not None:` / `if p:`."""
+    child = node
+    for anc in ctx.index.ancestors(node):
+        if anc is func:
+            return None
+        if isinstance(anc, ast.If):
+            field = ctx.index.field_of(child)
+            name, absent = _tests_absent(anc.test)
+            if name in params and (field == "body") == absent and field in ("body", "orelse"):
+                return name
+        child = anc
+    return None
+
+
+def _tests_absent(test: ast.expr) -> tuple[str | None, bool]:
+    """("p", True) for `p is None` / `not p`, ("p", False) for `p is not None` / `p`."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name):
+        return test.operand.id, True
+    if isinstance(test, ast.Name):
+        return test.id, False
+    if isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and len(test.ops) == 1 and \
+            isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+        if isinstance(test.ops[0], ast.Is):
+            return test.left.id, True
+        if isinstance(test.ops[0], ast.IsNot):
+            return test.left.id, False
+    return None, False
+
+
+def _converted(value: ast.expr) -> bool:
+    """`float(...)`, `x.item()`, `len(x)`, `x.shape[0]`: a Python value, whatever it came from."""
+    if isinstance(value, ast.Call):
+        if method_name(value) in READ_METHODS or method_name(value) in ("size", "dim", "numel"):
+            return True
+        return dotted_name(value.func) in ("float", "int", "bool", "len", "str", "isinstance", "type")
+    if isinstance(value, ast.Attribute) and value.attr in ("shape", "dtype", "device", "ndim"):
+        return True
+    if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Attribute) and value.value.attr == "shape":
+        return True
+    return isinstance(value, (ast.Compare, ast.Constant, ast.JoinedStr))
+
+
+def _through(value: ast.expr, before: str) -> str:
+    """What `value` reaches, given what the names it uses reached (`before`)."""
+    nodes = list(ast.walk(value))
+    weights = before in ("weights", "grads") or any(isinstance(n, ast.Call) and method_name(n) in MODULE_WEIGHTS
+                                                     for n in nodes)
+    if weights and (before == "grads" or any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in nodes)):
+        return "grads"
+    return "weights" if weights else ""
+
+
+# -- at the call sites ---------------------------------------------------------------------------------
+
+def argument_reads(ctx: "FileContext", call: ast.Call, *, through: str):
+    """(the helper as called, where it reads, the read, the argument read) for each host read of an
+    argument by the function of another module `call` runs (a helper in the same module is per step
+    itself: its read is reported where it is). An argument moved to the
+    device later in the caller (`check(y); y = y.to(device)`) is still on the host here."""
+    found = ctx.helper_reads(call)
+    if found is None:
+        return
+    helper, path, reads = found
+    here = os.path.abspath(str(ctx.path))
+    for read in sorted(reads, key=lambda r: r.line):
+        if read.unless:
+            given = passed_for(call, read.unless, read.unless_position)
+            if given is not None and not (isinstance(given, ast.Constant) and given.value is None):
+                continue  # `length_to_mask(length, max_len)`: the read computes a default not needed
+        value = passed_for(call, read.param, read.position)
+        if read.through == through and value is not None and not moved_to_device_later(ctx, value, call):
+            yield helper, f"{os.path.relpath(path, os.path.dirname(here))}:{read.line}", read, value
+
+
+def passed_for(call: ast.Call, param: str, position: int | None) -> ast.expr | None:
+    """The argument `call` passes for the parameter `param` (at `position` among the positional ones)."""
+    value = keyword_value(call, param)
+    if value is None and position is not None:
+        args = positional(call)
+        value = args[position] if position < len(args) else None
+    return value
+
+
+def moved_to_device_later(ctx: "FileContext", value: ast.expr, call: ast.Call) -> bool:
+    """`value` is a name that its scope later rebinds to itself moved to a device (`y = y.to(d)`)."""
+    if not isinstance(value, ast.Name):
+        return False
+    order = ctx.index.order
+    for later in ctx.index.assignments.get(ctx.index.scope_of(value), {}).get(value.id, []):
+        if order.get(later, 0) > order[call] and isinstance(later, ast.Call) and \
+                method_name(later) in ("to", "cuda", "xla") and dotted_name(receiver(later)) == value.id:
+            return True
+    return False
