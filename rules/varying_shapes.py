@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from xlalint.analysis.index import FUNCTIONS
+from xlalint.analysis.index import FUNCTIONS, LOOPS
 from xlalint.analysis.names import dotted_name, is_constant, keyword, last_part, method_name, param_default
 from xlalint.analysis.names import positional, receiver, string_value
 from xlalint.analysis.tensors import Kind
@@ -165,6 +165,12 @@ class PadToLongestInBatch(Rule):
     hint = "pad to a fixed length (`padding=\"max_length\", max_length=L`) or to a few buckets (`pad_to_multiple_of=N`)"
 
     VALID = [
+        Valid(
+            """
+            # module level, outside any loop: one call, one padded shape, one compilation
+            prompts = tokenizer(["a prompt", "another prompt"], padding=True, return_tensors="pt")
+            """
+        ),
         Valid(
             """
             collator = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=512)
@@ -380,9 +386,15 @@ class PadToLongestInBatch(Rule):
             return "`batch_pad_right(...)` in a collate function"
         padding = keyword(node, "padding")
         if padding is not None and _longest_padding(padding.value) and not _fixed_padding(node) and \
-                self._tokenizer_call(node) and not _host_only_result(self.ctx, node):
+                self._tokenizer_call(node) and not _host_only_result(self.ctx, node) and not self._runs_once(node):
             return f"`padding={self.ctx.code(padding.value)}`"
         return None
+
+    def _runs_once(self, node: ast.Call) -> bool:
+        """Module-level code outside any loop: one call, one shape, one compilation."""
+        return not any(isinstance(a, (*FUNCTIONS, ast.Lambda, *LOOPS, ast.ListComp, ast.SetComp, ast.GeneratorExp,
+                                          ast.DictComp))
+                       for a in self.ctx.index.ancestors(node))
 
     def _tokenizer_call(self, node: ast.Call) -> bool:
         name = dotted_name(node.func)
