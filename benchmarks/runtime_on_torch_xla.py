@@ -122,9 +122,10 @@ def _run_variant(kind: str, variant: str, steps: int) -> dict:
         params = list(model.parameters())
         clip = {
             "none": lambda: None,
-            "xla_patch_nonfinite": lambda: torch.nn.utils.clip_grad_norm_(params, 1.0, error_if_nonfinite=True),
-            "xla_patch_inf": lambda: torch.nn.utils.clip_grad_norm_(params, 1.0, norm_type=math.inf),
-            "upstream_nonfinite": lambda: upstream_clip(params, 1.0, error_if_nonfinite=True),
+            # the syncing forms are what this benchmark measures the runtime's against
+            "xla_patch_nonfinite": lambda: torch.nn.utils.clip_grad_norm_(params, 1.0, error_if_nonfinite=True),  # noqa: XLA501
+            "xla_patch_inf": lambda: torch.nn.utils.clip_grad_norm_(params, 1.0, norm_type=math.inf),  # noqa: XLA501
+            "upstream_nonfinite": lambda: upstream_clip(params, 1.0, error_if_nonfinite=True),  # noqa: XLA501
             "runtime_nonfinite": lambda: runtime.clip_grad_norm_(params, 1.0, error_if_nonfinite=True),
             "runtime_inf": lambda: runtime.clip_grad_norm_(params, 1.0, norm_type=math.inf),
         }[variant]

@@ -14,7 +14,7 @@ import click
 from . import __version__
 from .config import ConfigError, Settings, load_settings, validate_selectors
 from .diagnostics import Diagnostic
-from .discovery import discover
+from .discovery import NOTEBOOK_MESSAGE, discover
 from .explain import explain_text, rules_table
 from .reporters import FORMATS, printable, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
@@ -44,12 +44,27 @@ def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume
     if ignore:
         settings.ignore += validate_selectors(_split(ignore), ALL_RULES, "--ignore")
     missing: list[str] = []
-    files = discover(targets, settings, force_exclude=force_exclude, missing=missing)
+    notebooks: list[Path] = []
+    files = discover(targets, settings, force_exclude=force_exclude, missing=missing, notebooks=notebooks)
     for message in missing:  # reported, and the other paths still checked (exit 2 at the end)
         _error(message)
+    if notebooks:
+        click.echo(printable(f"note: skipped {len(notebooks)} notebook{'s' if len(notebooks) != 1 else ''} "
+                             f"({notebooks[0]}{', ...' if len(notebooks) > 1 else ''}): {NOTEBOOK_MESSAGE}"), err=True)
     if not files and not missing:
         click.echo("warning: no Python files found under the given paths", err=True)
     return settings, settings.selected_rules(ALL_RULES), files, len(missing)
+
+
+def _apply_color(choice: str | None) -> None:
+    """--color, else the NO_COLOR / FORCE_COLOR conventions (no-color.org, force-color.org), else a
+    terminal check (click's default)."""
+    if choice is None:
+        if os.environ.get("NO_COLOR"):
+            choice = "never"
+        elif os.environ.get("FORCE_COLOR"):
+            choice = "always"
+    click.get_current_context().color = {"always": True, "never": False}.get(choice or "auto")
 
 
 def _selection_options(func):
@@ -70,6 +85,9 @@ def _selection_options(func):
             click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
             click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
                          help="Where to keep the cache (default: .xlalint_cache in each project's root)."),
+            click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None,
+                         help="Colour the output: auto (on a terminal; the default), always, never. Without it, "
+                              "NO_COLOR turns colour off and FORCE_COLOR on."),
         ]
     ):
         func = option(func)
@@ -86,11 +104,21 @@ def main() -> None:
 @_selection_options
 @click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
-@click.option("--unsafe-fixes", is_flag=True, help="Show unsafe fixes as available.")
-@click.option("--statistics", "show_statistics", is_flag=True, help="Count findings per rule.")
-def check(paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir,
-          output_format, exit_zero, unsafe_fixes, show_statistics):
+@click.option("--unsafe-fixes", is_flag=True, help="Show unsafe fixes as available (with --fix: apply them).")
+@click.option("--statistics", "show_statistics", is_flag=True,
+              help="Count findings per rule, with how many are fixable (JSON with --output-format json).")
+@click.option("--fix", "apply_fixes", is_flag=True, help="Apply the fixes, as `xlalint fix --write` (Ruff's spelling).")
+@click.option("--diff", is_flag=True, help="Print the fixes as a diff and change nothing, as `xlalint fix`.")
+@click.pass_context
+def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache,
+          cache_dir, color, output_format, exit_zero, unsafe_fixes, show_statistics, apply_fixes, diff):
     """Lint PATHS (default: the current directory)."""
+    _apply_color(color)
+    if apply_fixes or diff:  # Ruff's `check --fix` / `check --diff`
+        ctx.invoke(fix, paths=paths, config=config, select=select, extend_select=extend_select, ignore=ignore,
+                   force_exclude=force_exclude, assume_xla=assume_xla, quiet=quiet, jobs=jobs, no_cache=no_cache,
+                   cache_dir=cache_dir, color=color, write=not diff, diff=diff, unsafe_fixes=unsafe_fixes)
+        return
     try:
         settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
                                                    assume_xla)
@@ -113,7 +141,7 @@ def check(paths, config, select, extend_select, ignore, force_exclude, assume_xl
         diagnostics += outcome.diagnostics
     diagnostics.sort(key=Diagnostic.sort_key)
     unsafe = unsafe_fixes or settings.unsafe_fixes
-    click.echo(statistics(diagnostics) if show_statistics else render(
+    click.echo(statistics(diagnostics, output_format, unsafe_fixes=unsafe) if show_statistics else render(
         diagnostics, output_format, quiet=quiet, unsafe_fixes=unsafe, failed_files=failed), nl=False)
     if failed:
         sys.exit(EXIT_ERROR)
@@ -125,9 +153,10 @@ def check(paths, config, select, extend_select, ignore, force_exclude, assume_xl
 @click.option("--write", is_flag=True, help="Apply the fixes to the files (default: print a diff, change nothing).")
 @click.option("--diff", is_flag=True, help="Print a unified diff and change nothing (the default without --write).")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour.")
-def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir, write,
-        diff, unsafe_fixes):
+def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir, color,
+        write, diff, unsafe_fixes):
     """Fix what can be fixed in PATHS. Prints a diff unless --write is given."""
+    _apply_color(color)
     if write and diff:
         _error("--write and --diff are mutually exclusive")
         sys.exit(EXIT_ERROR)

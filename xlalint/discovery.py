@@ -13,8 +13,8 @@ from .config import Settings
 
 
 class MissingPath(Exception):
-    def __init__(self, path: Path) -> None:
-        super().__init__(missing_message(path))
+    def __init__(self, path: Path, why: str | None = None) -> None:
+        super().__init__(f"{path}: error: {why}" if why else missing_message(path))
 
 
 def missing_message(path: Path) -> str:
@@ -86,11 +86,15 @@ class _Excluder:
         return self.gitignores[folder]
 
 
+NOTEBOOK_MESSAGE = "notebooks are not supported yet (export one with `jupyter nbconvert --to script`)"
+
+
 def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = False,
-             missing: list[str] | None = None) -> list[Path]:
+             missing: list[str] | None = None, notebooks: list[Path] | None = None) -> list[Path]:
     """Python files under `paths`, sorted. Files named explicitly are kept unless `force_exclude`.
-    A path that does not exist raises `MissingPath`, or with `missing` given, is described there
-    and skipped (the other paths are still checked)."""
+    A path that does not exist (or a notebook named explicitly) raises `MissingPath`, or with
+    `missing` given, is described there and skipped (the other paths are still checked).
+    Notebooks found in folders are skipped, and listed in `notebooks`."""
     excluder = _Excluder(settings)
     found: set[Path] = set()
     for path in paths:
@@ -100,8 +104,14 @@ def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = Fal
             missing.append(missing_message(path))
             continue
         if path.is_file():
-            if not (force_exclude and excluder.excluded_with_parents(path)):
-                found.add(path)
+            if force_exclude and excluder.excluded_with_parents(path):
+                continue
+            if path.suffix == ".ipynb":  # JSON: read as Python it would pass, silently unchecked
+                if missing is None:
+                    raise MissingPath(path, NOTEBOOK_MESSAGE)
+                missing.append(f"{path}: error: {NOTEBOOK_MESSAGE}")
+                continue
+            found.add(path)
             continue
         for folder, dirs, files in os.walk(path):
             base = Path(folder)
@@ -109,4 +119,6 @@ def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = Fal
             for name in files:
                 if name.endswith((".py", ".pyi")) and not excluder.excluded(base / name):
                     found.add(base / name)
+                elif name.endswith(".ipynb") and notebooks is not None and not excluder.excluded(base / name):
+                    notebooks.append(base / name)
     return sorted(found)

@@ -1,4 +1,6 @@
-"""`# noqa` suppression, as Ruff reads it: per line, and file-wide `# xlalint: noqa[: CODES]`."""
+"""`# noqa` suppression, as Ruff reads it: per line (`# noqa`, `# noqa: XLA101`), and file-wide with
+xlalint's own `# xlalint: noqa[: CODES]` only. Other tools' file-level exemptions (`# ruff: noqa`,
+`# flake8: noqa`) are theirs: a file silenced for a style checker is not silenced for xlalint."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import tokenize
 from dataclasses import dataclass, field
 
 LINE_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,?\s*[A-Z]+[0-9]+)*))?", re.I)
-FILE_NOQA = re.compile(r"#\s*(?:xlalint|flake8|ruff)\s*:\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,?\s*[A-Z]+[0-9]+)*))?", re.I)
+FILE_NOQA = re.compile(r"#\s*xlalint\s*:\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,?\s*[A-Z]+[0-9]+)*))?", re.I)
+OTHER_FILE_NOQA = re.compile(r"#\s*[a-z][\w-]*\s*:\s*noqa\b", re.I)  # `# ruff: noqa`, `# flake8: noqa`
 ALL = frozenset({"*"})
 
 
@@ -47,6 +50,8 @@ def parse_noqa(text: str) -> NoqaMap:
         if file_match:
             file_codes |= _codes(file_match.group("codes"))
             continue
+        if OTHER_FILE_NOQA.match(token.string):
+            continue  # not a line exemption either
         match = LINE_NOQA.search(token.string)
         if match:
             result.lines[token.start[0]] = _codes(match.group("codes"))

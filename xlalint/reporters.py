@@ -88,6 +88,21 @@ def summary(diagnostics: list[Diagnostic], unsafe_fixes: bool, failed_files: int
     return text
 
 
-def statistics(diagnostics: list[Diagnostic]) -> str:
+def statistics(diagnostics: list[Diagnostic], fmt: str = "text", *, unsafe_fixes: bool = False) -> str:
+    """Findings per rule, most frequent first, with how many of them `xlalint fix` would fix (at the
+    current applicability), as Ruff's `--statistics` (JSON for any machine-readable format)."""
     counts = Counter((d.code, d.name) for d in diagnostics)
-    return "".join(f"{n:>5}  {code}  {name}\n" for (code, name), n in counts.most_common())
+    fixable = Counter((d.code, d.name) for d in diagnostics
+                      if d.fix is not None and d.fix.applicability.allowed(unsafe_fixes))
+    rows = [{"code": code, "name": name, "count": n, "fixable": fixable[(code, name)],
+             "category": RULES_BY_CODE[code].category if code in RULES_BY_CODE else "other"}
+            for (code, name), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+    if fmt == "json":
+        return json.dumps(rows, indent=2) + "\n"
+    return "".join(_statistics_line(r) for r in rows)
+
+
+def _statistics_line(row: dict) -> str:
+    marker = "[*] " if row["fixable"] else "    "
+    partly = f" ({row['fixable']} fixable)" if 0 < row["fixable"] < row["count"] else ""
+    return f"{row['count']:>5}  {row['code']}  {marker}{row['name']}{partly}\n"
