@@ -64,10 +64,11 @@ def test_pad_to_longest_valid(source):
 
 
 @pytest.mark.parametrize("source, line", [
-    ('batch = tokenizer.pad(features, padding="longest", return_tensors="pt")\n', 1),
-    ("enc = self.tokenizer(texts, padding=PaddingStrategy.LONGEST)\n", 1),
+    # (in a function: at module level, outside any loop, a call runs once)
+    ('def collate(features):\n    return tokenizer.pad(features, padding="longest", return_tensors="pt")\n', 2),
+    ("def encode(self, texts):\n    return self.tokenizer(texts, padding=PaddingStrategy.LONGEST)\n", 2),
     # with padding=True, max_length only truncates
-    ("enc = tokenizer(texts, padding=True, truncation=True, max_length=128)\n", 1),
+    ("for texts in batches:\n    enc = tokenizer(texts, padding=True, truncation=True, max_length=128)\n", 2),
     ("collator = DataCollatorForSeq2Seq(tokenizer, model=model)\n", 1),
     ("collator = DataCollatorForTokenClassification(tokenizer, padding=True)\n", 1),
     ("collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)\n", 1),
