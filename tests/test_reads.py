@@ -156,3 +156,29 @@ def test_an_import_the_project_lacks_falls_back_to_the_one_module_defining_it(ru
     project.write("other_utils_checks.py", CHECKS)
     code, out, _ = run_cli("check", "--output-format", "json", project / "train.py")
     assert findings(out, "train.py", "XLA109") == []
+
+
+def test_facts_follow_their_lines_through_a_fix(run_cli, project):
+    """`fix --write` adds an import above the loop (lines move) and still counts the helper's read
+    among the findings it leaves."""
+    project.write("pyproject.toml", "[project]\nname = 'pkg'\n")
+    project.write("pkg/__init__.py", "")
+    project.write("pkg/checks.py", CHECKS)
+    train = TRAIN.format(module="pkg.checks").replace("        xm.mark_step()\n", "")
+    path = project.write("pkg/train.py", train.replace("    for x, y in pl.MpDeviceLoader(loader, device):",
+                                                      "    device = xm.xla_device()\n"
+                                                      "    for x, y in pl.MpDeviceLoader(loader, device):", 1))
+    code, out, err = run_cli("fix", "--write", "--no-cache", path)
+    assert "import torch_xla\n" in path.read_text()  # the fix added a line at the top
+    assert out.count("XLA109") == 2 and code == 1, out + err
+    code, out, _ = run_cli("check", "--no-cache", "--output-format", "json", path)
+    assert [row for row, _ in findings(out, "train.py", "XLA109")] == [10, 12]
+
+
+def test_moved_facts_keep_unchanged_lines_only():
+    from xlalint.analysis.project import ProjectFacts
+
+    facts = ProjectFacts(training_calls=frozenset({(3, 4), (5, 0)}), helper_reads=(((5, 8), "f", "m.py", ()),))
+    moved = facts.moved("a\nb\nc\nd\ne\n", "new\na\nb\nc\nd\nE\n")
+    assert moved.training_calls == {(4, 4)}  # line 5 was edited: its facts are dropped
+    assert moved.helper_reads == ()

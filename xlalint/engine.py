@@ -217,6 +217,7 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
             result.diagnostics = diagnostics
             break
         result.fixed_count += len(fixes)
+        project = project.moved(current.text, next_source.text)  # what other modules say, at the new lines
         current = next_source
     else:
         result.diagnostics = lint_source(current, rules, prefilter=False, assume_xla=assume_xla,

@@ -56,8 +56,32 @@ class ProjectFacts:
     def key(self) -> str:
         return repr((sorted(self.steps), sorted(self.called), sorted(self.training_calls), self.helper_reads))
 
+    def moved(self, before: str, after: str) -> "ProjectFacts":
+        """These facts for the module's text `after` a fix edited `before`: the calls they name by
+        line and column follow their unchanged lines; those on edited lines are dropped (a miss,
+        never a fact about another call)."""
+        if not (self.training_calls or self.helper_reads) or before == after:
+            return self
+        lines = _line_map(before.splitlines(), after.splitlines())
+        return ProjectFacts(
+            self.steps, self.called,
+            frozenset((lines[line], column) for line, column in self.training_calls if line in lines),
+            tuple(((lines[at[0]], at[1]), helper, path, reads)
+                  for at, helper, path, reads in self.helper_reads if at[0] in lines))
+
 
 NO_PROJECT = ProjectFacts()
+
+
+def _line_map(before: list[str], after: list[str]) -> dict[int, int]:
+    """1-based line numbers of `before` -> those of `after`, for the lines an edit left as they were."""
+    from difflib import SequenceMatcher
+
+    found: dict[int, int] = {}
+    for tag, i1, i2, j1, _ in SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag == "equal":
+            found.update((i1 + k + 1, j1 + k + 1) for k in range(i2 - i1))
+    return found
 
 
 @dataclass
