@@ -1348,6 +1348,12 @@ class HelperReadInStep(Rule):
     summary = "`{helper}()` reads the device tensor passed as `{param}` to the host ({what} at {where}): a sync every step"
     hint = "check or log on the host before `.to(device)`, every N steps, or keep the helper's result on the device"
 
+    CHECKS = {"checks.py": """
+        def check_targets(targets, num_classes):
+            if targets.max().item() >= num_classes:
+                raise ValueError("label out of range")
+        """}
+
     VALID = [
         Valid(
             """
@@ -1361,11 +1367,7 @@ class HelperReadInStep(Rule):
                 loss.backward()
                 optimizer.step()
             """,
-            modules={"checks.py": """
-                def check_targets(targets, num_classes):
-                    if targets.max().item() >= num_classes:
-                        raise ValueError("label out of range")
-                """},
+            modules=CHECKS,
         ),
         Valid(
             """
@@ -1378,11 +1380,7 @@ class HelperReadInStep(Rule):
                 if step % 100 == 0:
                     check_targets(y, num_classes)
             """,
-            modules={"checks.py": """
-                def check_targets(targets, num_classes):
-                    if targets.max().item() >= num_classes:
-                        raise ValueError("label out of range")
-                """},
+            modules=CHECKS,
         ),
         Valid(
             """
@@ -1410,11 +1408,7 @@ class HelperReadInStep(Rule):
                 xm.optimizer_step(optimizer)
             """,
             line=4,
-            modules={"checks.py": """
-                def check_targets(targets, num_classes):
-                    if targets.max().item() >= num_classes:
-                        raise ValueError("label out of range")
-                """},
+            modules=CHECKS,
         ),
     ]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from xlalint.analysis.index import FUNCTIONS, LOOPS
+from xlalint.analysis.index import COMPREHENSIONS, FUNCTIONS, LOOPS
 from xlalint.analysis.names import dotted_name, is_constant, keyword, last_part, method_name, param_default
 from xlalint.analysis.names import positional, receiver, string_value
 from xlalint.analysis.tensors import Kind
@@ -392,8 +392,7 @@ class PadToLongestInBatch(Rule):
 
     def _runs_once(self, node: ast.Call) -> bool:
         """Module-level code outside any loop: one call, one shape, one compilation."""
-        return not any(isinstance(a, (*FUNCTIONS, ast.Lambda, *LOOPS, ast.ListComp, ast.SetComp, ast.GeneratorExp,
-                                          ast.DictComp))
+        return not any(isinstance(a, (*FUNCTIONS, ast.Lambda, *LOOPS, *COMPREHENSIONS))
                        for a in self.ctx.index.ancestors(node))
 
     def _tokenizer_call(self, node: ast.Call) -> bool:

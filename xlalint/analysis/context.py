@@ -7,8 +7,8 @@ from functools import cached_property
 from pathlib import Path
 
 from . import guards, steps
-from .index import FUNCTIONS, ModuleIndex, build_index, loop_bindings, target_names
-from .names import dotted_name, function_params, keyword_value, last_part, positional
+from .index import COMPREHENSIONS, FUNCTIONS, ModuleIndex, build_index, loop_bindings, target_names
+from .names import argument, dotted_name, function_params, last_part, positional
 from .project import NO_PROJECT, ProjectFacts, qualname
 from .reads import ParamRead
 from ..source import SourceText
@@ -20,7 +20,6 @@ XLA_MODULES = ("torch_xla", "torchax")
 CONVENTIONAL_MODULES = {"xm": "torch_xla.core.xla_model", "xr": "torch_xla.runtime",
                         "xmp": "torch_xla.distributed.xla_multiprocessing"}
 MAX_CALL_SITES = 8  # call sites read for what a parameter is passed
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
 class FileContext:
@@ -272,7 +271,7 @@ class FileContext:
 
     def loop_iterables(self, name: ast.Name) -> list[ast.expr]:
         for anc in self.index.ancestors(name):
-            if isinstance(anc, _COMPREHENSIONS):
+            if isinstance(anc, COMPREHENSIONS):
                 for comp in anc.generators:  # `[f(x) for x in xs]`: x takes the elements of xs
                     found = [it for n, it in loop_bindings(comp.target, comp.iter) if n == name.id]
                     if found:
@@ -341,10 +340,7 @@ class FileContext:
         for call in self.index.calls:
             if dotted_name(call.func) not in (func.name, f"self.{func.name}", f"cls.{func.name}"):
                 continue
-            value = keyword_value(call, param.arg)
-            if value is None and position is not None and 0 <= position < len(positional(call)):
-                value = positional(call)[position]
-            found.append(value)
+            found.append(argument(call, position, param.arg))
             if len(found) >= MAX_CALL_SITES:
                 break
         return found

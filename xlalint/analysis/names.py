@@ -75,10 +75,10 @@ def has_star_args(call: ast.Call) -> bool:
     return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
 
 
-def argument(call: ast.Call, index: int, name: str) -> ast.expr | None:
-    """The argument passed as positional `index` or as keyword `name`."""
+def argument(call: ast.Call, index: int | None, name: str) -> ast.expr | None:
+    """The argument passed as positional `index` or as keyword `name` (`index` None: keyword-only)."""
     value = keyword_value(call, name)
-    if value is not None:
+    if value is not None or index is None or index < 0:
         return value
     args = positional(call)
     return args[index] if index < len(args) else None

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .index import FUNCTIONS
-from .names import dotted_name, last_part, method_name
-from .reads import READ_METHODS, ParamRead, parameter_reads
+from .names import dotted_name, last_part
+from .reads import ParamRead, host_read, parameter_reads
 from .steps import _gated, in_loop_within, in_raise, trains
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -140,8 +140,7 @@ def summarize(ctx, name: str) -> ModuleSummary:
     index = ctx.index
     package = name if Path(str(ctx.path)).name == "__init__.py" else name.rpartition(".")[0]
     summary = ModuleSummary(str(ctx.path), name)
-    has_reads = any(method_name(c) in READ_METHODS or isinstance(c.func, ast.Name) and c.func.id in ("float", "int", "bool")
-                    for c in index.calls)
+    has_reads = any(host_read(c)[0] for c in index.calls)
     for binding in index.import_bindings:
         summary.imports.setdefault(binding.name, binding.qualified)
     for node in index.by_type.get(ast.ImportFrom, ()):

@@ -13,8 +13,8 @@ import ast
 import os
 from typing import TYPE_CHECKING, NamedTuple
 
-from .index import target_names
-from .names import dotted_name, keyword_value, method_name, positional, receiver
+from .index import COMPREHENSIONS, target_names
+from .names import argument, dotted_name, method_name, receiver
 from .steps import _gated, in_raise
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ TENSOR_RESULTS = {"sum", "mean", "max", "min", "amax", "amin", "norm", "any", "a
 # going through these makes a parameter's value module weights: it was a model, not a tensor
 MODULE_WEIGHTS = {"parameters", "named_parameters", "buffers", "named_buffers"}
 MAX_DEPTH = 8  # assignments followed back from a read
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 METADATA_METHODS = {"size", "dim", "numel", "nelement", "ndimension", "get_device", "is_floating_point"}
 METADATA_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"}
 
@@ -56,7 +55,7 @@ def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead
     origins = _Origins(ctx, set(names))
     found: list[ParamRead] = []
     for call in ctx.calls_within(func):
-        what, operand = _read(call)
+        what, operand = host_read(call)
         if what is None:
             continue
         sources = [o for o in map(origins.of, _uses(operand)) if o is not None]
@@ -69,7 +68,7 @@ def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead
     return found
 
 
-def _read(call: ast.Call) -> tuple[str | None, ast.expr | None]:
+def host_read(call: ast.Call) -> tuple[str | None, ast.expr | None]:
     """(".item()", receiver) for a host read, else (None, None)."""
     method = method_name(call)
     if method in READ_METHODS and not call.args and not call.keywords:
@@ -129,7 +128,7 @@ def _uses(expr: ast.AST | None) -> list[ast.Name]:
             continue
         if isinstance(node, ast.Name):
             found.append(node)
-        elif isinstance(node, _COMPREHENSIONS):
+        elif isinstance(node, COMPREHENSIONS):
             # `sum(len(t["boxes"]) for t in targets)` uses the elements' metadata only
             bound = {name for g in node.generators for name in target_names(g.target)}
             parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
@@ -181,15 +180,10 @@ def _tests_absent(test: ast.expr) -> tuple[str | None, bool]:
 
 
 def _converted(value: ast.expr) -> bool:
-    """`float(...)`, `x.item()`, `len(x)`, `x.shape[0]`: a Python value, whatever it came from."""
+    """`float(...)`, `x.item()`, `x > 0`: a Python value, whatever it came from (metadata such as
+    `len(x)` or `x.shape[0]` uses no value at all: see `_uses`)."""
     if isinstance(value, ast.Call):
-        if method_name(value) in READ_METHODS or method_name(value) in ("size", "dim", "numel"):
-            return True
-        return dotted_name(value.func) in ("float", "int", "bool", "len", "str", "isinstance", "type")
-    if isinstance(value, ast.Attribute) and value.attr in ("shape", "dtype", "device", "ndim"):
-        return True
-    if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Attribute) and value.value.attr == "shape":
-        return True
+        return method_name(value) in READ_METHODS or dotted_name(value.func) in ("float", "int", "bool", "str")
     return isinstance(value, (ast.Compare, ast.Constant, ast.JoinedStr))
 
 
@@ -217,21 +211,12 @@ def argument_reads(ctx: "FileContext", call: ast.Call, *, through: str):
     here = os.path.abspath(str(ctx.path))
     for read in sorted(reads, key=lambda r: r.line):
         if read.unless:
-            given = passed_for(call, read.unless, read.unless_position)
+            given = argument(call, read.unless_position, read.unless)
             if given is not None and not (isinstance(given, ast.Constant) and given.value is None):
                 continue  # `length_to_mask(length, max_len)`: the read computes a default not needed
-        value = passed_for(call, read.param, read.position)
+        value = argument(call, read.position, read.param)
         if read.through == through and value is not None and not moved_to_device_later(ctx, value, call):
             yield helper, f"{os.path.relpath(path, os.path.dirname(here))}:{read.line}", read, value
-
-
-def passed_for(call: ast.Call, param: str, position: int | None) -> ast.expr | None:
-    """The argument `call` passes for the parameter `param` (at `position` among the positional ones)."""
-    value = keyword_value(call, param)
-    if value is None and position is not None:
-        args = positional(call)
-        value = args[position] if position < len(args) else None
-    return value
 
 
 def moved_to_device_later(ctx: "FileContext", value: ast.expr, call: ast.Call) -> bool:
