@@ -502,7 +502,9 @@ class DataDependentSize(Rule):
     `x[s:s + n]`, `x.narrow(0, s, n)`, `torch.zeros(n, device=...)`, `x.new_zeros(bs, n)` where `n`
     is `t.item()`, `int(t)`, `t.max()`, an element of a tensor (`lens[i]`, `counts[0]` of
     `t.tolist()`), or computed from one. Sizes from shapes (`x.shape[0]`, `x.size(1)`, `len(batch)`)
-    and Python config values are not reported. One finding per data-dependent value and function.
+    and Python config values are not reported. A Python int read from the data is reported once per
+    function; a size that is still a device tensor (`n = lens.max() + 1`) is reported at every use,
+    since each use converts it on the host again.
 
     ## Why is this bad?
     XLA compiles a program for each set of static shapes, and a slice bound or an allocation size is
@@ -626,8 +628,8 @@ class DataDependentSize(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        # (node, function, source, what) per hot finding; `finish` keeps the first per function and source
-        self._found: list[tuple[ast.AST, ast.AST, ast.AST, str]] = []
+        # (node, function, key, what) per hot finding; `finish` keeps the first per function and key
+        self._found: list[tuple[ast.AST, ast.AST, ast.AST | int, str]] = []
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         bounds = []
@@ -641,7 +643,7 @@ class DataDependentSize(Rule):
         for bound in bounds:
             source = _data_dependent(self.ctx, bound)
             if source is not None:
-                self._report(node, source, f"slicing `{_short(self.ctx, node)}`")
+                self._report(node, source, bound, f"slicing `{_short(self.ctx, node)}`")
                 return
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -673,7 +675,7 @@ class DataDependentSize(Rule):
         for size in sizes:
             source = _data_dependent(self.ctx, size)
             if source is not None:
-                self._report(node, source, what)
+                self._report(node, source, size, what)
                 return
 
     @staticmethod
@@ -690,16 +692,22 @@ class DataDependentSize(Rule):
                 flat.append(v)
         return flat
 
-    def _report(self, node: ast.AST, source: ast.AST, what: str) -> None:
-        if self.ctx.runs_hot(node):
-            self._found.append((node, _enclosing(self.ctx, node, (*FUNCTIONS, ast.Module)), source, what))
+    def _report(self, node: ast.AST, source: ast.AST, size: ast.expr, what: str) -> None:
+        if not self.ctx.runs_hot(node):
+            return
+        # a size that is still a device tensor is converted to an int (a host read) at every use, so
+        # every line using it is a finding; a Python int read once varies the shape, reported at its
+        # first use
+        scope = _enclosing(self.ctx, node, (*FUNCTIONS, ast.Module))
+        key = node.lineno if self.ctx.tensor_kind(size).on_device else source
+        self._found.append((node, scope, key, what))
 
     def finish(self) -> None:
         # calls and subscripts are visited type by type: "first" must mean first in the source
         seen: set[tuple[ast.AST, ast.AST]] = set()
-        for node, func, source, what in sorted(self._found, key=lambda found: self.ctx.index.order[found[0]]):
-            if (func, source) not in seen:
-                seen.add((func, source))
+        for node, func, key, what in sorted(self._found, key=lambda found: self.ctx.index.order[found[0]]):
+            if (func, key) not in seen:
+                seen.add((func, key))
                 self.report(node, self.summary.format(what=what))
 
 

@@ -120,6 +120,9 @@ def test_non_xla_guards(guard, runs_off_xla_only):
         ("v = xm.all_reduce('sum', model(batch))", Kind.DEVICE),
         ("v = torch.are_deterministic_algorithms_enabled()", Kind.NOT_TENSOR),
         ("v = torch.get_default_dtype()", Kind.NOT_TENSOR),
+        # tuple assignment binds element by element
+        ("w, v = model(batch), model(batch).tolist()", Kind.NOT_TENSOR),
+        ("v, w = model(batch), model(batch).tolist()", Kind.DEVICE),
     ],
 )
 def test_tensor_kinds(statement, kind):

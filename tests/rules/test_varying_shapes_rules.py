@@ -229,3 +229,26 @@ def test_data_dependent_size_one_finding_per_source():
         return a, b
     """
     assert findings(DataDependentSize, source) == [3]
+
+
+def test_data_dependent_size_tensor_size_reported_at_every_use():
+    # `n` is a 0-d device tensor: each allocation converts it to an int, a host read each time
+    source = """
+    def forward(self, x, tokens):
+        n = (tokens == self.pad).sum(-1).max() + 1
+        out = torch.zeros(x.shape[0], n, device=x.device)
+        mask = torch.zeros(x.shape[0], n, dtype=torch.bool, device=x.device)
+        return out, mask
+    """
+    assert findings(DataDependentSize, source) == [3, 4]
+
+
+def test_data_dependent_size_host_int_reported_once():
+    source = """
+    def forward(self, x, tokens):
+        n = int((tokens == self.pad).sum(-1).max()) + 1
+        out = torch.zeros(x.shape[0], n, device=x.device)
+        mask = torch.zeros(x.shape[0], n, dtype=torch.bool, device=x.device)
+        return out, mask
+    """
+    assert findings(DataDependentSize, source) == [3]

@@ -221,6 +221,12 @@ def _bind_target(index: ModuleIndex, scope: ast.AST, target: ast.expr, value: as
     if isinstance(target, ast.Name):
         _bind(index, scope, target.id, value)
     elif isinstance(target, (ast.Tuple, ast.List)):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) and \
+                not any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts)):
+            # `a, b = x, y.tolist()`: each name gets its own element
+            for element, element_value in zip(target.elts, value.elts):
+                _bind_target(index, scope, element, element_value)
+            return
         # `a, b = f()`: each name gets the whole value; tensor-ness of tuples is shared.
         for element in target.elts:
             _bind_target(index, scope, element.value if isinstance(element, ast.Starred) else element, value)
