@@ -246,6 +246,31 @@ def test_step_loops_by_what_their_body_does():
     assert not ctx.is_per_step(call_named(ctx, "tolist"))  # applying the loop's own items is no step
 
 
+def test_mini_batches_cut_from_a_tensor_by_a_strided_counter():
+    ctx = context(
+        """
+        def knn(bank, queries, chunk):
+            queries = queries.to(device)
+            for i in range(0, queries.shape[0], chunk):
+                sims = queries[i : i + chunk] @ bank
+                use(sims.max().item())
+
+        def windows(texts, chunk):
+            for i in range(0, len(texts), chunk):
+                batch = [t.strip() for t in texts[i : i + chunk]]
+                use(len(batch))
+
+        def layers(x, n):
+            for i in range(0, n, 2):
+                x = x[:, i:]
+                use(x.tolist())
+        """
+    )
+    assert ctx.is_per_step(call_named(ctx, "item"))  # one read per mini-batch of the device tensor
+    assert not ctx.is_per_step(call_named(ctx, "len"))  # chunks of a Python list of strings
+    assert not ctx.is_per_step(call_named(ctx, "tolist"))  # `x[:, i:]`: the counter is no chunk start here
+
+
 def test_loader_iterables_through_variables_and_wrappers():
     ctx = context(
         """

@@ -439,7 +439,7 @@ def is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
 
 
 def _is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
-    if isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter):
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and (iterates_batches(ctx, loop.iter) or _slices_batches(ctx, loop)):
         return True
     data = loop_data(ctx, loop)
     targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)} \
@@ -455,6 +455,25 @@ def _is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
             return True
         if data and _forward_on(call, data):
             return True
+    return False
+
+
+def _slices_batches(ctx: "FileContext", loop: ast.For | ast.AsyncFor) -> bool:
+    """`for i in range(0, n, chunk): x = feats[i : i + chunk]`: mini-batches cut from a tensor by a
+    strided counter, each one computed on in its own iteration, as a loader's batches are."""
+    iterable = loop.iter
+    if not (isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range" and len(iterable.args) == 3
+            and isinstance(loop.target, ast.Name)):
+        return False
+    counter = loop.target.id
+    for stmt in loop.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Subscript) and ctx.tensor_kind(node.value).on_device:
+                first = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) and node.slice.elts else node.slice
+                # a window on the batch axis: `[i : i + chunk]`, `[i : min(i + chunk, n), :]`
+                if isinstance(first, ast.Slice) and all(bound is not None and _mentions(bound, {counter})
+                                                        for bound in (first.lower, first.upper)):
+                    return True
     return False
 
 
