@@ -74,6 +74,8 @@ def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
             return True
         if method in ("any", "all") and (expr.args or expr.keywords) and ctx.on_device(receiver(expr)):
             return True  # a reduction over a dimension: still a mask
+        if _is_torch(ctx, expr, {"any", "all"}) and (len(expr.args) > 1 or keyword(expr, "dim") is not None):
+            return True  # `torch.all(x == 0, dim=-1)`
         return False
     if isinstance(expr, ast.Name):
         values = ctx.reaching_values(expr)
