@@ -1305,8 +1305,11 @@ class HelperReadInStep(Rule):
     """## What it does
     Flags a per-step call of a function of another module of the project that reads the device
     tensor it is given to the host (`.item()`, `.tolist()`, `.cpu()`, `.numpy()`, `float(t.sum())`)
-    on every call: an input check, a metric or a logging helper. (A helper in the same module is
-    per step itself, and its read is reported where it is, by XLA101-XLA103.)
+    on every call: an input check, a metric or a logging helper. A helper in the same module is
+    per step itself, and its read is reported where it is, by XLA101-XLA103; its calls are reported
+    too when it returns what it read (`sizes = grid_sizes(coords)` hands host numbers back, like a
+    `.tolist()` at the call). A read in the branch of a string option (`if reduction == "mean":`)
+    counts only at calls that select it.
 
     ## Why is this bad?
     The read is a host sync like any other `.item()` in the loop: the pending graph compiles and
@@ -1355,6 +1358,21 @@ class HelperReadInStep(Rule):
         """}
 
     VALID = [
+        Valid(
+            """
+            def top_k(logits, labels, k, reduction="mean"):
+                hits = (logits.topk(k).indices == labels[:, None]).float().sum(-1)
+                if reduction == "mean":
+                    return hits.mean().item()
+                return hits
+
+            for x, y in pl.MpDeviceLoader(loader, device):
+                logits = model(x)
+                accuracy = top_k(logits, y, 5, reduction="none")  # the reading branch is not taken
+                loss_fn(logits, y).backward()
+                xm.optimizer_step(optimizer)
+            """
+        ),
         Valid(
             """
             from checks import check_targets
@@ -1409,6 +1427,18 @@ class HelperReadInStep(Rule):
             """,
             line=4,
             modules=CHECKS,
+        ),
+        Invalid(
+            """
+            def grid_sizes(coords):
+                return [int(n.item()) for n in coords.amax(dim=1) + 1]
+
+            class PosEmbed(nn.Module):
+                def forward(self, x, coords):
+                    sizes = grid_sizes(coords)  # host numbers handed back
+                    return x + self.interpolate(sizes)
+            """,
+            line=6,
         ),
     ]
 

@@ -182,3 +182,19 @@ def test_moved_facts_keep_unchanged_lines_only():
     moved = facts.moved("a\nb\nc\nd\ne\n", "new\na\nb\nc\nd\nE\n")
     assert moved.training_calls == {(4, 4)}  # line 5 was edited: its facts are dropped
     assert moved.helper_reads == ()
+
+
+def test_returned_reads_and_option_branches_are_marked():
+    code = """
+    def top_k(logits, labels, k, reduction="mean"):
+        hits = (logits.topk(k).indices == labels[:, None]).float().sum(-1)
+        print(hits.sum().item())
+        if reduction == "mean":
+            return hits.mean().item()
+        return hits
+    """
+    ctx_code = textwrap.dedent(code)
+    ctx = FileContext(Path("t.py"), ast.parse(ctx_code), SourceText(ctx_code))
+    (func,) = ctx.index.functions["top_k"]
+    marks = {(r.line, r.returned, r.option, r.option_value, r.option_default) for r in parameter_reads(ctx, func)}
+    assert marks == {(4, False, "", "", False), (6, True, "reduction", "'mean'", True)}

@@ -401,7 +401,11 @@ class ProjectIndex:
             if (path, name) in training:  # local ones too: receiver classes resolve only here
                 training_calls[summary.path].add((call.line, call.column))
             reads = self.summaries[path].reads.get(name)
-            if reads and call.hot and path != summary.path:  # a local helper's read is reported where it is
+            if reads and path == summary.path:
+                # a local helper is per step itself: its reads are reported where they are, and at
+                # its calls only those it hands back (`sizes = grid_sizes(coords)` is a host read here)
+                reads = [r for r in reads if r.returned]
+            if reads and call.hot:
                 helper_reads[summary.path].add(((call.line, call.column), call.callee, path, tuple(reads)))
         return {path: ProjectFacts(frozenset(steps[path]), frozenset(called[path]), frozenset(training_calls[path]),
                                    tuple(sorted(helper_reads[path])))

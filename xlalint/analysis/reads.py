@@ -40,6 +40,13 @@ class ParamRead(NamedTuple):
     # gradients (`p.grad.norm()`: hand-written clipping or gradient logging); "": the value itself
     unless: str = ""  # only when this parameter is left out or None (`if max_len is None: max_len = ...`)
     unless_position: int | None = None
+    returned: bool = False  # the value read is what the function returns: it hands host data back
+    # only when this parameter is this constant (`if reduction == "mean": return x.mean().item()`);
+    # `option_default`: whether leaving the parameter out selects it
+    option: str = ""
+    option_position: int | None = None
+    option_value: str = ""  # repr() of the constant
+    option_default: bool = False
 
 
 def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead]:
@@ -62,10 +69,51 @@ def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead
         if not sources or in_raise(ctx, call) or ctx.in_non_xla_code(call) or _gated(ctx, call, func):
             continue
         unless = _only_without(ctx, call, func, names)
+        option, value = _only_with_option(ctx, call, func, names)
+        returned = _returned(ctx, call)
         for origin, through in dict.fromkeys(sources):
             found.append(ParamRead(origin, positions.get(origin), call.lineno, what, _through(operand, through),
-                                   unless or "", positions.get(unless) if unless else None))
+                                   unless or "", positions.get(unless) if unless else None, returned,
+                                   option or "", positions.get(option) if option else None,
+                                   repr(value) if option else "",
+                                   bool(option) and _default_is(func, option, value)))
     return found
+
+
+def _returned(ctx: "FileContext", call: ast.Call) -> bool:
+    """`call` is part of the value its function returns (`return [int(h.item()) for h in hs]`)."""
+    for anc in ctx.index.ancestors(call):
+        if isinstance(anc, ast.Return):
+            return True
+        if isinstance(anc, ast.stmt):
+            return False
+    return False
+
+
+def _only_with_option(ctx: "FileContext", node: ast.AST, func: ast.AST, params: list[str]):
+    """(parameter, constant) when `node` runs only in the branch of `if p == constant:` (the string
+    options of losses and metrics: `reduction="mean"`), else (None, None)."""
+    child = node
+    for anc in ctx.index.ancestors(node):
+        if anc is func:
+            return None, None
+        if isinstance(anc, ast.If) and ctx.index.field_of(child) == "body":
+            test = anc.test
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
+                    isinstance(test.left, ast.Name) and test.left.id in params and \
+                    isinstance(test.comparators[0], ast.Constant):
+                return test.left.id, test.comparators[0].value
+        child = anc
+    return None, None
+
+
+def _default_is(func: ast.FunctionDef, param: str, value: object) -> bool:
+    """The default of `param` is the constant `value`."""
+    args = func.args
+    positional = [*args.posonlyargs, *args.args]
+    pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults)) + \
+        [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+    return any(a.arg == param and isinstance(d, ast.Constant) and d.value == value for a, d in pairs)
 
 
 def host_read(call: ast.Call) -> tuple[str | None, ast.expr | None]:
@@ -201,9 +249,9 @@ def _through(value: ast.expr, before: str) -> str:
 
 def argument_reads(ctx: "FileContext", call: ast.Call, *, through: str):
     """(the helper as called, where it reads, the read, the argument read) for each host read of an
-    argument by the function of another module `call` runs (a helper in the same module is per step
-    itself: its read is reported where it is). An argument moved to the
-    device later in the caller (`check(y); y = y.to(device)`) is still on the host here."""
+    argument by the project function `call` runs (of a helper in the same module, only the reads it
+    returns: the others are reported where they are). An argument moved to the device later in the
+    caller (`check(y); y = y.to(device)`) is still on the host here."""
     found = ctx.helper_reads(call)
     if found is None:
         return
@@ -214,6 +262,12 @@ def argument_reads(ctx: "FileContext", call: ast.Call, *, through: str):
             given = argument(call, read.unless_position, read.unless)
             if given is not None and not (isinstance(given, ast.Constant) and given.value is None):
                 continue  # `length_to_mask(length, max_len)`: the read computes a default not needed
+        if read.option:
+            given = argument(call, read.option_position, read.option)
+            if given is None and not read.option_default:
+                continue
+            if isinstance(given, ast.Constant) and repr(given.value) != read.option_value:
+                continue  # `compute_top_k(..., reduction="none")`: the reading branch is not taken
         value = argument(call, read.position, read.param)
         if read.through == through and value is not None and not moved_to_device_later(ctx, value, call):
             yield helper, f"{os.path.relpath(path, os.path.dirname(here))}:{read.line}", read, value
