@@ -437,7 +437,7 @@ class PrintTensorInStep(Rule):
             self.report(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
-        if not isinstance(node.op, ast.Mod) or not is_string(node.left) or isinstance(node.left, ast.JoinedStr):
+        if not isinstance(node.op, ast.Mod) or not _format_string(node.left):
             return
         right = node.right
         values = list(right.elts) if isinstance(right, ast.Tuple) else [right]
@@ -445,6 +445,15 @@ class PrintTensorInStep(Rule):
             self.report(node)
 
 
+
+
+def _format_string(node: ast.expr) -> bool:
+    """A %-format string: a literal, or one built from literals (`"%11s" * 2 + "%11.4g" * n`)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _format_string(node.left) or _format_string(node.right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return string_value(node.left) is not None or string_value(node.right) is not None
+    return string_value(node) is not None
 
 
 # Modules of numerical functions: `torch.log(x)`, `np.log(x)`, `math.log(x)` compute, they never log.

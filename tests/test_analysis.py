@@ -120,6 +120,11 @@ def test_non_xla_guards(guard, runs_off_xla_only):
         ("v = xm.all_reduce('sum', model(batch))", Kind.DEVICE),
         ("v = torch.are_deterministic_algorithms_enabled()", Kind.NOT_TENSOR),
         ("v = torch.get_default_dtype()", Kind.NOT_TENSOR),
+        # the values of a dict of tensors are tensors; its keys are not
+        ("v = {'box': model(batch), 'cls': model(batch)}.values()", Kind.DEVICE),
+        ("v = {k: t * 2 for k, t in zip(names, model(batch))}.values()", Kind.DEVICE),
+        ("v = {'box': model(batch)}.keys()", Kind.NOT_TENSOR),
+        ("v = {'n': len(batch)}.values()", Kind.NOT_TENSOR),
         # tuple assignment binds element by element
         ("w, v = model(batch), model(batch).tolist()", Kind.NOT_TENSOR),
         ("v, w = model(batch), model(batch).tolist()", Kind.DEVICE),

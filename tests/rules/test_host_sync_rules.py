@@ -344,3 +344,23 @@ for x, y in loader:
     f = out.allclose(y)
 """
     assert rows(src, [PythonValueFromTensors]) == [("XLA202", 12), ("XLA202", 13)]
+
+
+def test_format_strings_built_from_literals_and_dicts_of_losses_are_formatted_tensors():
+    src = """
+import torch_xla
+
+class Trainer:
+    def train(self):
+        for i, batch in enumerate(self.train_loader):
+            box_loss, cls_loss = self.criterion(self.model(batch), batch)
+            loss = box_loss + cls_loss
+            self.parts = {"box": box_loss.detach(), "cls": cls_loss.detach()}
+            loss.backward()
+            self.optimizer.step()
+            torch_xla.sync()
+            pbar.set_description(("%11s" * 2 + "%11.4g" * 3) % ("a", "b", *self.parts.values()))
+            names = "%s" * 2 % tuple(self.names.keys())
+            pbar.set_description(("%11s" * 2) % (len(self.names), i))
+"""
+    assert rows(src, [PrintTensorInStep]) == [("XLA104", 13)]

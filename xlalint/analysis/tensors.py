@@ -414,6 +414,10 @@ class TensorInference:
 
     def _method_call(self, node: ast.Call, method: str) -> Kind:
         recv = receiver(node)
+        if method == "values" and not node.args:
+            found = self._dict_values(recv)
+            if found is not None:
+                return found  # `{"box": loss_box}.values()`
         if method in HOST_METHODS:
             return Kind.NOT_TENSOR
         if method == "cpu":
@@ -436,6 +440,26 @@ class TensorInference:
         if method in TENSOR_ONLY_METHODS and base == Kind.UNKNOWN:
             return Kind.TENSOR
         return base
+
+
+    def _dict_values(self, expr: ast.expr, depth: int = 0) -> Kind | None:
+        """The kind of the values of the dict `expr` holds (`{k: loss_k}`, a comprehension, or a
+        name or attribute assigned one); None when no dict literal is in sight."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, ast.Dict):
+            return combine(*(self.kind(v) for v in expr.values))
+        if isinstance(expr, ast.DictComp):
+            return self.kind(expr.value)
+        if isinstance(expr, ast.IfExp):
+            kinds = [self._dict_values(e, depth + 1) for e in (expr.body, expr.orelse)]
+            return combine(*(k if k is not None else self.kind(e) for k, e in zip(kinds, (expr.body, expr.orelse))))
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            values = [v for v in self.ctx.assigned_values(expr) if v is not expr]
+            kinds = [self._dict_values(v, depth + 1) for v in values]
+            if any(k is not None for k in kinds):
+                return combine(*(k if k is not None else self.kind(v) for k, v in zip(kinds, values)))
+        return None
 
 
 _HOST_ANNOTATION_NAMES = {"int", "float", "bool", "str", "bytes", "complex", "list", "tuple", "dict", "set",
