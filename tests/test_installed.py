@@ -7,6 +7,7 @@ package registry, so they take a minute: `pytest -m "not installed"` skips them 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -113,6 +114,11 @@ def test_installed_console_script_checks_from_outside_the_tree(user_venv, tmp_pa
     assert "train.py:10:18: XLA101" in proc.stdout
     explain = run([xlalint, "explain", "XLA601"], cwd=tmp_path, env=clean_env())
     assert explain.returncode == 0 and "## Why is this bad?" in explain.stdout  # the table shipped
+    sarif = run([xlalint, "check", "--output-format", "sarif", "train.py"], cwd=tmp_path, env=clean_env())
+    assert sarif.returncode == 1, sarif.stderr
+    results = json.loads(sarif.stdout)["runs"][0]["results"]
+    assert any(r["ruleId"] == "XLA101" and r["locations"][0]["physicalLocation"]["region"]["startLine"] == 10
+               for r in results)
 
 
 def test_installed_fix_imports_the_installed_runtime(user_venv, tmp_path):

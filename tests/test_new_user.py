@@ -228,8 +228,9 @@ def test_statistics_count_fixable_findings_and_speak_json(run_cli, project):
 
 # -- the repository itself --------------------------------------------------------------------------------
 
-def test_the_pre_commit_snippets_name_this_release_and_an_existing_tag():
-    revs = set(re.findall(r"rev: (\S+)", (ROOT / "README.md").read_text() + (ROOT / ".pre-commit-hooks.yaml").read_text()))
+def test_the_pre_commit_and_actions_snippets_name_this_release_and_an_existing_tag():
+    text = (ROOT / "README.md").read_text() + (ROOT / ".pre-commit-hooks.yaml").read_text()
+    revs = set(re.findall(r"rev: (\S+)", text)) | set(re.findall(r"xlalint@(v[0-9][^\s\"']*)", text))
     assert revs == {f"v{__version__}"}
     tags = subprocess.run(["git", "tag"], cwd=ROOT, capture_output=True, text=True)
     if tags.returncode != 0 or not tags.stdout.strip():

@@ -16,7 +16,7 @@ from .config import ConfigError, Settings, load_settings, validate_selectors
 from .diagnostics import Diagnostic
 from .discovery import NOTEBOOK_MESSAGE, discover
 from .explain import explain_text, rules_table
-from .reporters import FORMATS, printable, render, statistics
+from .reporters import FORMATS, WITH_EDITS, printable, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
 from .source import write_atomic
 from .workspace import Workspace
@@ -125,9 +125,9 @@ def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assu
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
-    # only JSON shows each fix's edits: computing them regenerates the file once per fix
+    # only JSON and SARIF show each fix's edits: computing them regenerates the file once per fix
     workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir,
-                          with_edits=output_format == "json" and not show_statistics)
+                          with_edits=output_format in WITH_EDITS and not show_statistics)
     try:
         outcomes = workspace.check(files)
     finally:

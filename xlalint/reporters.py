@@ -1,4 +1,5 @@
-"""Output formats: text (path:row:col: CODE message + hint), json (Ruff's shape + category), github."""
+"""Output formats: text (path:row:col: CODE message + hint), json (Ruff's shape + category), github
+(workflow annotations), sarif (SARIF 2.1.0, see `sarif`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import click
 
 from .diagnostics import Applicability, Diagnostic
 from .rules import RULES_BY_CODE
+from .sarif import render_sarif
 
-FORMATS = ("text", "concise", "json", "github")
+FORMATS = ("text", "concise", "json", "github", "sarif")
+# formats that carry each fix's edits
+WITH_EDITS = ("json", "sarif")
 # C0 and C1 control characters (ESC, BEL, CR, ...) from file contents or names: a crafted file must
 # not be able to move the cursor, retitle or clear the terminal of whoever reads the report
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -44,6 +48,8 @@ def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsa
            failed_files: int = 0) -> str:
     if fmt == "json":
         return json.dumps([d.to_json() for d in diagnostics], indent=2) + "\n"
+    if fmt == "sarif":
+        return render_sarif(diagnostics)
     if fmt == "github":
         return "".join(
             f"::error title=xlalint ({d.code}),file={_github_property(str(d.path))},line={d.location.row},"
@@ -97,7 +103,7 @@ def statistics(diagnostics: list[Diagnostic], fmt: str = "text", *, unsafe_fixes
     rows = [{"code": code, "name": name, "count": n, "fixable": fixable[(code, name)],
              "category": RULES_BY_CODE[code].category if code in RULES_BY_CODE else "other"}
             for (code, name), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
-    if fmt == "json":
+    if fmt in WITH_EDITS:
         return json.dumps(rows, indent=2) + "\n"
     return "".join(_statistics_line(r) for r in rows)
 
