@@ -7,9 +7,9 @@ from xlalint.cli import main
 
 @pytest.fixture
 def run_cli():
-    """Run `xlalint ARGS` in-process; returns (exit_code, stdout, stderr)."""
+    """Run `xlalint ARGS` in-process (`input`: standard input); returns (exit_code, stdout, stderr)."""
 
-    def run(*args, cwd=None):
+    def run(*args, cwd=None, input=None):
         runner = CliRunner()
         if cwd is not None:
             import os
@@ -17,7 +17,7 @@ def run_cli():
             old = os.getcwd()
             os.chdir(cwd)
         try:
-            result = runner.invoke(main, list(map(str, args)), catch_exceptions=False)
+            result = runner.invoke(main, list(map(str, args)), input=input, catch_exceptions=False)
         finally:
             if cwd is not None:
                 os.chdir(old)

@@ -119,6 +119,9 @@ def test_installed_console_script_checks_from_outside_the_tree(user_venv, tmp_pa
     results = json.loads(sarif.stdout)["runs"][0]["results"]
     assert any(r["ruleId"] == "XLA101" and r["locations"][0]["physicalLocation"]["region"]["startLine"] == 10
                for r in results)
+    piped = run([xlalint, "check", "-", "--stdin-filename", "loop.py"], cwd=tmp_path, env=clean_env(),
+                input=TRAIN_LOOP)
+    assert piped.returncode == 1 and "loop.py:10:18: XLA101" in piped.stdout, piped.stderr
 
 
 def test_installed_fix_imports_the_installed_runtime(user_venv, tmp_path):

@@ -14,7 +14,7 @@ import click
 from . import __version__
 from .config import ConfigError, Settings, load_settings, validate_selectors
 from .diagnostics import Diagnostic
-from .discovery import NOTEBOOK_MESSAGE, discover
+from .discovery import NOTEBOOK_MESSAGE, discover, is_excluded
 from .explain import explain_text, rules_table
 from .reporters import FORMATS, WITH_EDITS, printable, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
@@ -33,7 +33,27 @@ def _split(values: tuple[str, ...]) -> list[str]:
     return [part for value in values for part in value.split(",") if part.strip()]
 
 
-def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla):
+STDIN = "-"
+
+
+class Stdin:
+    """Standard input as one file: `xlalint check -` / `fix -`, named by `--stdin-filename` (its
+    configuration, per-file ignores and excludes apply by that name)."""
+
+    def __init__(self, paths: tuple[str, ...], stdin_filename: str | None) -> None:
+        self.wanted = paths == (STDIN,) or (not paths and stdin_filename is not None)
+        if STDIN in paths and not self.wanted:
+            raise ConfigError("`-` (standard input) cannot be combined with other paths")
+        self.path = Path(stdin_filename) if stdin_filename else Path(STDIN)
+        self.raw = b""
+
+    def read(self) -> None:
+        self.raw = sys.stdin.buffer.read()
+
+
+def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla, stdin: Stdin | None = None):
+    if stdin is not None and stdin.wanted:
+        paths = (str(stdin.path.parent),) if stdin.path.name != STDIN else ()
     targets = [Path(p) for p in paths] or [Path(".")]
     settings: Settings = load_settings(Path(config) if config else None, targets, ALL_RULES)
     settings.assume_xla = settings.assume_xla or assume_xla
@@ -43,6 +63,11 @@ def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume
         settings.extend_select += validate_selectors(_split(extend_select), ALL_RULES, "--extend-select")
     if ignore:
         settings.ignore += validate_selectors(_split(ignore), ALL_RULES, "--ignore")
+    if stdin is not None and stdin.wanted:
+        stdin.read()
+        # Ruff's rule: an excluded name is skipped only with --force-exclude
+        excluded = force_exclude and stdin.path.name != STDIN and is_excluded(stdin.path, settings)
+        return settings, settings.selected_rules(ALL_RULES), [] if excluded else [stdin.path], 0
     missing: list[str] = []
     notebooks: list[Path] = []
     files = discover(targets, settings, force_exclude=force_exclude, missing=missing, notebooks=notebooks)
@@ -85,6 +110,9 @@ def _selection_options(func):
             click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
             click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
                          help="Where to keep the cache (default: .xlalint_cache in each project's root)."),
+            click.option("--stdin-filename", default=None,
+                         help="The name of the file read from standard input (`-`): its configuration, per-file "
+                              "ignores and excludes apply, and findings carry it."),
             click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None,
                          help="Colour the output: auto (on a terminal; the default), always, never. Without it, "
                               "NO_COLOR turns colour off and FORCE_COLOR on."),
@@ -111,17 +139,20 @@ def main() -> None:
 @click.option("--diff", is_flag=True, help="Print the fixes as a diff and change nothing, as `xlalint fix`.")
 @click.pass_context
 def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache,
-          cache_dir, color, output_format, exit_zero, unsafe_fixes, show_statistics, apply_fixes, diff):
-    """Lint PATHS (default: the current directory)."""
+          cache_dir, stdin_filename, color, output_format, exit_zero, unsafe_fixes, show_statistics, apply_fixes,
+          diff):
+    """Lint PATHS (default: the current directory; `-`: standard input)."""
     _apply_color(color)
     if apply_fixes or diff:  # Ruff's `check --fix` / `check --diff`
         ctx.invoke(fix, paths=paths, config=config, select=select, extend_select=extend_select, ignore=ignore,
                    force_exclude=force_exclude, assume_xla=assume_xla, quiet=quiet, jobs=jobs, no_cache=no_cache,
-                   cache_dir=cache_dir, color=color, write=not diff, diff=diff, unsafe_fixes=unsafe_fixes)
+                   cache_dir=cache_dir, stdin_filename=stdin_filename, color=color, write=not diff, diff=diff,
+                   unsafe_fixes=unsafe_fixes)
         return
     try:
+        stdin = Stdin(paths, stdin_filename)
         settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
-                                                   assume_xla)
+                                                   assume_xla, stdin)
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
@@ -129,7 +160,7 @@ def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assu
     workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir,
                           with_edits=output_format in WITH_EDITS and not show_statistics)
     try:
-        outcomes = workspace.check(files)
+        outcomes = workspace.check(files, given={stdin.path: stdin.raw} if stdin.wanted else None)
     finally:
         workspace.close()
     diagnostics: list[Diagnostic] = []
@@ -153,20 +184,25 @@ def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assu
 @click.option("--write", is_flag=True, help="Apply the fixes to the files (default: print a diff, change nothing).")
 @click.option("--diff", is_flag=True, help="Print a unified diff and change nothing (the default without --write).")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour.")
-def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir, color,
-        write, diff, unsafe_fixes):
-    """Fix what can be fixed in PATHS. Prints a diff unless --write is given."""
+def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir,
+        stdin_filename, color, write, diff, unsafe_fixes):
+    """Fix what can be fixed in PATHS. Prints a diff unless --write is given. With `-` (standard
+    input), prints the fixed source (a diff with --diff), and what remains on standard error."""
     _apply_color(color)
     if write and diff:
         _error("--write and --diff are mutually exclusive")
         sys.exit(EXIT_ERROR)
     try:
+        stdin = Stdin(paths, stdin_filename)
         settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
-                                                   assume_xla)
+                                                   assume_xla, stdin)
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
     unsafe = unsafe_fixes or settings.unsafe_fixes
+    if stdin.wanted:
+        _fix_stdin(stdin, settings, rules, files, unsafe=unsafe, diff=diff, quiet=quiet, jobs=jobs, no_cache=no_cache,
+                   cache_dir=cache_dir)
     failed = missing > 0
     changed_files = fixed = unwritten = 0
     remaining: list[Diagnostic] = []
@@ -215,6 +251,45 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
     if write:
         sys.exit(EXIT_FINDINGS if remaining else EXIT_OK)
     sys.exit(EXIT_FINDINGS if changed_files else EXIT_OK)
+
+
+def _write_stdout(data: bytes) -> None:
+    """The source as bytes: its encoding, BOM and line endings exactly as fixed."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+def _fix_stdin(stdin: Stdin, settings, rules, files, *, unsafe, diff, quiet, jobs, no_cache, cache_dir):
+    """Editors' and formatters' mode: the fixed source on standard output (unchanged when nothing is
+    fixed, or when the name is excluded), findings that remain on standard error."""
+    if not files:
+        _write_stdout(b"" if diff else stdin.raw)
+        sys.exit(EXIT_OK)
+    workspace = Workspace(settings, rules, jobs=1, cache=not no_cache, cache_dir=cache_dir)
+    try:
+        (outcome,) = workspace.fix(files, unsafe=unsafe, given={stdin.path: stdin.raw})
+    finally:
+        workspace.close()
+    if outcome.error:
+        _error(outcome.error)
+        sys.exit(EXIT_ERROR)
+    result = outcome.result
+    fixed = result.fixed if result.fixed is not None else stdin.raw
+    if diff:
+        from .fixing.apply import unified_diff
+
+        if result.fixed is not None:
+            after = result.fixed.decode(result.source.encoding).lstrip("\ufeff")
+            click.echo(unified_diff(str(stdin.path), result.source.text, after), nl=False)
+    else:
+        _write_stdout(fixed)
+    remaining = sorted(result.diagnostics, key=Diagnostic.sort_key)
+    if remaining and not quiet:
+        click.echo(render(remaining, "concise", quiet=True, unsafe_fixes=unsafe), nl=False, err=True)
+    if diff:
+        sys.exit(EXIT_FINDINGS if result.fixed is not None else EXIT_OK)
+    sys.exit(EXIT_FINDINGS if remaining else EXIT_OK)
 
 
 @main.command()

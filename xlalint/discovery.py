@@ -86,6 +86,11 @@ class _Excluder:
         return self.gitignores[folder]
 
 
+def is_excluded(path: Path, settings: Settings) -> bool:
+    """`path` (which need not exist: a `--stdin-filename`) or a folder above it is excluded."""
+    return _Excluder(settings).excluded_with_parents(path)
+
+
 NOTEBOOK_MESSAGE = "notebooks are not supported yet (export one with `jupyter nbconvert --to script`)"
 
 

@@ -149,6 +149,9 @@ class Workspace:
             by_root.setdefault(project_root(path), []).append(path)
         result: dict[Path, ProjectFacts] = {}
         for root, targets in by_root.items():
+            if not root.is_dir():  # a `--stdin-filename` in a folder that does not exist: no project
+                result.update((path, NO_PROJECT) for path in targets)
+                continue
             facts = self._project_facts(root, targets)
             for path in targets:
                 result[path] = facts.get(str(path.resolve()), NO_PROJECT)
@@ -203,11 +206,12 @@ class Workspace:
         return found
 
     # -- check and fix --------------------------------------------------------------------------------
-    def check(self, files: list[Path]) -> list[FileOutcome]:
+    def check(self, files: list[Path], *, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
+        """`given`: contents to check instead of what the files hold (standard input)."""
         facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, keys = [], []
-        for path, raw in _readable(files, outcomes):
+        for path, raw in _readable(files, outcomes, given):
             codes = self._codes(path)
             root = project_root(path)
             key = digest(repr((digest(raw), codes, self.settings.assume_xla, facts[path].key(), self.with_edits,
@@ -224,11 +228,11 @@ class Workspace:
                 self._cache(root).put_result(_relative(path.resolve(), root), key, [found, None])
         return [outcomes[p] for p in files]
 
-    def fix(self, files: list[Path], *, unsafe: bool) -> list[FileOutcome]:
+    def fix(self, files: list[Path], *, unsafe: bool, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
         facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, paths = [], []
-        for path, raw in _readable(files, outcomes):
+        for path, raw in _readable(files, outcomes, given):
             tasks.append((str(path), raw, self._codes(path), self.settings.assume_xla, facts[path], unsafe))
             paths.append(path)
         for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
@@ -240,9 +244,13 @@ class Workspace:
         return [outcomes[p] for p in files]
 
 
-def _readable(files: list[Path], outcomes: dict[Path, FileOutcome]):
-    """(path, bytes) of each file that can be read; an unreadable one gets its one-line error."""
+def _readable(files: list[Path], outcomes: dict[Path, FileOutcome], given: dict[Path, bytes] | None = None):
+    """(path, bytes) of each file that can be read (or whose contents are `given`); an unreadable
+    one gets its one-line error."""
     for path in files:
+        if given is not None and path in given:
+            yield path, given[path]
+            continue
         try:
             yield path, path.read_bytes()
         except OSError as exc:
