@@ -130,30 +130,6 @@ os.environ.setdefault("XLA_DOWNCAST_BF16", "1")
     assert found == [(1, "XLA602"), (2, "XLA602")]
 
 
-# -- notebooks --------------------------------------------------------------------------------------------
-
-NOTEBOOK = json.dumps({"cells": [{"cell_type": "code", "source": ["for x, y in loader:\n", "    print(x.item())\n"],
-                                  "metadata": {}, "outputs": [], "execution_count": None}],
-                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
-
-
-def test_a_notebook_named_on_the_command_line_is_an_error_not_a_pass(run_cli, project):
-    project.write("nb.ipynb", NOTEBOOK)
-    project.write("train.py", HEADER + LOOP)
-    code, out, err = run_cli("check", project / "nb.ipynb", project / "train.py")
-    assert code == 2
-    assert "nb.ipynb: error: notebooks are not supported yet" in err
-    assert "XLA101" in out and "1 file could not be checked" in out  # the other file was still checked
-
-
-def test_a_notebook_found_in_a_folder_is_skipped_with_a_note(run_cli, project):
-    project.write("nb.ipynb", NOTEBOOK)
-    project.write("train.py", HEADER + "print('ok')\n")
-    code, out, err = run_cli("check", project)
-    assert code == 0
-    assert "note: skipped 1 notebook" in err and "nb.ipynb" in err
-
-
 # -- suppression comments ---------------------------------------------------------------------------------
 
 LOOP = """\

@@ -14,7 +14,7 @@ import click
 from . import __version__
 from .config import ConfigError, Settings, load_settings, validate_selectors
 from .diagnostics import Diagnostic
-from .discovery import NOTEBOOK_MESSAGE, discover, is_excluded
+from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
 from .reporters import FORMATS, WITH_EDITS, printable, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
@@ -69,13 +69,9 @@ def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume
         excluded = force_exclude and stdin.path.name != STDIN and is_excluded(stdin.path, settings)
         return settings, settings.selected_rules(ALL_RULES), [] if excluded else [stdin.path], 0
     missing: list[str] = []
-    notebooks: list[Path] = []
-    files = discover(targets, settings, force_exclude=force_exclude, missing=missing, notebooks=notebooks)
+    files = discover(targets, settings, force_exclude=force_exclude, missing=missing)
     for message in missing:  # reported, and the other paths still checked (exit 2 at the end)
         _error(message)
-    if notebooks:
-        click.echo(printable(f"note: skipped {len(notebooks)} notebook{'s' if len(notebooks) != 1 else ''} "
-                             f"({notebooks[0]}{', ...' if len(notebooks) > 1 else ''}): {NOTEBOOK_MESSAGE}"), err=True)
     if not files and not missing:
         click.echo("warning: no Python files found under the given paths", err=True)
     return settings, settings.selected_rules(ALL_RULES), files, len(missing)
@@ -230,8 +226,8 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
             else:
                 from .fixing.apply import unified_diff
 
-                before = result.source.text
-                after = result.fixed.decode(result.source.encoding).lstrip("\ufeff")
+                before, after = result.display or (
+                    result.source.text, result.fixed.decode(result.source.encoding).lstrip("\ufeff"))
                 click.echo(unified_diff(str(outcome.path), before, after), nl=False)
             changed_files += 1
             fixed += result.fixed_count
@@ -280,8 +276,9 @@ def _fix_stdin(stdin: Stdin, settings, rules, files, *, unsafe, diff, quiet, job
         from .fixing.apply import unified_diff
 
         if result.fixed is not None:
-            after = result.fixed.decode(result.source.encoding).lstrip("\ufeff")
-            click.echo(unified_diff(str(stdin.path), result.source.text, after), nl=False)
+            before, after = result.display or (
+                result.source.text, result.fixed.decode(result.source.encoding).lstrip("\ufeff"))
+            click.echo(unified_diff(str(stdin.path), before, after), nl=False)
     else:
         _write_stdout(fixed)
     remaining = sorted(result.diagnostics, key=Diagnostic.sort_key)

@@ -130,18 +130,25 @@ class Diagnostic:
     end_location: Location
     fix: Fix | None = None
     noqa_row: int | None = None
+    cell: int | None = None  # in a notebook: the cell (from 1), and rows count in that cell
 
     @property
     def url(self) -> str:
         return DOCS_URL.format(name=self.name)
 
     def sort_key(self):
-        return (str(self.path), self.location, self.code)
+        return (str(self.path), self.cell or 0, self.location, self.code)
+
+    @property
+    def where(self) -> str:
+        """`row:col`, or `cell N:row:col` in a notebook (Ruff's spelling)."""
+        at = f"{self.location.row}:{self.location.column}"
+        return f"cell {self.cell}:{at}" if self.cell is not None else at
 
     def to_json(self) -> dict:
         return {
             "category": self.category,
-            "cell": None,
+            "cell": self.cell,
             "code": self.code,
             "end_location": self.end_location.to_json(),
             "filename": str(self.path),
@@ -158,4 +165,4 @@ class Diagnostic:
     def from_json(cls, data: dict) -> "Diagnostic":
         return cls(data["code"], data["name"], data["message"], data["category"], Path(data["filename"]),
                    Location.from_json(data["location"]), Location.from_json(data["end_location"]),
-                   Fix.from_json(data["fix"]) if data["fix"] else None, data["noqa_row"])
+                   Fix.from_json(data["fix"]) if data["fix"] else None, data["noqa_row"], data.get("cell"))

@@ -91,15 +91,11 @@ def is_excluded(path: Path, settings: Settings) -> bool:
     return _Excluder(settings).excluded_with_parents(path)
 
 
-NOTEBOOK_MESSAGE = "notebooks are not supported yet (export one with `jupyter nbconvert --to script`)"
-
-
 def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = False,
-             missing: list[str] | None = None, notebooks: list[Path] | None = None) -> list[Path]:
-    """Python files under `paths`, sorted. Files named explicitly are kept unless `force_exclude`.
-    A path that does not exist (or a notebook named explicitly) raises `MissingPath`, or with
-    `missing` given, is described there and skipped (the other paths are still checked).
-    Notebooks found in folders are skipped, and listed in `notebooks`."""
+             missing: list[str] | None = None) -> list[Path]:
+    """Python files and notebooks under `paths`, sorted. Files named explicitly are kept unless
+    `force_exclude`. A path that does not exist raises `MissingPath`, or with `missing` given, is
+    described there and skipped (the other paths are still checked)."""
     excluder = _Excluder(settings)
     found: set[Path] = set()
     for path in paths:
@@ -111,19 +107,12 @@ def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = Fal
         if path.is_file():
             if force_exclude and excluder.excluded_with_parents(path):
                 continue
-            if path.suffix == ".ipynb":  # JSON: read as Python it would pass, silently unchecked
-                if missing is None:
-                    raise MissingPath(path, NOTEBOOK_MESSAGE)
-                missing.append(f"{path}: error: {NOTEBOOK_MESSAGE}")
-                continue
             found.add(path)
             continue
         for folder, dirs, files in os.walk(path):
             base = Path(folder)
             dirs[:] = sorted(d for d in dirs if not excluder.excluded(base / d))
             for name in files:
-                if name.endswith((".py", ".pyi")) and not excluder.excluded(base / name):
+                if name.endswith((".py", ".pyi", ".ipynb")) and not excluder.excluded(base / name):
                     found.add(base / name)
-                elif name.endswith(".ipynb") and notebooks is not None and not excluder.excluded(base / name):
-                    notebooks.append(base / name)
     return sorted(found)

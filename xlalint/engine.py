@@ -35,6 +35,7 @@ class FileResult:
     source: SourceFile | None = None
     fixed: bytes | None = None  # new file bytes when fixes changed something
     fixed_count: int = 0
+    display: tuple[str, str] | None = None  # the code before and after, for a diff, when not the file's text
 
 
 def parse(source: SourceFile) -> ast.Module:

@@ -54,12 +54,12 @@ def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsa
         return "".join(
             f"::error title=xlalint ({d.code}),file={_github_property(str(d.path))},line={d.location.row},"
             f"col={d.location.column},endLine={d.end_location.row},endColumn={d.end_location.column}::"
-            + _github_data(f"{_relative(d.path)}:{d.location.row}:{d.location.column}: {d.code} {d.message}") + "\n"
+            + _github_data(f"{_relative(d.path)}:{d.where}: {d.code} {d.message}") + "\n"
             for d in diagnostics
         )
     lines = []
     for d in diagnostics:
-        where = click.style(printable(f"{_relative(d.path)}:{d.location.row}:{d.location.column}:"), bold=True)
+        where = click.style(printable(f"{_relative(d.path)}:{d.where}:"), bold=True)
         fixable = ""
         if d.fix is not None and d.fix.applicability.allowed(unsafe_fixes):
             fixable = click.style(" [*]", fg="cyan")

@@ -80,7 +80,7 @@ def _result(d: Diagnostic, index: dict[str, int], root: Path) -> dict:
             "artifactLocation": artifact,
             "region": _region(d.location, d.end_location),
         }}],
-        "properties": {"category": d.category},
+        "properties": {"category": d.category, **({"cell": d.cell} if d.cell is not None else {})},
     }
     if d.code in index:
         result["ruleIndex"] = index[d.code]

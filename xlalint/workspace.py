@@ -24,6 +24,7 @@ from .config import Settings
 from .diagnostics import Diagnostic
 from .discovery import discover
 from .engine import MARKERS, FileResult, analyse, fix_source, lint_source
+from .notebook import Notebook, is_notebook
 from .rules import RULES_BY_CODE
 from .source import SourceError, decode_source
 
@@ -66,31 +67,57 @@ def _summarize_task(task: tuple[str, str, ProjectFacts]) -> dict | None:
 
 def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, bool]) -> tuple[list[dict], str | None]:
     path, raw, codes, assume_xla, facts, with_edits = task
+    notebook = None
     try:
-        source = decode_source(Path(path), raw)
+        if is_notebook(Path(path)):
+            notebook = Notebook.parse(Path(path), raw)
+            source = notebook.source_file()
+        else:
+            source = decode_source(Path(path), raw)
         found = lint_source(source, [RULES_BY_CODE[c] for c in codes], with_edits=with_edits, assume_xla=assume_xla,
                             project=facts)
+        if notebook is not None:
+            found = [notebook.in_cells(d) for d in found]
         return [d.to_json() for d in found], None
     except SourceError as exc:
-        return [], str(exc)
+        return [], notebook.error_in_cells(str(exc)) if notebook is not None else str(exc)
     except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
         return [], internal_error(Path(path), exc)
 
 
 def _fix_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, bool]):
     path, raw, codes, assume_xla, facts, unsafe = task
+    notebook = None
     try:
-        source = decode_source(Path(path), raw)
+        if is_notebook(Path(path)):
+            notebook = Notebook.parse(Path(path), raw)
+            source = notebook.source_file()
+        else:
+            source = decode_source(Path(path), raw)
         result = fix_source(source, [RULES_BY_CODE[c] for c in codes], unsafe=unsafe, assume_xla=assume_xla,
                             project=facts)
         for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
                 diagnostic.fix.replacements = {}
+        if notebook is not None:
+            _back_to_notebook(notebook, result)
         return result, None
     except SourceError as exc:
-        return None, str(exc)
+        return None, notebook.error_in_cells(str(exc)) if notebook is not None else str(exc)
     except Exception as exc:  # noqa: BLE001
         return None, internal_error(Path(path), exc)
+
+
+def _back_to_notebook(notebook: Notebook, result) -> None:
+    """A notebook's fix result: its new JSON bytes, the diff shown over its code cells, and the
+    findings left at their cells (rows of the fixed notebook)."""
+    after = notebook
+    if result.fixed is not None:
+        result.fixed = notebook.rewritten(result.fixed.decode("utf-8"))
+    if result.fixed is not None:
+        after = Notebook.parse(notebook.path, result.fixed)
+    result.diagnostics = [after.in_cells(d) for d in result.diagnostics]
+    result.display = (notebook.readable(), after.readable())
 
 
 class Workspace:
@@ -164,6 +191,8 @@ class Workspace:
         members = {p.resolve() for p in self._members(root, targets)} | {t.resolve() for t in targets}
         contents: dict[Path, str] = {}
         for path in sorted(members):
+            if is_notebook(path):
+                continue  # no module to import from; its cells are checked on their own
             try:
                 raw = path.read_bytes()
             except OSError:
