@@ -236,3 +236,23 @@ def test_json_has_the_fix_edits_even_after_a_text_run_filled_the_cache(run_cli, 
     code, out, _ = run_cli("check", "--output-format", "json", project)
     (item,) = json.loads(out)
     assert item["fix"]["edits"] and "torch_xla.sync" in "".join(e["content"] for e in item["fix"]["edits"])
+
+
+def test_show_files_lists_what_would_be_checked(run_cli, project):
+    project.write("pyproject.toml", '[tool.xlalint]\nextend-exclude = ["vendored"]\n')
+    project.write("src/train.py", "x = 1\n")
+    project.write("src/nb.ipynb", "{}")
+    project.write("vendored/lib.py", "x = 1\n")
+    code, out, _ = run_cli("check", "--show-files", ".", cwd=project)
+    assert code == 0 and out.splitlines() == ["src/nb.ipynb", "src/train.py"]
+
+
+def test_show_settings_names_the_config_file_and_the_rules_in_force(run_cli, project):
+    config = project.write("pyproject.toml", '[tool.xlalint]\nper-file-ignores = { "legacy/*.py" = ["XLA1"] }\n')
+    project.write("legacy/old.py", "x = 1\n")
+    code, out, _ = run_cli("check", "--show-settings", "--ignore", "XLA6", "legacy/old.py", cwd=project)
+    assert code == 0
+    assert f"Settings path: {config.resolve()}" in out and 'ignore = ["XLA6"]' in out
+    assert 'per-file-ignores = {"legacy/*.py": ["XLA1"]}' in out
+    rules_line = next(line for line in out.splitlines() if line.startswith("rules in force"))
+    assert "XLA201" in rules_line and "XLA101" not in rules_line and "XLA602" not in rules_line

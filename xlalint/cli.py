@@ -5,6 +5,7 @@ Exit codes: 0 nothing found (or all fixed), 1 findings remain, 2 usage/config/IO
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -133,10 +134,13 @@ def main() -> None:
               help="Count findings per rule, with how many are fixable (JSON with --output-format json).")
 @click.option("--fix", "apply_fixes", is_flag=True, help="Apply the fixes, as `xlalint fix --write` (Ruff's spelling).")
 @click.option("--diff", is_flag=True, help="Print the fixes as a diff and change nothing, as `xlalint fix`.")
+@click.option("--show-files", is_flag=True, help="List the files that would be checked, and stop.")
+@click.option("--show-settings", is_flag=True,
+              help="Print the settings in force for the first file (and the file they came from), and stop.")
 @click.pass_context
 def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache,
           cache_dir, stdin_filename, color, output_format, exit_zero, unsafe_fixes, show_statistics, apply_fixes,
-          diff):
+          diff, show_files, show_settings):
     """Lint PATHS (default: the current directory; `-`: standard input)."""
     _apply_color(color)
     if apply_fixes or diff:  # Ruff's `check --fix` / `check --diff`
@@ -152,6 +156,10 @@ def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assu
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
+    if show_files or show_settings:
+        click.echo(show_settings_text(settings, rules, files, stdin_filename) if show_settings
+                   else "".join(f"{printable(str(f))}\n" for f in files), nl=False)
+        sys.exit(EXIT_ERROR if missing else EXIT_OK)
     # only JSON and SARIF show each fix's edits: computing them regenerates the file once per fix
     workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir,
                           with_edits=output_format in WITH_EDITS and not show_statistics)
@@ -247,6 +255,25 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
     if write:
         sys.exit(EXIT_FINDINGS if remaining else EXIT_OK)
     sys.exit(EXIT_FINDINGS if changed_files else EXIT_OK)
+
+
+def show_settings_text(settings: Settings, rules, files: list[Path], stdin_filename: str | None) -> str:
+    """The resolved settings, as `key = value` lines under the file they came from."""
+    first = files[0] if files else None
+    codes = [r.code for r in settings.rules_for(first, rules)] if first is not None else [r.code for r in rules]
+    values = {
+        "root": str(settings.root),
+        "select": settings.select, "extend-select": settings.extend_select, "ignore": settings.ignore,
+        "per-file-ignores": settings.per_file_ignores,
+        "exclude": settings.exclude, "extend-exclude": settings.extend_exclude,
+        "respect-gitignore": settings.respect_gitignore, "unsafe-fixes": settings.unsafe_fixes,
+        "assume-xla": settings.assume_xla,
+    }
+    lines = [f"Resolved settings for: {first if first is not None else '(no file)'}",
+             f"Settings path: {settings.config_file or '(none: defaults and the command line)'}", ""]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    lines.append(f"rules in force ({len(codes)}) = {json.dumps(codes)}")
+    return printable("\n".join(lines)) + "\n"
 
 
 def _write_stdout(data: bytes) -> None:
