@@ -256,3 +256,34 @@ def test_show_settings_names_the_config_file_and_the_rules_in_force(run_cli, pro
     assert 'per-file-ignores = {"legacy/*.py": ["XLA1"]}' in out
     rules_line = next(line for line in out.splitlines() if line.startswith("rules in force"))
     assert "XLA201" in rules_line and "XLA101" not in rules_line and "XLA602" not in rules_line
+
+
+ADD_NOQA = (
+    "import torch_xla.core.xla_model as xm\r\n"
+    "for x in loader:\r\n"
+    "    loss = model(x)\r\n"
+    "    loss.backward()\r\n"
+    "    xm.optimizer_step(opt, barrier=True)\r\n"
+    "    print(loss.item())  # keep this\r\n"
+    '    text = f"""{loss.item()}\r\n'
+    '"""\r\n'
+    "    v = loss.item()  # noqa: XLA999\r\n"
+    "d = xm.xla_device()  # noqa\r\n"
+)
+
+
+def test_add_noqa_baselines_every_finding_and_merges_existing_comments(run_cli, project):
+    path = project.write("t.py", ADD_NOQA)
+    code, _, err = run_cli("check", "--add-noqa", "t.py", cwd=project)
+    assert code == 0 and "Added 3 noqa directives." in err
+    data = path.read_bytes()
+    assert data.count(b"\r\n") == ADD_NOQA.count("\r\n") and b"\n" not in data.replace(b"\r\n", b"")
+    lines = data.decode().splitlines()
+    assert lines[5] == "    print(loss.item())  # keep this  # noqa: XLA101"
+    assert lines[7] == '"""  # noqa: XLA101'  # a multi-line string: its last line
+    assert lines[8] == "    v = loss.item()  # noqa: XLA101, XLA999"
+    assert lines[9] == "d = xm.xla_device()  # noqa"  # a bare noqa covers everything already
+    code, out, _ = run_cli("check", "t.py", cwd=project)
+    assert code == 0, out
+    code, _, err = run_cli("check", "--add-noqa", "t.py", cwd=project)  # idempotent
+    assert "Added 0 noqa directives." in err and path.read_bytes() == data

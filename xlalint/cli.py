@@ -19,7 +19,8 @@ from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
 from .reporters import FORMATS, WITH_EDITS, printable, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
-from .source import write_atomic
+from .noqa import add_noqa
+from .source import SourceError, read_source, write_atomic
 from .workspace import Workspace
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -134,13 +135,15 @@ def main() -> None:
               help="Count findings per rule, with how many are fixable (JSON with --output-format json).")
 @click.option("--fix", "apply_fixes", is_flag=True, help="Apply the fixes, as `xlalint fix --write` (Ruff's spelling).")
 @click.option("--diff", is_flag=True, help="Print the fixes as a diff and change nothing, as `xlalint fix`.")
+@click.option("--add-noqa", is_flag=True,
+              help="Add `# noqa: CODES` to every line with a finding (merged with those there), to baseline a code base.")
 @click.option("--show-files", is_flag=True, help="List the files that would be checked, and stop.")
 @click.option("--show-settings", is_flag=True,
               help="Print the settings in force for the first file (and the file they came from), and stop.")
 @click.pass_context
 def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache,
           cache_dir, stdin_filename, color, output_format, exit_zero, unsafe_fixes, show_statistics, apply_fixes,
-          diff, show_files, show_settings):
+          diff, add_noqa, show_files, show_settings):
     """Lint PATHS (default: the current directory; `-`: standard input)."""
     _apply_color(color)
     if apply_fixes or diff:  # Ruff's `check --fix` / `check --diff`
@@ -175,6 +178,9 @@ def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assu
             failed += 1
         diagnostics += outcome.diagnostics
     diagnostics.sort(key=Diagnostic.sort_key)
+    if add_noqa:
+        failed += _add_noqa(diagnostics, stdin)
+        sys.exit(EXIT_ERROR if failed else EXIT_OK)
     unsafe = unsafe_fixes or settings.unsafe_fixes
     click.echo(statistics(diagnostics, output_format, unsafe_fixes=unsafe) if show_statistics else render(
         diagnostics, output_format, quiet=quiet, unsafe_fixes=unsafe, failed_files=failed), nl=False)
@@ -255,6 +261,33 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
     if write:
         sys.exit(EXIT_FINDINGS if remaining else EXIT_OK)
     sys.exit(EXIT_FINDINGS if changed_files else EXIT_OK)
+
+
+def _add_noqa(diagnostics: list[Diagnostic], stdin: Stdin) -> int:
+    """Write `# noqa` comments for `diagnostics` into their files; the number of files that failed."""
+    if stdin.wanted:
+        _error("--add-noqa changes files: it cannot be used with standard input")
+        return 1
+    by_path: dict[Path, list[tuple[int, int, str]]] = {}
+    for d in diagnostics:
+        if d.cell is None:  # a notebook's cells keep their own layout: not annotated
+            by_path.setdefault(d.path, []).append((d.location.row, d.end_location.row, d.code))
+    added = failed = 0
+    for path, findings in by_path.items():
+        try:
+            source = read_source(path)
+            text, count = add_noqa(source.text, findings)
+            if count:
+                data = text.encode(source.encoding)
+                if source.raw.startswith(b"\xef\xbb\xbf") and not data.startswith(b"\xef\xbb\xbf"):
+                    data = b"\xef\xbb\xbf" + data
+                write_atomic(path, data)
+                added += count
+        except (SourceError, OSError, UnicodeEncodeError) as exc:
+            _error(str(exc) if isinstance(exc, SourceError) else f"{path}: error: cannot write: {exc}")
+            failed += 1
+    click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
+    return failed
 
 
 def show_settings_text(settings: Settings, rules, files: list[Path], stdin_filename: str | None) -> str:

@@ -55,5 +55,66 @@ def parse_noqa(text: str) -> NoqaMap:
         match = LINE_NOQA.search(token.string)
         if match:
             result.lines[token.start[0]] = _codes(match.group("codes"))
+    # a line inside a multi-line string cannot hold a comment: the one where the string ends speaks for it
+    for first, last in _string_spans(tokens):
+        if last > first and last in result.lines:
+            for row in range(first, last):
+                result.lines.setdefault(row, result.lines[last])
     result.file = frozenset(file_codes)
     return result
+
+
+_FSTRING_START, _FSTRING_END = getattr(tokenize, "FSTRING_START", -1), getattr(tokenize, "FSTRING_END", -1)
+
+
+def _string_spans(tokens):
+    """(first row, last row) of each string literal (f-strings are several tokens from Python 3.12)."""
+    opened = []
+    for token in tokens:
+        if token.type == tokenize.STRING:
+            yield token.start[0], token.end[0]
+        elif token.type == _FSTRING_START:
+            opened.append(token.start[0])
+        elif token.type == _FSTRING_END and opened:
+            yield opened.pop(), token.end[0]
+
+
+def add_noqa(text: str, findings: list[tuple[int, int, str]]) -> tuple[str, int]:
+    """`text` with `# noqa: CODES` on the lines of `findings` ((first row, last row, code) each),
+    merged into a `# noqa: ...` already there (a bare `# noqa` already covers everything), and how
+    many lines got a new or wider comment (`--add-noqa`, to baseline a code base). A finding is
+    marked on the first of its rows that ends in code, not inside a string, else where its string ends."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return text, 0
+    code_ends = {t.start[0] for t in tokens if t.type in (tokenize.NEWLINE, tokenize.NL)}
+    comments = {t.start[0]: t for t in tokens if t.type == tokenize.COMMENT}
+    wanted: dict[int, set[str]] = {}
+    for first, last, code in findings:
+        # else the row where the multi-line string holding the finding ends (see `parse_noqa`)
+        row = next((r for r in range(first, last + 1) if r in code_ends), None) or \
+            next((r for r in sorted(code_ends) if r > last), None)
+        if row is not None:
+            wanted.setdefault(row, set()).add(code)
+    lines = text.splitlines(keepends=True)
+    changed = 0
+    for row, codes in sorted(wanted.items()):
+        line = lines[row - 1]
+        body = line.rstrip("\r\n")
+        ending = line[len(body):]
+        comment = comments.get(row)
+        match = LINE_NOQA.search(comment.string) if comment is not None else None
+        if match is not None:
+            present = _codes(match.group("codes"))
+            if "*" in present or codes <= present:
+                continue
+            merged = ", ".join(sorted(present | codes))
+            start = comment.start[1] + match.start()
+            end = comment.start[1] + match.end()
+            body = f"{body[:start]}# noqa: {merged}{body[end:]}"
+        else:
+            body = f"{body}  # noqa: {', '.join(sorted(codes))}"
+        lines[row - 1] = body + ending
+        changed += 1
+    return "".join(lines), changed
