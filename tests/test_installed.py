@@ -122,6 +122,13 @@ def test_installed_console_script_checks_from_outside_the_tree(user_venv, tmp_pa
     piped = run([xlalint, "check", "-", "--stdin-filename", "loop.py"], cwd=tmp_path, env=clean_env(),
                 input=TRAIN_LOOP)
     assert piped.returncode == 1 and "loop.py:10:18: XLA101" in piped.stdout, piped.stderr
+    cells = [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": "# notes"},
+             {"cell_type": "code", "id": "b", "metadata": {}, "outputs": [], "execution_count": None,
+              "source": "%matplotlib inline\n" + TRAIN_LOOP}]
+    (tmp_path / "nb.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                                   "nbformat_minor": 5}, indent=1) + "\n")
+    notebook = run([xlalint, "check", "nb.ipynb"], cwd=tmp_path, env=clean_env())
+    assert notebook.returncode == 1 and "nb.ipynb:cell 2:11:18: XLA101" in notebook.stdout, notebook.stderr
 
 
 def test_installed_fix_imports_the_installed_runtime(user_venv, tmp_path):

@@ -17,6 +17,7 @@ from .config import ConfigError, Settings, load_settings, validate_selectors
 from .diagnostics import Diagnostic
 from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
+from .progress import Progress
 from .reporters import FORMATS, WITH_EDITS, printable, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
 from .noqa import add_noqa
@@ -77,6 +78,12 @@ def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume
     if not files and not missing:
         click.echo("warning: no Python files found under the given paths", err=True)
     return settings, settings.selected_rules(ALL_RULES), files, len(missing)
+
+
+def _progress(quiet: bool) -> Progress | None:
+    """A progress line on standard error when it is a terminal (never when piped or quiet)."""
+    stream = sys.stderr
+    return Progress(stream) if not quiet and hasattr(stream, "isatty") and stream.isatty() else None
 
 
 def _apply_color(choice: str | None) -> None:
@@ -165,7 +172,7 @@ def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assu
         sys.exit(EXIT_ERROR if missing else EXIT_OK)
     # only JSON and SARIF show each fix's edits: computing them regenerates the file once per fix
     workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir,
-                          with_edits=output_format in WITH_EDITS and not show_statistics)
+                          with_edits=output_format in WITH_EDITS and not show_statistics, progress=_progress(quiet))
     try:
         outcomes = workspace.check(files, given={stdin.path: stdin.raw} if stdin.wanted else None)
     finally:
@@ -216,7 +223,8 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
     failed = missing > 0
     changed_files = fixed = unwritten = 0
     remaining: list[Diagnostic] = []
-    workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir)
+    workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir,
+                          progress=_progress(quiet))
     try:
         outcomes = workspace.fix(files, unsafe=unsafe)
     finally:

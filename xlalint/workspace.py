@@ -25,6 +25,7 @@ from .diagnostics import Diagnostic
 from .discovery import discover
 from .engine import MARKERS, FileResult, analyse, fix_source, lint_source
 from .notebook import Notebook, is_notebook
+from .progress import Progress
 from .rules import RULES_BY_CODE
 from .source import SourceError, decode_source
 
@@ -108,6 +109,9 @@ def _fix_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, bool]
         return None, internal_error(Path(path), exc)
 
 
+STEP_LABELS = {"_summarize_task": "indexing the project", "_check_task": "checking", "_fix_task": "fixing"}
+
+
 def _back_to_notebook(notebook: Notebook, result) -> None:
     """A notebook's fix result: its new JSON bytes, the diff shown over its code cells, and the
     findings left at their cells (rows of the fixed notebook)."""
@@ -122,8 +126,9 @@ def _back_to_notebook(notebook: Notebook, result) -> None:
 
 class Workspace:
     def __init__(self, settings: Settings, rules, *, jobs: int | None = None, cache: bool = True,
-                 cache_dir: Path | None = None, with_edits: bool = True) -> None:
+                 cache_dir: Path | None = None, with_edits: bool = True, progress: Progress | None = None) -> None:
         self.settings = settings
+        self.progress = progress  # a progress line for long runs (a terminal's), else None
         # the text edits of each fix (JSON output); without them a fix is only built, never applied
         self.with_edits = with_edits
         self.rules = rules
@@ -136,11 +141,23 @@ class Workspace:
     # -- plumbing ---------------------------------------------------------------------------------
     def _map(self, func, tasks: list):
         if self.jobs == 1 or len(tasks) < PARALLEL_MIN:
-            return [func(t) for t in tasks]
-        if self._pool is None:
-            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context(method))
-        return list(self._pool.map(func, tasks, chunksize=max(1, len(tasks) // (self.jobs * 8))))
+            results = (func(t) for t in tasks)
+        else:
+            if self._pool is None:
+                method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+                self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context(method))
+            results = self._pool.map(func, tasks, chunksize=max(1, len(tasks) // (self.jobs * 8)))
+        if self.progress is None:
+            return list(results)
+        bar = self.progress.step(STEP_LABELS.get(func.__name__, ""), len(tasks))
+        found = []
+        try:
+            for result in results:
+                found.append(result)
+                bar.update()
+        finally:
+            bar.close()
+        return found
 
     def close(self) -> None:
         if self._pool is not None:
