@@ -216,3 +216,27 @@ def test_pre_commit_fix_hook_rewrites_and_fails_then_clean_commit_passes(user_pr
     output = again.stdout + again.stderr
     assert again.returncode == 0, output
     assert re.search(r"xlalint check\.+Passed", output) and re.search(r"xlalint fix\.+Passed", output)
+
+
+def test_pre_commit_checks_a_staged_notebook(user_project):
+    # the hooks take `jupyter` files: a notebook's per-step .item() blocks the commit, at its cell
+    project, env = user_project
+    cells = [{"cell_type": "code", "id": "loop", "metadata": {}, "outputs": [], "execution_count": None,
+              "source": TRAIN_LOOP}]
+    (project / "train.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                                     "nbformat_minor": 5}, indent=1) + "\n")
+    git(project, "add", "train.ipynb")
+    proc = commit(project, env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "train.ipynb:cell 1:10:18: XLA101" in output
+
+
+def test_installed_baseline_and_listing_commands(user_venv, tmp_path):
+    xlalint = user_venv / "bin" / "xlalint"
+    (tmp_path / "train.py").write_text(TRAIN_LOOP)
+    listed = run([xlalint, "check", "--show-files", "."], cwd=tmp_path, env=clean_env())
+    assert listed.returncode == 0 and listed.stdout.split() == ["train.py"]
+    added = run([xlalint, "check", "--add-noqa", "train.py"], cwd=tmp_path, env=clean_env())
+    assert added.returncode == 0 and "Added" in added.stderr
+    assert run([xlalint, "check", "train.py"], cwd=tmp_path, env=clean_env()).returncode == 0
