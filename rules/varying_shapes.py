@@ -9,6 +9,7 @@ import re
 from xlalint.analysis.index import COMPREHENSIONS, FUNCTIONS, LOOPS
 from xlalint.analysis.names import dotted_name, is_constant, keyword, last_part, method_name, param_default
 from xlalint.analysis.names import positional, receiver, string_value
+from xlalint.analysis.reads import only_without
 from xlalint.analysis.tensors import Kind
 from xlalint.rule import Invalid, Rule, Valid
 
@@ -502,9 +503,10 @@ class DataDependentSize(Rule):
     `x[s:s + n]`, `x.narrow(0, s, n)`, `torch.zeros(n, device=...)`, `x.new_zeros(bs, n)` where `n`
     is `t.item()`, `int(t)`, `t.max()`, an element of a tensor (`lens[i]`, `counts[0]` of
     `t.tolist()`), or computed from one. Sizes from shapes (`x.shape[0]`, `x.size(1)`, `len(batch)`)
-    and Python config values are not reported. A Python int read from the data is reported once per
-    function; a size that is still a device tensor (`n = lens.max() + 1`) is reported at every use,
-    since each use converts it on the host again.
+    and Python config values are not reported, nor a size read from the data only to default a
+    parameter the caller left out (`if n is None: n = int(t.max()) + 1`). A Python int read from
+    the data is reported once per function; a size that is still a device tensor
+    (`n = lens.max() + 1`) is reported at every use, since each use converts it on the host again.
 
     ## Why is this bad?
     XLA compiles a program for each set of static shapes, and a slice bound or an allocation size is
@@ -581,6 +583,14 @@ class DataDependentSize(Rule):
                 if x.device.type == "cuda":
                     return self.encoder(x[:, : int(lengths.max())])
                 return self.encoder(x)
+            """
+        ),
+        Valid(
+            """
+            def forward(self, labels, num_classes=None):
+                if num_classes is None:  # a default the caller can pass instead
+                    num_classes = int(labels.max()) + 1
+                return torch.zeros(labels.shape[0], num_classes, device=labels.device)
             """
         ),
     ]
@@ -747,7 +757,9 @@ def _data_dependent(ctx, expr: ast.expr, depth: int = 0) -> ast.AST | None:
 
 
 def _name_source(ctx, name: ast.Name, depth: int) -> ast.AST | None:
-    values = ctx.reaching_values(name)
+    # `if num_classes is None: num_classes = int(t.max()) + 1` computes a default the caller can
+    # pass instead: a size from the data only for callers that leave it out (not reported)
+    values = [v for v in ctx.reaching_values(name) if not _default_for_missing(ctx, name, v)]
     if values:
         for value in values:
             value = _unpacked(ctx, name.id, value)
@@ -760,6 +772,13 @@ def _name_source(ctx, name: ast.Name, depth: int) -> ast.AST | None:
         annotation = ctx.code(param.annotation) if param.annotation is not None else ""
         return param if "Tensor" in annotation else None
     return None
+
+
+def _default_for_missing(ctx, name: ast.Name, value: ast.expr) -> bool:
+    """`value` is assigned to the parameter `name` only when the call left it out (or passed None)."""
+    func = ctx.index.enclosing_function(value)
+    return func is not None and ctx.parameter(name) is not None and \
+        only_without(ctx, value, func, [name.id]) == name.id
 
 
 def _unpacked(ctx, name: str, value: ast.expr) -> ast.expr:

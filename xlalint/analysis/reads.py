@@ -68,7 +68,7 @@ def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead
         sources = [o for o in map(origins.of, _uses(operand)) if o is not None]
         if not sources or in_raise(ctx, call) or ctx.in_non_xla_code(call) or _gated(ctx, call, func):
             continue
-        unless = _only_without(ctx, call, func, names)
+        unless = only_without(ctx, call, func, names)
         option, value = _only_with_option(ctx, call, func, names)
         returned = _returned(ctx, call)
         for origin, through in dict.fromkeys(sources):
@@ -196,7 +196,7 @@ def _metadata(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr in METADATA_ATTRIBUTES
 
 
-def _only_without(ctx: "FileContext", node: ast.AST, func: ast.AST, params: list[str]) -> str | None:
+def only_without(ctx: "FileContext", node: ast.AST, func: ast.AST, params: list[str]) -> str | None:
     """The parameter `node` runs only without: in the body of `if p is None:` / `if not p:`, or the
     `else` of `if p is not None:` / `if p:`."""
     child = node
