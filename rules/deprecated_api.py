@@ -89,6 +89,18 @@ class Migration:
     def matches_module(self, qualified: str) -> bool:
         return qualified == self.name or qualified.startswith(self.name + ".")
 
+    def applies_to(self, target: tuple[int, ...] | None) -> bool:
+        """Worth reporting to code that must run on torch_xla `target` (None: the newest): the
+        replacement exists there (never suggest what the user's version lacks); an entry without one
+        once the old name is deprecated or gone there."""
+        if target is None:
+            return True
+        available = self.replacement_since or (self.deprecated_in if self.replacement else None)
+        if available is not None:
+            return _version(available) <= target
+        since = self.deprecated_in or self.removed_in
+        return since is None or _version(since) <= target
+
     def moved(self, qualified: str) -> str | None:
         """`torch_xla_py.xla_model.foo` -> `torch_xla.core.xla_model.foo` for a module entry."""
         if self.replacement is None or not self.matches_module(qualified):
@@ -272,13 +284,17 @@ MOVED_MODULES = sorted((m for m in TABLE if m.kind == "module" and m.replacement
 ALIASES = {"torch_xla.runtime": "xr", "torch_xla.distributed.spmd": "xs"}
 
 
-def _entries(status: str, kind: str) -> list[Migration]:
-    return [m for m in TABLE if m.status == status and m.kind == kind]
+def _entries(status: str, kind: str, target: tuple[int, ...] | None = None) -> list[Migration]:
+    return [m for m in TABLE if m.status == status and m.kind == kind and m.applies_to(target)]
 
 
-def _modules(status: str) -> list[Migration]:
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def _modules(status: str, target: tuple[int, ...] | None = None) -> list[Migration]:
     # longest name first: `torch_xla_py.xla_model` before the catch-all `torch_xla_py`
-    return sorted(_entries(status, "module"), key=lambda m: -len(m.name))
+    return sorted(_entries(status, "module", target), key=lambda m: -len(m.name))
 
 
 def _entries_doc(status: str) -> str:
@@ -693,11 +709,12 @@ class _MigrationVisitor:
 
     def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
-        self.functions = {m.name: m for m in _entries(self.status, "function")}
-        self.modules = _modules(self.status)
-        self.environment = {m.name: m for m in _entries(self.status, "environment")}
+        target = ctx.target_version  # only moves whose replacement the user's torch_xla has
+        self.functions = {m.name: m for m in _entries(self.status, "function", target)}
+        self.modules = _modules(self.status, target)
+        self.environment = {m.name: m for m in _entries(self.status, "environment", target)}
         self.arguments: dict[str, list[Migration]] = {}
-        for m in _entries(self.status, "argument"):
+        for m in _entries(self.status, "argument", target):
             self.arguments.setdefault(m.name, []).append(m)
         self.last_parts = {last_part(name) for name in self.functions}
         self.argument_last_parts = {last_part(name) for name in self.arguments}
@@ -942,6 +959,9 @@ move is unsafe (`torch_xla.distributed.spmd` re-exports only the public names); 
 raising (set `<X>_NUM_DEVICES` for fewer); it is offered only when `nprocs` is a keyword or the last
 positional argument. Environment variables get no fix: PJRT's variables take other values.
 
+With a target torch_xla (`--target-version`, `target-version`, or the project's pin) older than a
+replacement, that entry is not reported: the suggested code would not run there.
+
 ## Known problems
 Version checks are recognised by their words (`version`, `_GREATER_EQUAL_2_1`, `hasattr`), and a
 call in an `except AttributeError/ImportError` handler counts as a fallback. Only values this file
@@ -1005,6 +1025,10 @@ for x, y in loader:
 new ones (`wait`, `reset_scope` and the device index are kept; `xla_device(n, devkind)` gets no fix).
 `import torch_xla` is added next to the import of `xm`, inside its `try/except ImportError` when it
 is guarded. Environment variables get no fix: casting a model is a change to the program, not a rename.
+
+With a target torch_xla (`--target-version`, `target-version`, or the project's pin) older than a
+replacement, that entry is not reported: the suggested code would not run there; a variable without
+a replacement is reported once the target deprecates it.
 
 ## Known problems
 Setting a variable to a value that leaves it off (`"0"`, `"false"`) is not reported. The variable's

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .config import ConfigError, Settings, load_settings, validate_selectors
+from .config import ConfigError, Settings, load_settings, parse_target, pinned_torch_xla, validate_selectors
 from .diagnostics import Diagnostic
 from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
@@ -54,12 +54,21 @@ class Stdin:
         self.raw = sys.stdin.buffer.read()
 
 
-def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla, stdin: Stdin | None = None):
+def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla, stdin: Stdin | None = None,
+             target_version: str | None = None):
     if stdin is not None and stdin.wanted:
         paths = (str(stdin.path.parent),) if stdin.path.name != STDIN else ()
     targets = [Path(p) for p in paths] or [Path(".")]
     settings: Settings = load_settings(Path(config) if config else None, targets, ALL_RULES)
     settings.assume_xla = settings.assume_xla or assume_xla
+    if target_version is not None:
+        if parse_target(target_version) is None:
+            raise ConfigError(f"--target-version: `{target_version}` is no torch_xla version (e.g. 2.5 or torch_xla>=2.5)")
+        settings.target_version, settings.target_source = parse_target(target_version), "--target-version"
+    elif settings.target_version is None:
+        pinned = pinned_torch_xla(settings.root)
+        if pinned is not None:
+            settings.target_version, settings.target_source = pinned[0], f"the pin in {pinned[1]}"
     if select:
         settings.select = validate_selectors(_split(select), ALL_RULES, "--select")
     if extend_select:
@@ -115,6 +124,10 @@ def _selection_options(func):
             click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
             click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
                          help="Where to keep the cache (default: .xlalint_cache in each project's root)."),
+            click.option("--target-version", default=None,
+                         help="The oldest torch_xla the code must run on (e.g. 2.5): no replacement newer than it "
+                              "is suggested. Default: the project's pin in requirements*.txt or pyproject.toml, "
+                              "else the newest."),
             click.option("--stdin-filename", default=None,
                          help="The name of the file read from standard input (`-`): its configuration, per-file "
                               "ignores and excludes apply, and findings carry it."),
@@ -149,20 +162,21 @@ def main() -> None:
               help="Print the settings in force for the first file (and the file they came from), and stop.")
 @click.pass_context
 def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache,
-          cache_dir, stdin_filename, color, output_format, exit_zero, unsafe_fixes, show_statistics, apply_fixes,
+          cache_dir, target_version, stdin_filename, color, output_format, exit_zero, unsafe_fixes, show_statistics, apply_fixes,
           diff, add_noqa, show_files, show_settings):
     """Lint PATHS (default: the current directory; `-`: standard input)."""
     _apply_color(color)
     if apply_fixes or diff:  # Ruff's `check --fix` / `check --diff`
         ctx.invoke(fix, paths=paths, config=config, select=select, extend_select=extend_select, ignore=ignore,
                    force_exclude=force_exclude, assume_xla=assume_xla, quiet=quiet, jobs=jobs, no_cache=no_cache,
-                   cache_dir=cache_dir, stdin_filename=stdin_filename, color=color, write=not diff, diff=diff,
+                   cache_dir=cache_dir, target_version=target_version, stdin_filename=stdin_filename, color=color,
+                   write=not diff, diff=diff,
                    unsafe_fixes=unsafe_fixes)
         return
     try:
         stdin = Stdin(paths, stdin_filename)
         settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
-                                                   assume_xla, stdin)
+                                                   assume_xla, stdin, target_version)
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
@@ -202,7 +216,7 @@ def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assu
 @click.option("--diff", is_flag=True, help="Print a unified diff and change nothing (the default without --write).")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour.")
 def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir,
-        stdin_filename, color, write, diff, unsafe_fixes):
+        target_version, stdin_filename, color, write, diff, unsafe_fixes):
     """Fix what can be fixed in PATHS. Prints a diff unless --write is given. With `-` (standard
     input), prints the fixed source (a diff with --diff), and what remains on standard error."""
     _apply_color(color)
@@ -212,7 +226,7 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
     try:
         stdin = Stdin(paths, stdin_filename)
         settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
-                                                   assume_xla, stdin)
+                                                   assume_xla, stdin, target_version)
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
@@ -309,10 +323,13 @@ def show_settings_text(settings: Settings, rules, files: list[Path], stdin_filen
         "exclude": settings.exclude, "extend-exclude": settings.extend_exclude,
         "respect-gitignore": settings.respect_gitignore, "unsafe-fixes": settings.unsafe_fixes,
         "assume-xla": settings.assume_xla,
+        "target-version": settings.target_version or "(the newest)",
     }
     lines = [f"Resolved settings for: {first if first is not None else '(no file)'}",
              f"Settings path: {settings.config_file or '(none: defaults and the command line)'}", ""]
     lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    if settings.target_source:
+        lines.append(f"# target-version from {settings.target_source}")
     lines.append(f"rules in force ({len(codes)}) = {json.dumps(codes)}")
     return printable("\n".join(lines)) + "\n"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from .rule import Rule
 CONFIG_FILES = ("xlalint.toml", ".xlalint.toml", "pyproject.toml")
 KNOWN_KEYS = {
     "select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude",
-    "respect-gitignore", "unsafe-fixes", "assume-xla",
+    "respect-gitignore", "unsafe-fixes", "assume-xla", "target-version",
 }
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist",
@@ -42,6 +43,14 @@ class Settings:
     respect_gitignore: bool = True
     unsafe_fixes: bool = False
     assume_xla: bool = False  # treat every file as code that runs on an XLA device (migration mode)
+    # the oldest torch_xla the code must run on: no replacement newer than it is suggested (None:
+    # the newest); `target_source` says where it came from (the config, the command line, a pin)
+    target_version: str | None = None
+    target_source: str = ""
+
+    @property
+    def target(self) -> tuple[int, ...] | None:
+        return parse_version(self.target_version) if self.target_version else None
 
     def selected_rules(self, all_rules: list[type[Rule]]) -> list[type[Rule]]:
         chosen = [r for r in all_rules if _matches(r.code, self.select + self.extend_select)]
@@ -148,7 +157,44 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: `{key}` must be true or false")
             setattr(settings, attr, table[key])
+    if "target-version" in table:
+        value = table["target-version"]
+        if not isinstance(value, str) or parse_target(value) is None:
+            raise ConfigError(f"{where}: `target-version` must be a torch_xla version such as \"2.5\" or \"torch_xla>=2.5\"")
+        settings.target_version, settings.target_source = parse_target(value), str(where)
     return settings
+
+
+_VERSION = re.compile(r"^\s*(?:torch[_-]xla\s*(?:\[[^\]]*\])?\s*(?:==|~=|>=)?)?\s*v?(\d+(?:\.\d+){0,2})\s*$", re.I)
+# a pin in requirements*.txt or pyproject.toml: `torch_xla==2.5.1`, `torch-xla[tpu]~=2.6.0`, `torch_xla>=2.4`
+_PIN = re.compile(r"""(?:^|["'\s])torch[_-]xla\s*(?:\[[^\]]*\])?\s*(?:==|~=|>=)\s*(\d+(?:\.\d+){0,2})""", re.I | re.M)
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def parse_target(text: str) -> str | None:
+    """`2.5`, `torch_xla>=2.5` -> "2.5"; None when it names no version."""
+    match = _VERSION.match(text)
+    return match.group(1) if match else None
+
+
+def pinned_torch_xla(root: Path) -> tuple[str, Path] | None:
+    """The lowest torch_xla version the project's requirements*.txt or pyproject.toml pin (==, ~=, >=),
+    and the file, when one does."""
+    found: list[tuple[tuple[int, ...], str, Path]] = []
+    for path in sorted(root.glob("requirements*.txt")) + [root / "pyproject.toml", root / "setup.py"]:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        text = re.sub(r"(?m)#.*$", "", text) if path.suffix == ".txt" else text
+        found += [(parse_version(v), v, path) for v in _PIN.findall(text)]
+    if not found:
+        return None
+    _, version, path = min(found)
+    return version, path
 
 
 def load_settings(config: Path | None, paths: list[Path], all_rules: list[type[Rule]]) -> Settings:

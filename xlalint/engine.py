@@ -149,8 +149,10 @@ def _diagnostic(source: SourceFile, item: _Found) -> Diagnostic:
                       item.start, item.end, item.fix, noqa_row=item.start.row)
 
 
-def analyse(source: SourceFile, *, assume_xla: bool = False, project: ProjectFacts = NO_PROJECT) -> FileContext:
-    return FileContext(source.path, parse(source), SourceText(source.text), assume_xla=assume_xla, project=project)
+def analyse(source: SourceFile, *, assume_xla: bool = False, project: ProjectFacts = NO_PROJECT,
+            target_version: tuple[int, ...] | None = None) -> FileContext:
+    return FileContext(source.path, parse(source), SourceText(source.text), assume_xla=assume_xla, project=project,
+                       target_version=target_version)
 
 
 def example_facts(source: SourceFile, others: list[SourceFile] = ()) -> ProjectFacts:
@@ -163,11 +165,12 @@ def example_facts(source: SourceFile, others: list[SourceFile] = ()) -> ProjectF
 def lint_source(
     source: SourceFile, rules: list[type[Rule]], *, with_edits: bool = False, prefilter: bool = True,
     assume_xla: bool = False, with_fixes: bool = True, project: ProjectFacts = NO_PROJECT,
+    target_version: tuple[int, ...] | None = None,
 ) -> list[Diagnostic]:
     if prefilter and not MARKERS.search(source.raw):
         parse(source)  # no rule can fire, but invalid Python is still reported
         return []
-    ctx = analyse(source, assume_xla=assume_xla, project=project)
+    ctx = analyse(source, assume_xla=assume_xla, project=project, target_version=target_version)
     found = _keep(source, _run_rules(ctx, rules))
     if with_fixes:
         _build_fixes(source, ctx, found, with_edits=with_edits)
@@ -189,7 +192,8 @@ def _choose_fixes(found: list[_Found], unsafe: bool) -> list[Fix]:
 
 
 def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, prefilter: bool = True,
-               assume_xla: bool = False, project: ProjectFacts = NO_PROJECT) -> FileResult:
+               assume_xla: bool = False, project: ProjectFacts = NO_PROJECT,
+               target_version: tuple[int, ...] | None = None) -> FileResult:
     """Apply fixes until none applies; the result is re-parsed each pass, so it is valid Python."""
     result = FileResult(source.path, source=source)
     if prefilter and not MARKERS.search(source.raw):
@@ -197,7 +201,7 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
         return result
     current = source
     for _ in range(MAX_FIX_PASSES):
-        ctx = analyse(current, assume_xla=assume_xla, project=project)
+        ctx = analyse(current, assume_xla=assume_xla, project=project, target_version=target_version)
         found = _keep(current, _run_rules(ctx, rules))
         cst_ctx = _build_fixes(current, ctx, found, with_edits=False)
         diagnostics = [_diagnostic(current, item) for item in found]
@@ -222,7 +226,7 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
         current = next_source
     else:
         result.diagnostics = lint_source(current, rules, prefilter=False, assume_xla=assume_xla,
-                                         project=project)
+                                         project=project, target_version=target_version)
     if current.raw != source.raw:
         result.fixed = current.raw
     return result

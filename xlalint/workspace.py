@@ -66,8 +66,8 @@ def _summarize_task(task: tuple[str, str, ProjectFacts]) -> dict | None:
         return None
 
 
-def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, bool]) -> tuple[list[dict], str | None]:
-    path, raw, codes, assume_xla, facts, with_edits = task
+def _check_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool]) -> tuple[list[dict], str | None]:
+    path, raw, codes, (assume_xla, target), facts, with_edits = task
     notebook = None
     try:
         if is_notebook(Path(path)):
@@ -76,7 +76,7 @@ def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, boo
         else:
             source = decode_source(Path(path), raw)
         found = lint_source(source, [RULES_BY_CODE[c] for c in codes], with_edits=with_edits, assume_xla=assume_xla,
-                            project=facts)
+                            project=facts, target_version=target)
         if notebook is not None:
             found = [notebook.in_cells(d) for d in found]
         return [d.to_json() for d in found], None
@@ -86,8 +86,8 @@ def _check_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, boo
         return [], internal_error(Path(path), exc)
 
 
-def _fix_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, bool]):
-    path, raw, codes, assume_xla, facts, unsafe = task
+def _fix_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool]):
+    path, raw, codes, (assume_xla, target), facts, unsafe = task
     notebook = None
     try:
         if is_notebook(Path(path)):
@@ -96,7 +96,7 @@ def _fix_task(task: tuple[str, bytes, tuple[str, ...], bool, ProjectFacts, bool]
         else:
             source = decode_source(Path(path), raw)
         result = fix_source(source, [RULES_BY_CODE[c] for c in codes], unsafe=unsafe, assume_xla=assume_xla,
-                            project=facts)
+                            project=facts, target_version=target)
         for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
                 diagnostic.fix.replacements = {}
@@ -173,6 +173,11 @@ class Workspace:
                 folder = self.cache_dir if self.cache_dir is not None else root / CACHE_DIR_NAME
             self._caches[root] = ProjectCache(folder, root)
         return self._caches[root]
+
+    @property
+    def _options(self) -> tuple[bool, tuple[int, ...] | None]:
+        """What every file is checked with besides its rules: --assume-xla and the target torch_xla."""
+        return self.settings.assume_xla, self.settings.target
 
     def _codes(self, path: Path) -> tuple[str, ...]:
         return tuple(r.code for r in self.settings.rules_for(path, self.rules))
@@ -260,13 +265,13 @@ class Workspace:
         for path, raw in _readable(files, outcomes, given):
             codes = self._codes(path)
             root = project_root(path)
-            key = digest(repr((digest(raw), codes, self.settings.assume_xla, facts[path].key(), self.with_edits,
+            key = digest(repr((digest(raw), codes, self._options, facts[path].key(), self.with_edits,
                                __version__)).encode())
             cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(_relative(path.resolve(), root), key))
             if cached is not None:
                 outcomes[path] = cached
                 continue
-            tasks.append((str(path), raw, codes, self.settings.assume_xla, facts[path], self.with_edits))
+            tasks.append((str(path), raw, codes, self._options, facts[path], self.with_edits))
             keys.append((path, root, key))
         for (path, root, key), (found, error) in zip(keys, self._map(_check_task, tasks)):
             outcomes[path] = _outcome(path, found, error)
@@ -279,7 +284,7 @@ class Workspace:
         outcomes: dict[Path, FileOutcome] = {}
         tasks, paths = [], []
         for path, raw in _readable(files, outcomes, given):
-            tasks.append((str(path), raw, self._codes(path), self.settings.assume_xla, facts[path], unsafe))
+            tasks.append((str(path), raw, self._codes(path), self._options, facts[path], unsafe))
             paths.append(path)
         for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
             if result is not None:

@@ -24,11 +24,12 @@ MAX_CALL_SITES = 8  # call sites read for what a parameter is passed
 
 class FileContext:
     def __init__(self, path: Path, tree: ast.Module, text: SourceText, *, assume_xla: bool = False,
-                 project: ProjectFacts = NO_PROJECT) -> None:
+                 project: ProjectFacts = NO_PROJECT, target_version: tuple[int, ...] | None = None) -> None:
         self.path = path
         self.tree = tree
         self.text = text
         self.assume_xla = assume_xla
+        self.target_version = target_version  # the oldest torch_xla the code must run on (None: the newest)
         self.project = project  # what the rest of the project says about this file
         self.index: ModuleIndex = build_index(tree)
         self.tensors = TensorInference(self)
