@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from xlalint.rule import Rule
 
-from . import (control_flow, deprecated_api, dynamic_shapes, grad_clipping, host_sync, optimizer_step, quirks,
-               varying_shapes)
+from . import (control_flow, deprecated_api, dynamic_shapes, grad_clipping, host_sync, jax_tracing, optimizer_step,
+               quirks, varying_shapes)
 
 FAMILIES = (host_sync, control_flow, dynamic_shapes, varying_shapes, optimizer_step, grad_clipping, deprecated_api,
-            quirks)
+            quirks, jax_tracing)
 
 
 def _collect() -> list[type[Rule]]:

@@ -34,7 +34,7 @@ class ConfigError(Exception):
 class Settings:
     root: Path  # where relative patterns are anchored (the config file's folder, else cwd)
     config_file: Path | None = None
-    select: list[str] = field(default_factory=lambda: ["XLA"])
+    select: list[str] = field(default_factory=lambda: ["XLA", "JAX"])
     extend_select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)

@@ -174,6 +174,13 @@ class FileContext:
         return steps.loop_reachable_functions(self)
 
     @cached_property
+    def jax_traced(self) -> set[ast.AST]:
+        """Functions and lambdas JAX runs on tracers (see `jax_tracing`)."""
+        from .jax_tracing import traced_functions
+
+        return traced_functions(self)
+
+    @cached_property
     def per_call_functions(self) -> set[ast.AST]:
         return steps.compute_per_call_functions(self)
 
