@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from xlalint.analysis.jax_tracing import enclosing_traced
+from xlalint.analysis.jax_tracing import enclosing_traced, is_traced_value
 from xlalint.analysis.names import has_star_args, keyword, positional
 from xlalint.rule import Invalid, Rule, Valid
 
@@ -139,3 +139,231 @@ class NonzeroWithoutSize(Rule):
             return
         if enclosing_traced(self.ctx, node) is not None:
             self.report(node, self.summary.format(func=f"jnp.{func}"))
+
+
+class HostConversionOfTracer(Rule):
+    """## What it does
+    Flags, inside a function JAX stages out (`@jax.jit`, `jax.jit(f)`, `pmap`, `vmap`, a
+    `lax.scan`/`fori_loop`/`while_loop`/`cond` body), a conversion of a traced value to Python or
+    NumPy: `float(x)`, `int(x)`, `bool(x)`, `x.item()`, `x.tolist()`, `np.asarray(x)`, `np.array(x)`.
+    Traced values are the function's non-static parameters and what `jnp`/`lax` compute from them;
+    metadata (`x.shape[0]`, `x.ndim`, `len(x)`) and `static_argnames`/`static_argnums` are not.
+
+    ## Why is this bad?
+    While tracing, an array has a shape and a dtype but no value: converting it raises
+    `ConcretizationTypeError` (or `TracerIntegerConversionError`). Outside `jit` the same line is a
+    blocking device-to-host copy, so moving the conversion out is the fix in both cases.
+
+    ## Example
+    ```python
+    @jax.jit
+    def loss_and_log(params, x):
+        loss = jnp.mean((x @ params) ** 2)
+        print("loss", float(loss))
+        return loss
+    ```
+
+    Use instead:
+    ```python
+    @jax.jit
+    def loss_and_log(params, x):
+        loss = jnp.mean((x @ params) ** 2)
+        jax.debug.print("loss {}", loss)  # printed when the value exists, no host round trip in the trace
+        return loss
+    ```
+    or return the value and convert it outside the jitted function.
+
+    ## Fix safety
+    No automatic fix.
+
+    ## References
+    - JAX docs, "Key concepts: tracing" and the `ConcretizationTypeError` entry of "Errors"
+    """
+
+    code, name, category = "JAX102", "host-conversion-of-tracer", "item_sync"
+    summary = "`{what}` converts a traced value to Python inside a function JAX traces: it has no value yet"
+    hint = "return the value and convert it outside the jitted function, or use `jax.debug.print`"
+
+    VALID = [
+        Valid(
+            """
+            from functools import partial
+
+            import jax
+            import jax.numpy as jnp
+
+            @partial(jax.jit, static_argnames="n")
+            def tile(x, n):
+                width = int(x.shape[0])  # metadata is static
+                return jnp.tile(x, int(n))[: width * n]  # a static argument
+            """
+        ),
+        Valid(
+            """
+            import jax.numpy as jnp
+
+            def report(x):  # not traced
+                return float(jnp.mean(x))
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def loss_and_log(params, x):
+                loss = jnp.mean((x @ params) ** 2)
+                print("loss", float(loss))
+                return loss
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            import jax
+
+            def body(i, total):
+                return total + total.item() * i
+
+            out = jax.lax.fori_loop(0, 3, body, 1.0)
+            """,
+            line=4,
+        ),
+    ]
+
+    CONVERSIONS = {"float", "int", "bool", "complex"}
+    NUMPY = {"numpy.asarray", "numpy.array"}
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        operand, what = None, ""
+        if isinstance(func, ast.Name) and func.id in self.CONVERSIONS and len(node.args) == 1:
+            operand, what = node.args[0], f"{func.id}()"
+        elif isinstance(func, ast.Attribute) and func.attr in ("item", "tolist") and not node.args:
+            operand, what = func.value, f".{func.attr}()"
+        elif (self.ctx.qualified_name(func) or "") in self.NUMPY and node.args:
+            operand, what = node.args[0], f"np.{func.attr if isinstance(func, ast.Attribute) else 'asarray'}()"
+        if operand is not None and is_traced_value(self.ctx, operand):
+            self.report(node, self.summary.format(what=what))
+
+
+class PythonBranchOnTracer(Rule):
+    """## What it does
+    Flags Python control flow on a traced value inside a function JAX stages out: `if x > 0:`,
+    `while err > tol:`, `assert jnp.all(x >= 0)`, `x and y`, `not x`, a conditional expression.
+
+    ## Why is this bad?
+    Python decides a branch while tracing, when the value does not exist yet: JAX raises
+    `TracerBoolConversionError`. Marking the argument static compiles one program per value (a
+    recompilation for each new value); the data-dependent forms are `jnp.where` (both sides computed,
+    elementwise choice), `lax.cond`/`lax.switch` (one side run), and `lax.while_loop`.
+
+    ## Example
+    ```python
+    @jax.jit
+    def relu_or_zero(x, t):
+        if t > 0:
+            return jax.nn.relu(x)
+        return jnp.zeros_like(x)
+    ```
+
+    Use instead:
+    ```python
+    @jax.jit
+    def relu_or_zero(x, t):
+        return jnp.where(t > 0, jax.nn.relu(x), jnp.zeros_like(x))
+    ```
+
+    ## Fix safety
+    No automatic fix: `jnp.where` computes both sides, `lax.cond` needs both branches to return the
+    same shapes, and which suits the code is the author's choice.
+
+    ## References
+    - JAX docs, "Control flow and logical operators with JIT" (`TracerBoolConversionError`)
+    """
+
+    code, name, category = "JAX103", "python-branch-on-tracer", "control_flow_on_tensor"
+    summary = "Python branches on a traced value inside a function JAX traces: the value does not exist yet"
+    hint = "use `jnp.where`, `lax.cond`/`lax.switch`, `lax.while_loop`, or mark the argument static"
+
+    VALID = [
+        Valid(
+            """
+            from functools import partial
+
+            import jax
+            import jax.numpy as jnp
+
+            @partial(jax.jit, static_argnames="training")
+            def dropout(x, key, training):
+                if training and x.ndim > 1:  # a static argument and metadata
+                    return x * jax.random.bernoulli(key, 0.9, x.shape) / 0.9
+                return x
+            """
+        ),
+        Valid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def relu_or_zero(x, t):
+                return jnp.where(t > 0, jax.nn.relu(x), jnp.zeros_like(x))
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def relu_or_zero(x, t):
+                if t > 0:
+                    return jax.nn.relu(x)
+                return jnp.zeros_like(x)
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            def solve(x):
+                err = jnp.abs(x).max()
+                while err > 1e-3:
+                    x = x / 2
+                    err = jnp.abs(x).max()
+                return x
+
+            solve_fast = jax.jit(solve)
+            """,
+            line=6,
+        ),
+    ]
+
+    def visit_If(self, node: ast.If) -> None:
+        self._check(node.test, node)
+
+    def visit_While(self, node: ast.While) -> None:
+        self._check(node.test, node)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        self._check(node.test, node)
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self._check(node.test, node)
+
+    def _check(self, test: ast.expr, node: ast.AST) -> None:
+        parts = test.values if isinstance(test, ast.BoolOp) else [test]
+        for part in parts:
+            if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not):
+                part = part.operand
+            if is_traced_value(self.ctx, part):
+                self.report(test)
+                return

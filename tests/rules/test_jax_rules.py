@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from rules.jax_tracing import NonzeroWithoutSize
+from rules.jax_tracing import HostConversionOfTracer, NonzeroWithoutSize, PythonBranchOnTracer
 from xlalint.testing import lint_code
 
 jax = pytest.importorskip("jax")
@@ -53,3 +53,43 @@ def test_where_with_one_argument_in_a_scan_body_raises():
 ])
 def test_traced_functions_by_structure(source, rows):
     assert [d.location.row for d in lint_code(source, [NonzeroWithoutSize])] == rows
+
+
+def test_host_conversions_of_tracers_raise_and_the_static_forms_compile_once():
+    invalid = load(HostConversionOfTracer.INVALID[0].code)["loss_and_log"]
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        invalid(jnp.ones(3), jnp.ones((2, 3)))
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        load(HostConversionOfTracer.INVALID[1].code)
+    tile = load(HostConversionOfTracer.VALID[0].code)["tile"]
+    for data in ([1.0, 2.0], [3.0, 4.0]):
+        assert tile(jnp.array(data), 2).tolist() == data * 2
+    assert tile._cache_size() == 1
+
+
+def test_python_branches_on_tracers_raise_and_jnp_where_compiles_once():
+    invalid = load(PythonBranchOnTracer.INVALID[0].code)["relu_or_zero"]
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        invalid(jnp.array([-1.0, 2.0]), 1.0)
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        load(PythonBranchOnTracer.INVALID[1].code)["solve_fast"](jnp.array([4.0, -8.0]))
+    fixed = load(PythonBranchOnTracer.VALID[1].code)["relu_or_zero"]
+    assert fixed(jnp.array([-1.0, 2.0]), 1.0).tolist() == [0.0, 2.0]
+    assert fixed(jnp.array([-1.0, 2.0]), -1.0).tolist() == [0.0, 0.0]
+    assert fixed._cache_size() == 1  # one program for every t
+    dropout = load(PythonBranchOnTracer.VALID[0].code)["dropout"]
+    assert dropout(jnp.ones((2, 2)), jax.random.PRNGKey(0), training=False).tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+@pytest.mark.parametrize("source, rows", [
+    # a helper called from jitted code may be given static values by its callers: not judged
+    ("import jax\nimport jax.numpy as jnp\n\ndef scale(x, k):\n    if k > 1:\n        return x * k\n    return x\n\n"
+     "@jax.jit\ndef f(x):\n    return scale(x, 2)\n", []),
+    # `static_argnums` by position; metadata in a loop bound; `is None`
+    ("import jax\nfrom functools import partial\n\n@partial(jax.jit, static_argnums=(1,))\ndef f(x, n, y=None):\n"
+     "    if n > 2 and x.shape[0] > 1 and y is not None:\n        return x\n    return -x\n", []),
+    # a traced parameter through an assignment and a method
+    ("import jax\n\n@jax.jit\ndef f(x):\n    m = x.mean()\n    return 1.0 if m > 0 else -1.0\n", [6]),
+])
+def test_traced_values_by_structure(source, rows):
+    assert [d.location.row for d in lint_code(source, [PythonBranchOnTracer, HostConversionOfTracer])] == rows

@@ -181,6 +181,13 @@ class FileContext:
         return traced_functions(self)
 
     @cached_property
+    def jax_staged(self) -> set[ast.AST]:
+        """Of those, the ones JAX stages out itself (decorated, `jax.jit(f)`, a control-flow body)."""
+        from .jax_tracing import staged_functions
+
+        return staged_functions(self)
+
+    @cached_property
     def per_call_functions(self) -> set[ast.AST]:
         return steps.compute_per_call_functions(self)
 

@@ -102,3 +102,116 @@ def enclosing_traced(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
             return None
     return None
 
+
+
+# values known while tracing: an array's metadata, and what jnp computes from metadata only
+STATIC_ATTRIBUTES = {"shape", "ndim", "dtype", "size", "itemsize", "nbytes", "aval", "sharding", "weak_type"}
+STATIC_FUNCTIONS = {"jax.numpy.shape", "jax.numpy.ndim", "jax.numpy.size", "jax.numpy.result_type",
+                    "jax.numpy.dtype", "jax.numpy.iinfo", "jax.numpy.finfo", "len", "isinstance", "type"}
+MAX_DEPTH = 8
+
+
+def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
+    """Parameters of `func` that hold tracers: those of a function JAX stages out itself (decorated,
+    wrapped by `jax.jit(f)`, a control-flow body), minus `static_argnums`/`static_argnames`. A
+    helper only called from traced code is left out: its callers may pass static Python values."""
+    if not isinstance(func, (*FUNCTIONS, ast.Lambda)) or func not in ctx.jax_staged:
+        return set()
+    args = [*func.args.posonlyargs, *func.args.args]
+    names = [a.arg for a in (*args, *func.args.kwonlyargs)]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+        args = args[1:]
+    static: set[str] = set()
+    for spec in _staging_calls(ctx, func):
+        for kw in spec.keywords:
+            values = kw.value.elts if isinstance(kw.value, (ast.Tuple, ast.List)) else [kw.value]
+            if kw.arg == "static_argnames":
+                static |= {v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)}
+            elif kw.arg == "static_argnums":
+                static |= {args[v.value].arg for v in values if isinstance(v, ast.Constant)
+                           and isinstance(v.value, int) and -len(args) <= v.value < len(args)}
+            elif kw.arg in ("in_axes",):
+                continue
+    return {n for n in names if n not in static}
+
+
+def staged_functions(ctx: "FileContext") -> set[ast.AST]:
+    """The functions JAX stages out directly (not the helpers they call)."""
+    return {f for f in ctx.jax_traced if _staging_calls(ctx, f) is not None}
+
+
+def _staging_calls(ctx: "FileContext", func: ast.AST):
+    """The decorator or call that stages `func` out (its keywords give the static arguments):
+    a list, empty for a control-flow body; None when `func` is traced only as a callee."""
+    found: list[ast.Call] = []
+    staged = False
+    if isinstance(func, FUNCTIONS):
+        for decorator in func.decorator_list:
+            if _is_tracing(ctx, decorator):
+                staged = True
+                if isinstance(decorator, ast.Call):
+                    found.append(decorator)
+    parent = ctx.index.parent(func)
+    if isinstance(func, ast.Lambda) and isinstance(parent, ast.Call):
+        return found  # a lambda given to a primitive or to jax.jit
+    name = getattr(func, "name", None)
+    for node in ast.walk(ctx.tree):
+        if not (isinstance(node, ast.Call) and name):
+            continue
+        qualified = ctx.qualified_name(node.func) or ""
+        args = positional(node)
+        if qualified in TRACING and args and isinstance(args[0], ast.Name) and args[0].id == name:
+            staged = True
+            found.append(node)
+        elif qualified in CONTROL_FLOW and any(
+                p < len(args) and isinstance(args[p], ast.Name) and args[p].id == name for p in CONTROL_FLOW[qualified]):
+            staged = True
+    return found if staged else None
+
+
+def is_traced_value(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
+    """`expr` is (computed from) a tracer inside the function JAX traces around it: a traced
+    parameter, a jnp/lax result, or arithmetic on one; not its metadata (`x.shape[0]`, `x.ndim`)."""
+    if depth > MAX_DEPTH:
+        return False
+    func = enclosing_traced(ctx, expr)
+    if func is None:
+        return False
+    if isinstance(expr, ast.Name):
+        values = ctx.reaching_values(expr)
+        if values:
+            return any(is_traced_value(ctx, v, depth + 1) for v in values)
+        owner = _binding_function(ctx, expr)
+        return owner is not None and expr.id in traced_parameters(ctx, owner)
+    if isinstance(expr, ast.Attribute):
+        return expr.attr not in STATIC_ATTRIBUTES and is_traced_value(ctx, expr.value, depth + 1)
+    if isinstance(expr, ast.Subscript):
+        return is_traced_value(ctx, expr.value, depth + 1)
+    if isinstance(expr, (ast.BinOp,)):
+        return is_traced_value(ctx, expr.left, depth + 1) or is_traced_value(ctx, expr.right, depth + 1)
+    if isinstance(expr, ast.UnaryOp):
+        return is_traced_value(ctx, expr.operand, depth + 1)
+    if isinstance(expr, ast.Compare):
+        if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in expr.ops):
+            return False
+        return any(is_traced_value(ctx, e, depth + 1) for e in (expr.left, *expr.comparators))
+    if isinstance(expr, ast.Call):
+        name = ctx.qualified_name(expr.func) or ""
+        if name in STATIC_FUNCTIONS:
+            return False
+        if name.startswith(("jax.numpy.", "jax.lax.", "jax.nn.", "jax.scipy.")):
+            return any(is_traced_value(ctx, a, depth + 1) for a in (*expr.args, *(k.value for k in expr.keywords)))
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr not in ("item", "tolist"):
+            return is_traced_value(ctx, expr.func.value, depth + 1)  # `x.sum()`, `x.astype(...)`
+    return False
+
+
+def _binding_function(ctx: "FileContext", name: ast.Name) -> ast.AST | None:
+    """The function or lambda whose parameter `name` is."""
+    for anc in ctx.index.ancestors(name):
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+            params = {a.arg for a in (*anc.args.posonlyargs, *anc.args.args, *anc.args.kwonlyargs)}
+            if name.id in params:
+                return anc
+    return None
