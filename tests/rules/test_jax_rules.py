@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from rules.jax_tracing import HostConversionOfTracer, NonzeroWithoutSize, PythonBranchOnTracer
+from rules.jax_tracing import HostConversionOfTracer, NonzeroWithoutSize, PrintOfTracer, PythonBranchOnTracer
 from xlalint.testing import lint_code
 
 jax = pytest.importorskip("jax")
@@ -93,3 +93,19 @@ def test_python_branches_on_tracers_raise_and_jnp_where_compiles_once():
 ])
 def test_traced_values_by_structure(source, rows):
     assert [d.location.row for d in lint_code(source, [PythonBranchOnTracer, HostConversionOfTracer])] == rows
+
+
+def test_print_of_a_tracer_shows_it_once_and_jax_debug_print_shows_every_value(capsys):
+    invalid = load(PrintOfTracer.INVALID[0].code)["step"]
+    fixed = load(PrintOfTracer.INVALID[0].expected_replacement)["step"]
+    params = jnp.ones(2)
+    for scale in (1.0, 2.0):
+        invalid(params, jnp.full((3, 2), scale))
+    printed = capsys.readouterr().out
+    assert printed.count("loss") == 1 and "Tracer" in printed  # once, at tracing, no value
+    for scale in (1.0, 2.0):
+        assert float(fixed(params, jnp.full((3, 2), scale))) == (2 * scale) ** 2
+    jax.effects_barrier()
+    printed = capsys.readouterr().out
+    assert printed.split() == ["loss", "4.0", "loss", "16.0"]  # every call, the values
+    assert fixed._cache_size() == 1
