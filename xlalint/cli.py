@@ -62,9 +62,9 @@ def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume
     settings: Settings = load_settings(Path(config) if config else None, targets, ALL_RULES)
     settings.assume_xla = settings.assume_xla or assume_xla
     if target_version is not None:
-        if parse_target(target_version) is None:
-            raise ConfigError(f"--target-version: `{target_version}` is no torch_xla version (e.g. 2.5 or torch_xla>=2.5)")
         settings.target_version, settings.target_source = parse_target(target_version), "--target-version"
+        if settings.target_version is None:
+            raise ConfigError(f"--target-version: `{target_version}` is no torch_xla version (e.g. 2.5 or torch_xla>=2.5)")
     elif settings.target_version is None:
         pinned = pinned_torch_xla(settings.root)
         if pinned is not None:
@@ -181,7 +181,7 @@ def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assu
         _error(str(exc))
         sys.exit(EXIT_ERROR)
     if show_files or show_settings:
-        click.echo(show_settings_text(settings, rules, files, stdin_filename) if show_settings
+        click.echo(show_settings_text(settings, rules, files) if show_settings
                    else "".join(f"{printable(str(f))}\n" for f in files), nl=False)
         sys.exit(EXIT_ERROR if missing else EXIT_OK)
     # only JSON and SARIF show each fix's edits: computing them regenerates the file once per fix
@@ -262,9 +262,7 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
             else:
                 from .fixing.apply import unified_diff
 
-                before, after = result.display or (
-                    result.source.text, result.fixed.decode(result.source.encoding).lstrip("\ufeff"))
-                click.echo(unified_diff(str(outcome.path), before, after), nl=False)
+                click.echo(unified_diff(str(outcome.path), *result.diff_texts()), nl=False)
             changed_files += 1
             fixed += result.fixed_count
         remaining += result.diagnostics
@@ -300,10 +298,7 @@ def _add_noqa(diagnostics: list[Diagnostic], stdin: Stdin) -> int:
             source = read_source(path)
             text, count = add_noqa(source.text, findings)
             if count:
-                data = text.encode(source.encoding)
-                if source.raw.startswith(b"\xef\xbb\xbf") and not data.startswith(b"\xef\xbb\xbf"):
-                    data = b"\xef\xbb\xbf" + data
-                write_atomic(path, data)
+                write_atomic(path, text.encode(source.encoding))  # "utf-8-sig" writes the BOM back
                 added += count
         except (SourceError, OSError, UnicodeEncodeError) as exc:
             _error(str(exc) if isinstance(exc, SourceError) else f"{path}: error: cannot write: {exc}")
@@ -312,7 +307,7 @@ def _add_noqa(diagnostics: list[Diagnostic], stdin: Stdin) -> int:
     return failed
 
 
-def show_settings_text(settings: Settings, rules, files: list[Path], stdin_filename: str | None) -> str:
+def show_settings_text(settings: Settings, rules, files: list[Path]) -> str:
     """The resolved settings, as `key = value` lines under the file they came from."""
     first = files[0] if files else None
     codes = [r.code for r in settings.rules_for(first, rules)] if first is not None else [r.code for r in rules]
@@ -361,9 +356,7 @@ def _fix_stdin(stdin: Stdin, settings, rules, files, *, unsafe, diff, quiet, job
         from .fixing.apply import unified_diff
 
         if result.fixed is not None:
-            before, after = result.display or (
-                result.source.text, result.fixed.decode(result.source.encoding).lstrip("\ufeff"))
-            click.echo(unified_diff(str(stdin.path), before, after), nl=False)
+            click.echo(unified_diff(str(stdin.path), *result.diff_texts()), nl=False)
     else:
         _write_stdout(fixed)
     remaining = sorted(result.diagnostics, key=Diagnostic.sort_key)

@@ -37,6 +37,10 @@ class FileResult:
     fixed_count: int = 0
     display: tuple[str, str] | None = None  # the code before and after, for a diff, when not the file's text
 
+    def diff_texts(self) -> tuple[str, str]:
+        """The code before and after the fixes, as a diff shows them (a notebook's cells, else the file)."""
+        return self.display or (self.source.text, self.fixed.decode(self.source.encoding).lstrip("\ufeff"))
+
 
 def parse(source: SourceFile) -> ast.Module:
     """Python's own parser: its verdict and message on what is valid Python."""

@@ -41,7 +41,11 @@ class _Cell:
     lines: list[str]  # its source, line by line, each with its newline (the last may lack one)
     as_list: bool  # `source` was a list of lines (nbformat's way) rather than one string
     masked: dict[int, str]  # line number in the cell (from 0) -> the IPython line a placeholder stands for
-    whole: bool = False  # run by a cell magic (`%%bash`): every line masked, at no indentation
+
+    @property
+    def whole(self) -> bool:
+        """Every line masked (a `%%bash` cell): placeholders at no indentation."""
+        return bool(self.lines) and len(self.masked) == len(self.lines)
 
 
 class Notebook:
@@ -74,8 +78,7 @@ class Notebook:
                 lines, as_list = _LINE.findall(source), False
             else:
                 raise SourceError(path, f"cell {position}: `source` is neither text nor a list of lines")
-            masked = _masks(lines)
-            cells.append(_Cell(position, lines, as_list, masked, bool(lines) and len(masked) == len(lines)))
+            cells.append(_Cell(position, lines, as_list, _masks(lines)))
         return cls(path, raw, data, cells)
 
     # -- to Python and back ---------------------------------------------------------------------------
@@ -99,7 +102,9 @@ class Notebook:
         parts = []
         for cell in self.cells:
             code = "".join(cell.lines)
-            parts.append(f"# %% cell {cell.index}\n{code}{'' if code.endswith(chr(10)) or not code else chr(10)}")
+            if code and not code.endswith("\n"):
+                code += "\n"
+            parts.append(f"# %% cell {cell.index}\n{code}")
         return "".join(parts)
 
     def source_file(self) -> SourceFile:

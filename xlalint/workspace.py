@@ -27,7 +27,7 @@ from .engine import MARKERS, FileResult, analyse, fix_source, lint_source
 from .notebook import Notebook, is_notebook
 from .progress import Progress
 from .rules import RULES_BY_CODE
-from .source import SourceError, decode_source
+from .source import SourceError, SourceFile, decode_source
 
 MAX_PROJECT_FILES = 20_000
 PARALLEL_MIN = 8  # fewer tasks than this run in-process: starting workers would cost more
@@ -66,15 +66,20 @@ def _summarize_task(task: tuple[str, str, ProjectFacts]) -> dict | None:
         return None
 
 
+def _source(path: str, raw: bytes) -> tuple[SourceFile, Notebook | None]:
+    """The source to check for a file's bytes: the joined code cells of a notebook (and the
+    notebook, to map findings back), else the decoded file."""
+    if is_notebook(Path(path)):
+        notebook = Notebook.parse(Path(path), raw)
+        return notebook.source_file(), notebook
+    return decode_source(Path(path), raw), None
+
+
 def _check_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool]) -> tuple[list[dict], str | None]:
     path, raw, codes, (assume_xla, target), facts, with_edits = task
     notebook = None
     try:
-        if is_notebook(Path(path)):
-            notebook = Notebook.parse(Path(path), raw)
-            source = notebook.source_file()
-        else:
-            source = decode_source(Path(path), raw)
+        source, notebook = _source(path, raw)
         found = lint_source(source, [RULES_BY_CODE[c] for c in codes], with_edits=with_edits, assume_xla=assume_xla,
                             project=facts, target_version=target)
         if notebook is not None:
@@ -90,11 +95,7 @@ def _fix_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool
     path, raw, codes, (assume_xla, target), facts, unsafe = task
     notebook = None
     try:
-        if is_notebook(Path(path)):
-            notebook = Notebook.parse(Path(path), raw)
-            source = notebook.source_file()
-        else:
-            source = decode_source(Path(path), raw)
+        source, notebook = _source(path, raw)
         result = fix_source(source, [RULES_BY_CODE[c] for c in codes], unsafe=unsafe, assume_xla=assume_xla,
                             project=facts, target_version=target)
         for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
