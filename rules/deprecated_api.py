@@ -26,6 +26,7 @@ from xlalint.analysis.context import FileContext
 from xlalint.analysis.guards import exits_block, words
 from xlalint.analysis.index import FUNCTIONS, SCOPES, ImportBinding
 from xlalint.analysis.names import dotted_name, has_star_args, last_part, positional
+from xlalint.config import parse_version
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.fixing.lazy import cst
 from xlalint.rule import FixBuilder, Invalid, Rule, Valid
@@ -97,9 +98,9 @@ class Migration:
             return True
         available = self.replacement_since or (self.deprecated_in if self.replacement else None)
         if available is not None:
-            return _version(available) <= target
+            return parse_version(available) <= target
         since = self.deprecated_in or self.removed_in
-        return since is None or _version(since) <= target
+        return since is None or parse_version(since) <= target
 
     def moved(self, qualified: str) -> str | None:
         """`torch_xla_py.xla_model.foo` -> `torch_xla.core.xla_model.foo` for a module entry."""
@@ -286,10 +287,6 @@ ALIASES = {"torch_xla.runtime": "xr", "torch_xla.distributed.spmd": "xs"}
 
 def _entries(status: str, kind: str, target: tuple[int, ...] | None = None) -> list[Migration]:
     return [m for m in TABLE if m.status == status and m.kind == kind and m.applies_to(target)]
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
 
 
 def _modules(status: str, target: tuple[int, ...] | None = None) -> list[Migration]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import json
 
 from xlalint.analysis.jax_tracing import enclosing_traced, is_traced_value
 from xlalint.analysis.names import has_star_args, keyword, positional
+from xlalint.diagnostics import Fix, ImportRequest
 from xlalint.rule import Invalid, Rule, Valid
 
 # jax.numpy functions whose output size depends on the values, unless `size=` bounds it
@@ -493,10 +495,6 @@ class PrintOfTracer(Rule):
 
 def _debug_print(cctx, node: ast.Call):
     """`print("loss", loss, f"{acc:.2f}")` -> `jax.debug.print("loss {} {:.2f}", loss, acc)`."""
-    import json
-
-    from xlalint.diagnostics import Fix, ImportRequest
-
     call = cctx.locate(node)
     if call is None:
         return None

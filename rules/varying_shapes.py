@@ -8,7 +8,7 @@ import re
 
 from xlalint.analysis.index import COMPREHENSIONS, FUNCTIONS, LOOPS
 from xlalint.analysis.names import dotted_name, is_constant, keyword, last_part, method_name, param_default
-from xlalint.analysis.names import positional, receiver, string_value
+from xlalint.analysis.names import positional, receiver, string_value, subscript_indices
 from xlalint.analysis.reads import only_without
 from xlalint.analysis.tensors import Kind
 from xlalint.rule import Invalid, Rule, Valid
@@ -643,7 +643,7 @@ class DataDependentSize(Rule):
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         bounds = []
-        for element in _indices(node):
+        for element in subscript_indices(node):
             if isinstance(element, ast.Slice):
                 bounds.extend(b for b in (element.lower, element.upper) if b is not None)
         if not bounds:
@@ -719,11 +719,6 @@ class DataDependentSize(Rule):
             if (func, key) not in seen:
                 seen.add((func, key))
                 self.report(node, self.summary.format(what=what))
-
-
-def _indices(node: ast.Subscript) -> list[ast.expr]:
-    """`x[a, b:c]` -> [a, b:c]; `x[a]` -> [a]."""
-    return node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
 
 
 def _short(ctx, node: ast.Subscript) -> str:
@@ -810,7 +805,7 @@ def _subscript_source(ctx, expr: ast.Subscript, depth: int) -> ast.AST | None:
         return None
     if isinstance(base, ast.Call) and method_name(base) in _SHAPE_METHODS:
         return None
-    if any(isinstance(e, ast.Slice) for e in _indices(expr)):
+    if any(isinstance(e, ast.Slice) for e in subscript_indices(expr)):
         return None
     if _is_tensor(ctx, base) or _lengthy(ctx, base):
         return _root(ctx, base) or expr

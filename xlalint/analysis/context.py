@@ -181,8 +181,9 @@ class FileContext:
         return traced_functions(self)
 
     @cached_property
-    def jax_staged(self) -> set[ast.AST]:
-        """Of those, the ones JAX stages out itself (decorated, `jax.jit(f)`, a control-flow body)."""
+    def jax_staged(self) -> dict[ast.AST, list[ast.Call]]:
+        """Of those, the ones JAX stages out itself (decorated, `jax.jit(f)`, a control-flow body),
+        with the decorators and calls that stage them."""
         from .jax_tracing import staged_functions
 
         return staged_functions(self)

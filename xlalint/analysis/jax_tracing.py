@@ -115,7 +115,8 @@ def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
     """Parameters of `func` that hold tracers: those of a function JAX stages out itself (decorated,
     wrapped by `jax.jit(f)`, a control-flow body), minus `static_argnums`/`static_argnames`. A
     helper only called from traced code is left out: its callers may pass static Python values."""
-    if not isinstance(func, (*FUNCTIONS, ast.Lambda)) or func not in ctx.jax_staged:
+    staging = ctx.jax_staged.get(func)
+    if staging is None:
         return set()
     args = [*func.args.posonlyargs, *func.args.args]
     names = [a.arg for a in (*args, *func.args.kwonlyargs)]
@@ -123,7 +124,7 @@ def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
         names = names[1:]
         args = args[1:]
     static: set[str] = set()
-    for spec in _staging_calls(ctx, func):
+    for spec in staging:
         for kw in spec.keywords:
             values = kw.value.elts if isinstance(kw.value, (ast.Tuple, ast.List)) else [kw.value]
             if kw.arg == "static_argnames":
@@ -131,43 +132,34 @@ def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
             elif kw.arg == "static_argnums":
                 static |= {args[v.value].arg for v in values if isinstance(v, ast.Constant)
                            and isinstance(v.value, int) and -len(args) <= v.value < len(args)}
-            elif kw.arg in ("in_axes",):
-                continue
     return {n for n in names if n not in static}
 
 
-def staged_functions(ctx: "FileContext") -> set[ast.AST]:
-    """The functions JAX stages out directly (not the helpers they call)."""
-    return {f for f in ctx.jax_traced if _staging_calls(ctx, f) is not None}
-
-
-def _staging_calls(ctx: "FileContext", func: ast.AST):
-    """The decorator or call that stages `func` out (its keywords give the static arguments):
-    a list, empty for a control-flow body; None when `func` is traced only as a callee."""
-    found: list[ast.Call] = []
-    staged = False
-    if isinstance(func, FUNCTIONS):
-        for decorator in func.decorator_list:
-            if _is_tracing(ctx, decorator):
-                staged = True
-                if isinstance(decorator, ast.Call):
-                    found.append(decorator)
-    parent = ctx.index.parent(func)
-    if isinstance(func, ast.Lambda) and isinstance(parent, ast.Call):
-        return found  # a lambda given to a primitive or to jax.jit
-    name = getattr(func, "name", None)
+def staged_functions(ctx: "FileContext") -> dict[ast.AST, list[ast.Call]]:
+    """The functions JAX stages out directly (not the helpers they call), each with the decorators
+    and calls that stage it (their keywords give the static arguments; none for a control-flow body)."""
+    by_name: dict[str, list[ast.Call]] = {}  # function name -> the `jax.jit(name, ...)` calls naming it
     for node in ast.walk(ctx.tree):
-        if not (isinstance(node, ast.Call) and name):
+        if not isinstance(node, ast.Call):
             continue
         qualified = ctx.qualified_name(node.func) or ""
         args = positional(node)
-        if qualified in TRACING and args and isinstance(args[0], ast.Name) and args[0].id == name:
-            staged = True
-            found.append(node)
-        elif qualified in CONTROL_FLOW and any(
-                p < len(args) and isinstance(args[p], ast.Name) and args[p].id == name for p in CONTROL_FLOW[qualified]):
-            staged = True
-    return found if staged else None
+        if qualified in TRACING and args and isinstance(args[0], ast.Name):
+            by_name.setdefault(args[0].id, []).append(node)
+        elif qualified in CONTROL_FLOW:
+            for position in CONTROL_FLOW[qualified]:
+                if position < len(args) and isinstance(args[position], ast.Name):
+                    by_name.setdefault(args[position].id, [])
+    staged: dict[ast.AST, list[ast.Call]] = {}
+    for func in ctx.jax_traced:
+        if isinstance(func, ast.Lambda):
+            if isinstance(ctx.index.parent(func), ast.Call):
+                staged[func] = []  # a lambda given to a primitive or to jax.jit
+            continue
+        decorators = [d for d in func.decorator_list if _is_tracing(ctx, d)]
+        if decorators or func.name in by_name:
+            staged[func] = [d for d in decorators if isinstance(d, ast.Call)] + by_name.get(func.name, [])
+    return staged
 
 
 def is_traced_value(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:

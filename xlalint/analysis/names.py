@@ -89,6 +89,11 @@ def function_params(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -
     return [*a.posonlyargs, *a.args, *a.kwonlyargs]
 
 
+def subscript_indices(node: ast.Subscript) -> list[ast.expr]:
+    """`x[a, b:c]` -> [a, b:c]; `x[a]` -> [a]."""
+    return node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+
+
 def param_default(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, param: ast.arg) -> ast.expr | None:
     a = func.args
     positional_params = [*a.posonlyargs, *a.args]

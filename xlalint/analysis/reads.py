@@ -14,7 +14,7 @@ import os
 from typing import TYPE_CHECKING, NamedTuple
 
 from .index import COMPREHENSIONS, target_names
-from .names import argument, dotted_name, method_name, receiver
+from .names import argument, dotted_name, method_name, param_default, receiver
 from .steps import _gated, in_raise
 
 if TYPE_CHECKING:
@@ -109,11 +109,9 @@ def _only_with_option(ctx: "FileContext", node: ast.AST, func: ast.AST, params: 
 
 def _default_is(func: ast.FunctionDef, param: str, value: object) -> bool:
     """The default of `param` is the constant `value`."""
-    args = func.args
-    positional = [*args.posonlyargs, *args.args]
-    pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults)) + \
-        [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
-    return any(a.arg == param and isinstance(d, ast.Constant) and d.value == value for a, d in pairs)
+    arg = next((a for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs) if a.arg == param), None)
+    default = param_default(func, arg) if arg is not None else None
+    return isinstance(default, ast.Constant) and default.value == value
 
 
 def host_read(call: ast.Call) -> tuple[str | None, ast.expr | None]:

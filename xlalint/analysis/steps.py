@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from .guards import EVERY_N, ALMOST_ALWAYS, is_periodic, periodic_polarity, skips_rest
 from .index import FUNCTIONS, loop_bindings
 from .names import dotted_name, function_params, is_constant, last_part, method_name, param_default, receiver
+from .names import subscript_indices
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -469,7 +470,8 @@ def _slices_batches(ctx: "FileContext", loop: ast.For | ast.AsyncFor) -> bool:
     for stmt in loop.body:
         for node in ast.walk(stmt):
             if isinstance(node, ast.Subscript) and ctx.tensor_kind(node.value).on_device:
-                first = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) and node.slice.elts else node.slice
+                indices = subscript_indices(node)
+                first = indices[0] if indices else None
                 # a window on the batch axis: `[i : i + chunk]`, `[i : min(i + chunk, n), :]`
                 if isinstance(first, ast.Slice) and all(bound is not None and _mentions(bound, {counter})
                                                         for bound in (first.lower, first.upper)):
