@@ -5,7 +5,16 @@ from __future__ import annotations
 import ast
 import json
 
-from xlalint.analysis.jax_tracing import enclosing_traced, is_traced_value
+from xlalint.analysis.index import FUNCTIONS, target_names
+from xlalint.analysis.jax_tracing import (
+    COMPILING,
+    elementwise_of,
+    enclosing_traced,
+    is_boolean_mask,
+    is_number,
+    is_traced_value,
+    sweep_variables,
+)
 from xlalint.analysis.names import has_star_args, keyword, positional
 from xlalint.diagnostics import Fix, ImportRequest
 from xlalint.rule import Invalid, Rule, Valid
@@ -256,6 +265,8 @@ class PythonBranchOnTracer(Rule):
     """## What it does
     Flags Python control flow on a traced value inside a function JAX stages out: `if x > 0:`,
     `while err > tol:`, `assert jnp.all(x >= 0)`, `x and y`, `not x`, a conditional expression.
+    A bare truth test of a pytree's field (`if state.dynamic_scale:`) is left alone: it tests for
+    `None` or an empty container, which Python may decide while tracing.
 
     ## Why is this bad?
     Python decides a branch while tracing, when the value does not exist yet: JAX raises
@@ -316,6 +327,18 @@ class PythonBranchOnTracer(Rule):
                 return jnp.where(t > 0, jax.nn.relu(x), jnp.zeros_like(x))
             """
         ),
+        Valid(
+            """
+            import jax
+
+            @jax.jit
+            def train_step(state, grads):
+                dynamic_scale = state.dynamic_scale
+                if dynamic_scale:  # a pytree field that may be None: Python decides, as intended
+                    grads = dynamic_scale.unscale(grads)
+                return state.apply_gradients(grads=grads)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -366,9 +389,20 @@ class PythonBranchOnTracer(Rule):
         for part in parts:
             if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not):
                 part = part.operand
-            if is_traced_value(self.ctx, part):
+            if is_traced_value(self.ctx, part) and not self._optional_field(part):
                 self.report(test)
                 return
+
+    def _optional_field(self, expr: ast.expr, depth: int = 0) -> bool:
+        """`if dynamic_scale:` with `dynamic_scale = state.dynamic_scale`: the truth of a pytree's
+        field is usually a test for `None` or an empty container, which JAX leaves to Python; an
+        array's truth is a comparison, a reduction, a jnp result, or a flag passed as an argument."""
+        if isinstance(expr, ast.Attribute):
+            return True
+        if isinstance(expr, ast.Name) and depth < 4:
+            values = self.ctx.reaching_values(expr)  # none: a parameter (`if training:`), reported
+            return bool(values) and all(self._optional_field(v, depth + 1) for v in values)
+        return False
 
 
 class PrintOfTracer(Rule):
@@ -528,3 +562,669 @@ def _debug_print(cctx, node: ast.Call):
     fmt = json.dumps(" ".join(parts), ensure_ascii=False)
     replacement = cctx.parse_expression(f"{spelling}.debug.print({', '.join([fmt, *args])})")
     return Fix.replace(call, replacement, title="Use `jax.debug.print`", safe=True, imports=imports)
+
+
+class BooleanMaskOfTracer(Rule):
+    """## What it does
+    Flags, inside a function JAX traces, indexing with a traced boolean mask: `x[mask]`,
+    `x[:, mask]`, and the indexed updates `x.at[mask].set(v)` / `.add(v)` / `.get()`, where `mask`
+    is evidently boolean (a comparison, `~m`, `m & n`, `jnp.isnan(x)`, `x.astype(bool)`, or a name
+    holding one) and computed from traced values.
+
+    ## Why is this bad?
+    The result of `x[mask]` has as many elements as the mask has `True`s, which is unknown while
+    tracing: JAX raises `NonConcreteBooleanIndexError`. The indexed-update form `x.at[mask]` raises
+    the same error. The static-shape forms select with `jnp.where` over the whole array.
+
+    ## Example
+    ```python
+    @jax.jit
+    def clean(x):
+        x = x.at[jnp.isnan(x)].set(0)
+        return x[x > 0].sum()
+    ```
+
+    Use instead:
+    ```python
+    @jax.jit
+    def clean(x):
+        x = jnp.where(jnp.isnan(x), 0, x)
+        return jnp.where(x > 0, x, 0).sum()
+    ```
+
+    ## Fix safety
+    Two rewrites are offered when the mask evidently has the array's shape (a comparison of the
+    array itself with numbers, `jnp.isnan(x)`-like tests of it, and `~`, `&`, `|` of those):
+    `x[m].sum()` -> `jnp.where(m, x, 0).sum()` and `x.at[m].set(c)` -> `jnp.where(m, c, x)` for a
+    number `c`. Both are exact, and safe, for an integer `c`; for a float `c` the rewrite is unsafe:
+    `.at[].set` casts `c` to an integer array's dtype, `jnp.where` promotes the array to float. A
+    row mask (`x[valid]` with `valid` of shape `(n,)` and `x` of shape `(n, d)`) is not elementwise
+    and gets no fix.
+
+    ## References
+    - JAX docs, "The sharp bits": dynamic shapes; `NonConcreteBooleanIndexError` in "Errors"
+    """
+
+    code, name, category = "JAX105", "boolean-mask-of-tracer", "dynamic_shape"
+    summary = "boolean-mask index of a traced array: the result's size depends on the data, JAX cannot trace it"
+    hint = "select with `jnp.where(mask, x, 0)` over the whole array, or `jnp.nonzero(mask, size=...)`"
+    fix_availability = "sometimes"
+
+    VALID = [
+        Valid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def clean(x):
+                x = jnp.where(jnp.isnan(x), 0, x)
+                return jnp.where(x > 0, x, 0).sum()
+            """
+        ),
+        Valid(
+            """
+            import jax.numpy as jnp
+
+            def positives(x):  # not traced: concrete arrays have a known mask
+                return x[x > 0]
+            """
+        ),
+        Valid(
+            """
+            import jax
+
+            @jax.jit
+            def gather(x, idx):
+                return x[idx] + x.at[0].get()  # integer indices keep their shape
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def clean(x):
+                x = x.at[jnp.isnan(x)].set(0)
+                return jnp.where(x > 0, x, 0).sum()
+            """,
+            line=6,
+            expected_replacement="""
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def clean(x):
+                x = jnp.where(jnp.isnan(x), 0, x)
+                return jnp.where(x > 0, x, 0).sum()
+            """,
+        ),
+        Invalid(
+            """
+            import jax
+
+            @jax.jit
+            def positive_sum(x):
+                return x[x > 0].sum()
+            """,
+            line=5,
+            expected_replacement="""
+            import jax
+
+            @jax.jit
+            def positive_sum(x):
+                return jax.numpy.where(x > 0, x, 0).sum()
+            """,
+        ),
+        Invalid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def masked_rows(x, lengths):
+                valid = jnp.arange(x.shape[0]) < lengths
+                return x[valid].mean(axis=0)  # a row mask: no fix
+            """,
+            line=7,
+        ),
+    ]
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        masks = [i for i in index if is_boolean_mask(self.ctx, i)]
+        if not masks or not any(is_traced_value(self.ctx, m) for m in masks):
+            return
+        if enclosing_traced(self.ctx, node) is None:
+            return
+        self.report(node, fix=self._fix(node, masks[0]) if len(index) == 1 else None)
+
+    def _fix(self, node: ast.Subscript, mask: ast.expr):
+        """`x[m].sum()` or `x.at[m].set(c)`, with `m` elementwise on `x`: the call to rewrite."""
+        call = self.ctx.index.parent(self.ctx.index.parent(node))
+        if not isinstance(call, ast.Call) or call.func is not self.ctx.index.parent(node) or call.keywords:
+            return None
+        method = call.func.attr
+        base = node.value
+        if isinstance(base, ast.Attribute) and base.attr == "at":  # `x.at[m].set(c)`
+            array = base.value
+            if method != "set" or len(call.args) != 1 or not is_number(call.args[0]):
+                return None
+            number = call.args[0]
+            literal = number.operand if isinstance(number, ast.UnaryOp) else number
+            safe = type(literal.value) is int
+            parts = lambda seg: (seg(mask), seg(number), seg(array))  # noqa: E731
+        else:
+            array = base
+            if method != "sum" or call.args:
+                return None
+            safe = True
+            parts = lambda seg: (seg(mask), seg(array), "0")  # noqa: E731
+        if not elementwise_of(self.ctx, mask, array):
+            return None
+        return lambda cctx: _where(cctx, call, parts(cctx.text.segment), safe,
+                                   tail=".sum()" if method == "sum" else "")
+
+
+def _where(cctx, node: ast.Call, arguments: tuple[str, str, str], safe: bool, tail: str):
+    call = cctx.locate(node)
+    if call is None:
+        return None
+    spelling, imports = _jnp(cctx)
+    replacement = cctx.parse_expression(f"{spelling}.where({', '.join(arguments)}){tail}")
+    return Fix.replace(call, replacement, title="Select with `jnp.where` (static shape)", safe=safe, imports=imports)
+
+
+def _jnp(cctx) -> tuple[str, list[ImportRequest]]:
+    """How fixed code spells `jax.numpy`: the file's own alias, else `jax.numpy` (imported)."""
+    for binding in cctx.index.import_bindings:
+        if binding.qualified == "jax.numpy":
+            return binding.name, []
+    return "jax.numpy", [ImportRequest("jax.numpy")]
+
+
+class PythonLoopOverTracedRange(Rule):
+    """## What it does
+    Flags, inside a function JAX traces, a Python `for` loop over `range(...)` whose bound is a
+    traced value (a non-static parameter, or what `jnp` computes from one).
+
+    ## Why is this bad?
+    `range` needs a Python integer while JAX traces the function, when a traced bound has no
+    value: JAX raises `TracerIntegerConversionError`. Marking the bound static compiles one
+    program per value and unrolls the loop into it (long compiles for long loops). `lax.fori_loop`
+    takes a traced bound and compiles the body once.
+
+    ## Example
+    ```python
+    @jax.jit
+    def power_iteration(a, v, n):
+        for _ in range(n):
+            v = a @ v
+            v = v / jnp.linalg.norm(v)
+        return v
+    ```
+
+    Use instead:
+    ```python
+    @jax.jit
+    def power_iteration(a, v, n):
+        def body(_, v):
+            v = a @ v
+            return v / jnp.linalg.norm(v)
+        return jax.lax.fori_loop(0, n, body, v)
+    ```
+
+    ## Fix safety
+    No automatic fix: the loop's body has to become a function of its carried values.
+
+    ## References
+    - JAX docs, "Control flow and logical operators with JIT": `lax.fori_loop`, `static_argnames`
+    """
+
+    code, name, category = "JAX106", "python-loop-over-traced-range", "control_flow_on_tensor"
+    summary = "Python loop over `range` of a traced value inside a function JAX traces: the bound has no value yet"
+    hint = "use `jax.lax.fori_loop(0, n, body, init)`, or mark the bound static (one compile per value)"
+
+    VALID = [
+        Valid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def power_iteration(a, v, n):
+                def body(_, v):
+                    v = a @ v
+                    return v / jnp.linalg.norm(v)
+                return jax.lax.fori_loop(0, n, body, v)
+            """
+        ),
+        Valid(
+            """
+            import jax
+
+            @jax.jit
+            def cumulative(x):
+                for i in range(1, x.shape[0]):  # metadata: a static bound, unrolled
+                    x = x.at[i].add(x[i - 1])
+                return x
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def power_iteration(a, v, n):
+                for _ in range(n):
+                    v = a @ v
+                    v = v / jnp.linalg.norm(v)
+                return v
+            """,
+            line=6,
+        ),
+    ]
+
+    def visit_For(self, node: ast.For) -> None:
+        loop = node.iter
+        if isinstance(loop, ast.Call) and isinstance(loop.func, ast.Name) and loop.func.id == "range" \
+                and any(is_traced_value(self.ctx, a) for a in loop.args):
+            self.report(loop)
+
+
+class JitRebuiltInLoop(Rule):
+    """## What it does
+    Flags `jax.jit(...)` (and `jax.pmap`, `pjit`, `equinox.filter_jit`) applied inside a loop to a
+    function object the loop creates anew: a `lambda`, a `functools.partial(...)`, a bound method
+    (`self.apply`), or a function defined in the loop; and a `@jax.jit` function defined in a loop.
+
+    ## Why is this bad?
+    JAX caches compiled programs per function object. A new lambda, partial or bound method at
+    every iteration is a new object: every iteration traces and compiles again, which takes far
+    longer than the step itself. Jitting the same module-level function again hits the cache, and
+    a loop over literal configurations (`for block in (64, 128)`, autotuning) whose values the
+    function reads compiles per configuration on purpose: neither is reported.
+
+    ## Example
+    ```python
+    for batch in batches:
+        loss = jax.jit(lambda p: loss_fn(p, batch))(params)
+    ```
+
+    Use instead:
+    ```python
+    loss_jit = jax.jit(loss_fn)
+    for batch in batches:
+        loss = loss_jit(params, batch)  # the batch is an argument: one compile
+    ```
+
+    ## Fix safety
+    No automatic fix: hoisting is exact only when the wrapped function and its static arguments do
+    not change between iterations, and a lambda usually closes over the loop's variables.
+
+    ## References
+    - JAX docs, "Just-in-time compilation": caching (avoid `jax.jit` of temporary functions)
+    """
+
+    code, name, category = "JAX107", "jit-rebuilt-in-loop", "other"
+    summary = "`{func}` of a new function object at every loop iteration: each iteration compiles again"
+    hint = "jit once, before the loop, a function that takes what changes as arguments"
+
+    VALID = [
+        Valid(
+            """
+            import jax
+
+            def loss_fn(params, batch):
+                return ((batch @ params) ** 2).mean()
+
+            loss_jit = jax.jit(loss_fn)
+            for batch in batches:
+                loss = loss_jit(params, batch)
+            """
+        ),
+        Valid(
+            """
+            import jax
+
+            def scale(x):
+                return x * 2
+
+            for x in inputs:
+                y = jax.jit(scale)(x)  # the same function object: the cache is hit
+            """
+        ),
+        Valid(
+            """
+            import itertools
+
+            import jax
+
+            for block, unroll in itertools.product((64, 128), (1, 2)):  # autotuning: a program per configuration
+                kernel = jax.jit(lambda x: step(x, block, unroll))
+                timings[block, unroll] = benchmark(kernel, x)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import jax
+
+            def loss_fn(params, batch):
+                return ((batch @ params) ** 2).mean()
+
+            for batch in batches:
+                loss = jax.jit(lambda p: loss_fn(p, batch))(params)
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
+            import jax
+
+            def train(params, batches):
+                for batch in batches:
+                    @jax.jit
+                    def step(p):
+                        return p - 0.1 * batch.mean()
+                    params = step(params)
+                return params
+            """,
+            line=5,
+        ),
+    ]
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = self.ctx.qualified_name(node.func) or ""
+        if func in COMPILING and node.args and self._new_each_iteration(node.args[0], node) and \
+                not self._per_configuration(node.args[0], node):
+            self.report(node, self.summary.format(func=func.rpartition(".")[2]))
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        decorators = [d for d in node.decorator_list if self._compiles(d)]
+        if decorators and self._loop_around(node) is not None and not self._per_configuration(node, node):
+            self.report(decorators[0], self.summary.format(func="@" + self.ctx.code(decorators[0]).split("(")[0]))
+
+    def _per_configuration(self, wrapped: ast.AST, node: ast.AST) -> bool:
+        """The function reads a variable of a loop over literal configurations (an autotuning
+        sweep): a compilation per configuration is the point."""
+        sweep = sweep_variables(self.ctx, node)
+        return bool(sweep) and any(isinstance(n, ast.Name) and n.id in sweep for n in ast.walk(wrapped))
+
+    def _compiles(self, decorator: ast.expr) -> bool:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if self.ctx.qualified_name(target) in COMPILING:
+            return True
+        return isinstance(decorator, ast.Call) and self.ctx.qualified_name(decorator.func) in ("functools.partial", "partial") \
+            and bool(decorator.args) and self.ctx.qualified_name(decorator.args[0]) in COMPILING
+
+    def _loop_around(self, node: ast.AST) -> ast.AST | None:
+        """The innermost loop around `node` in its own function (not its iterable)."""
+        child = node
+        for anc in self.ctx.index.ancestors(node):
+            if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+                return None
+            if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)) and self.ctx.index.field_of(child) in ("body", "orelse"):
+                return anc
+            child = anc
+        return None
+
+    def _new_each_iteration(self, wrapped: ast.expr, call: ast.Call) -> bool:
+        loop = self._loop_around(call)
+        if loop is None:
+            return False
+        if isinstance(wrapped, ast.Lambda):
+            return True
+        if isinstance(wrapped, ast.Call):
+            return self.ctx.qualified_name(wrapped.func) in ("functools.partial", "partial")
+        if isinstance(wrapped, ast.Attribute):  # `self.apply`: a new bound method per access; not `module.func`
+            root = wrapped
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            return not (isinstance(root, ast.Name) and root.id in self.ctx.index.imports)
+        if isinstance(wrapped, ast.Name):  # a function defined in the loop, or a name the loop rebinds
+            defined = [f for f in self.ctx.index.functions.get(wrapped.id, []) if loop in set(self.ctx.index.ancestors(f))]
+            return bool(defined)
+        return False
+
+
+def _static_arguments(ctx, call: ast.Call):
+    """The arguments `call` passes to static parameters of a jitted function of this module."""
+    if not isinstance(call.func, ast.Name) or has_star_args(call):
+        return
+    target = ctx.jax_jitted.get(call.func.id)
+    if target is None or not target.static or ctx.index.scope_of(call.func) is target.func:
+        return
+    for name, arg in zip(target.params, call.args):
+        if name in target.static:
+            yield name, arg
+    for kw in call.keywords:
+        if kw.arg in target.static:
+            yield kw.arg, kw.value
+
+
+class UnhashableStaticArgument(Rule):
+    """## What it does
+    Flags a call of a jitted function of the same module (`@partial(jax.jit, static_argnames=...)`,
+    `step = jax.jit(f, static_argnums=...)`) that passes a list, dict or set (a display or a
+    comprehension), or a NumPy/JAX array, to a static parameter.
+
+    ## Why is this bad?
+    JAX keys its compilation cache on the static arguments' hashes: an unhashable value raises
+    `ValueError: Non-hashable static arguments are not supported`. An array is not hashable either
+    (and as a static value it would compile once per content).
+
+    ## Example
+    ```python
+    @partial(jax.jit, static_argnames="dims")
+    def project(x, dims):
+        return x[..., dims[0] : dims[1]]
+
+    y = project(x, dims=[0, 2])
+    ```
+
+    Use instead:
+    ```python
+    y = project(x, dims=(0, 2))  # a tuple is hashable
+    ```
+
+    ## Fix safety
+    No automatic fix: a tuple is the usual replacement, but the function may mutate or compare
+    the value as a list.
+
+    ## References
+    - `jax.jit` documentation: `static_argnums` ("must be hashable and immutable")
+    """
+
+    code, name, category = "JAX108", "unhashable-static-argument", "other"
+    summary = "unhashable value for the static argument `{name}` of a jitted function: JAX raises `ValueError`"
+    hint = "pass a tuple (or another hashable value), or make the argument a traced array"
+
+    VALID = [
+        Valid(
+            """
+            from functools import partial
+
+            import jax
+
+            @partial(jax.jit, static_argnames="dims")
+            def project(x, dims):
+                return x[..., dims[0] : dims[1]]
+
+            y = project(x, dims=(0, 2))
+            z = project(x + 1, dims=(0, 2))  # the same static value: the same program
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from functools import partial
+
+            import jax
+
+            @partial(jax.jit, static_argnames="dims")
+            def project(x, dims):
+                return x[..., dims[0] : dims[1]]
+
+            y = project(x, dims=[0, 2])
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
+            import jax
+            import numpy as np
+
+            def tile(x, reps):
+                return jax.numpy.tile(x, reps)
+
+            tile_jit = jax.jit(tile, static_argnums=1)
+            y = tile_jit(x, np.array([2, 1]))
+            """,
+            line=8,
+        ),
+    ]
+
+    ARRAYS = {"numpy.array", "numpy.asarray", "numpy.zeros", "numpy.ones", "numpy.arange", "jax.numpy.array",
+              "jax.numpy.asarray", "jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.arange"}
+
+    def visit_Call(self, node: ast.Call) -> None:
+        for name, arg in _static_arguments(self.ctx, node):
+            unhashable = isinstance(arg, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)) or \
+                (isinstance(arg, ast.Call) and self.ctx.qualified_name(arg.func) in self.ARRAYS)
+            if unhashable:
+                self.report(arg, self.summary.format(name=name))
+
+
+class StaticArgumentPerIteration(Rule):
+    """## What it does
+    Flags a call of a jitted function of the same module, inside a loop, that passes the loop's
+    counter or element (or arithmetic on it: `step`, `epoch * n + i`) to a static parameter.
+
+    ## Why is this bad?
+    Every distinct static value compiles a new program. Passing the loop variable compiles once
+    per iteration: the training loop spends its time in the compiler, and the compilation cache
+    grows without bound. A value that changes every step belongs in a traced argument. A loop over
+    literal configurations (`for causal in (False, True)`) is not reported: a program per
+    configuration is the intent.
+
+    ## Example
+    ```python
+    @partial(jax.jit, static_argnames="step")
+    def update(params, grads, step):
+        lr = 0.1 * 0.99 ** step
+        return params - lr * grads
+
+    for step in range(1000):
+        params = update(params, grads, step=step)
+    ```
+
+    Use instead:
+    ```python
+    @jax.jit
+    def update(params, grads, step):  # traced: one program for every step
+        lr = 0.1 * 0.99 ** step
+        return params - lr * grads
+    ```
+
+    ## Fix safety
+    No automatic fix: the function may use the value where JAX needs a static one (a shape, a
+    Python branch); those uses must change too.
+
+    ## References
+    - `jax.jit` documentation: `static_argnums` ("calling the jitted function with different values
+      for these constants will trigger recompilation")
+    """
+
+    code, name, category = "JAX109", "static-argument-per-iteration", "varying_shape"
+    summary = "the loop variable `{value}` is passed to the static argument `{name}`: one compile per iteration"
+    hint = "make the argument traced (drop it from `static_argnames`/`static_argnums`), or pass a value fixed across the loop"
+
+    VALID = [
+        Valid(
+            """
+            import jax
+
+            @jax.jit
+            def update(params, grads, step):
+                lr = 0.1 * 0.99 ** step
+                return params - lr * grads
+
+            for step in range(1000):
+                params = update(params, grads, step=step)
+            """
+        ),
+        Valid(
+            """
+            from functools import partial
+
+            import jax
+
+            @partial(jax.jit, static_argnames="training")
+            def forward(params, x, training):
+                return x @ params if training else (x @ params) * 0.5
+
+            for epoch in range(10):
+                for x in batches:
+                    y = forward(params, x, training=True)  # the same value every iteration
+            """
+        ),
+        Valid(
+            """
+            from functools import partial
+
+            import jax
+
+            @partial(jax.jit, static_argnames="causal")
+            def attention(q, k, causal):
+                return q @ k.T if causal else q @ k.T * 0.5
+
+            for causal in (False, True):  # two configurations, two programs: on purpose
+                out = attention(q, k, causal=causal)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from functools import partial
+
+            import jax
+
+            @partial(jax.jit, static_argnames="step")
+            def update(params, grads, step):
+                lr = 0.1 * 0.99 ** step
+                return params - lr * grads
+
+            for step in range(1000):
+                params = update(params, grads, step=step)
+            """,
+            line=11,
+        ),
+    ]
+
+    def visit_Call(self, node: ast.Call) -> None:
+        for name, arg in _static_arguments(self.ctx, node):
+            counter = self._loop_variable(arg, node)
+            if counter is not None:
+                self.report(arg, self.summary.format(value=counter, name=name))
+                return
+
+    def _loop_variable(self, arg: ast.expr, call: ast.Call) -> str | None:
+        """The name of a loop variable (of a loop around `call`) that `arg` is computed from."""
+        loops = [a for a in self.ctx.index.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor))]
+        targets = {n for loop in loops for n in target_names(loop.target)} - sweep_variables(self.ctx, call)
+        for name in ast.walk(arg):
+            if isinstance(name, ast.Name) and name.id in targets:
+                return name.id
+            if isinstance(name, (ast.Attribute, ast.Subscript, ast.Call)):
+                return None  # `batch.shape[0]`, `len(x)`: a size, not the counter (see the shape rules)
+        return None

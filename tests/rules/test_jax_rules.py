@@ -1,10 +1,21 @@
 """JAX rules: the INVALID examples fail under real JAX (CPU), the fixed forms run and compile once."""
 
 import textwrap
+import warnings
 
 import pytest
 
-from rules.jax_tracing import HostConversionOfTracer, NonzeroWithoutSize, PrintOfTracer, PythonBranchOnTracer
+from rules.jax_tracing import (
+    BooleanMaskOfTracer,
+    HostConversionOfTracer,
+    JitRebuiltInLoop,
+    NonzeroWithoutSize,
+    PrintOfTracer,
+    PythonBranchOnTracer,
+    PythonLoopOverTracedRange,
+    StaticArgumentPerIteration,
+    UnhashableStaticArgument,
+)
 from xlalint.testing import lint_code
 
 jax = pytest.importorskip("jax")
@@ -109,3 +120,176 @@ def test_print_of_a_tracer_shows_it_once_and_jax_debug_print_shows_every_value(c
     printed = capsys.readouterr().out
     assert printed.split() == ["loss", "4.0", "loss", "16.0"]  # every call, the values
     assert fixed._cache_size() == 1
+
+
+# every backend compilation JAX makes in this process (a public monitoring event)
+COMPILES = {"n": 0}
+
+
+def _count(event: str, duration: float, **_) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":
+        COMPILES["n"] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count)
+
+
+def compiles(run) -> int:
+    """How many programs JAX compiles while `run()` runs."""
+    before = COMPILES["n"]
+    run()
+    return COMPILES["n"] - before
+
+
+def test_boolean_masks_raise_under_jit_and_the_where_rewrites_are_exact_and_compile_once():
+    import math
+
+    for example in BooleanMaskOfTracer.INVALID:
+        namespace = load(example.code)
+        func = next(v for k, v in namespace.items() if callable(v) and k not in ("jax", "jnp"))
+        args = (jnp.array([[1.0, 2.0], [3.0, 4.0]]), 1) if func.__name__ == "masked_rows" else (jnp.array([1.0, -2.0]),)
+        with pytest.raises(jax.errors.NonConcreteBooleanIndexError):
+            func(*args)
+    clean = load(BooleanMaskOfTracer.INVALID[0].expected_replacement)["clean"]
+    positive_sum = load(BooleanMaskOfTracer.INVALID[1].expected_replacement)["positive_sum"]
+    for data in ([1.0, math.nan, -3.0], [math.nan, math.nan, math.nan], [2.0, 5.0, 0.5]):
+        eager = [0.0 if math.isnan(v) else v for v in data]  # the reference, without tracing
+        assert float(clean(jnp.array(data))) == sum(v for v in eager if v > 0)
+        assert float(positive_sum(jnp.array(eager))) == sum(v for v in eager if v > 0)
+    assert clean._cache_size() == 1 and positive_sum._cache_size() == 1
+
+
+def test_a_float_fill_is_unsafe_because_at_set_casts_it_to_an_integer_array():
+    x = jnp.array([1, -2, 3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # newer JAX warns that this cast will raise
+        assert x.at[x < 0].set(0.5).tolist() == [1, 0, 3]  # eager `.at[]` keeps int32: 0.5 -> 0
+    assert jnp.where(x < 0, 0.5, x).tolist() == [1.0, 0.5, 3.0]  # promoted to float
+    source = "import jax\n\n@jax.jit\ndef f(x):\n    return x.at[x < 0].set(0.5)\n"
+    (diagnostic,) = lint_code(source, [BooleanMaskOfTracer])
+    assert diagnostic.fix is not None and diagnostic.fix.applicability.value == "unsafe"
+    (diagnostic,) = lint_code(source.replace("0.5", "-1"), [BooleanMaskOfTracer])
+    assert diagnostic.fix.applicability.value == "safe"
+
+
+@pytest.mark.parametrize("source, fixable", [
+    ("import jax\n\n@jax.jit\ndef f(x, y):\n    return x[y > 0].sum()\n", False),  # y's shape is not x's
+    ("import jax\nimport jax.numpy as jnp\n\n@jax.jit\ndef f(x):\n    m = ~jnp.isnan(x) & (x < 9)\n"
+     "    return x[m].sum()\n", True),
+    ("import jax\n\n@jax.jit\ndef f(x):\n    return x[x > 0].mean()\n", False),
+    ("import jax\n\n@jax.jit\ndef f(x):\n    return x.at[x > 0].add(1)\n", False),
+])
+def test_boolean_mask_fixes_only_when_the_mask_has_the_arrays_shape(source, fixable):
+    (diagnostic,) = lint_code(source, [BooleanMaskOfTracer])
+    assert (diagnostic.fix is not None) == fixable
+
+
+@pytest.mark.parametrize("source", [
+    "import jax\n\n@jax.jit\ndef f(x, i):\n    return x[i]\n",  # an integer tracer index keeps the shape
+    "import jax\nimport numpy as np\n\ndef f(x):\n    return x[x > 0]\n",  # not traced
+    "import jax\n\n@jax.jit\ndef f(x):\n    keep = x.shape[0] > 2\n    return x\n",
+])
+def test_boolean_mask_look_alikes(source):
+    assert lint_code(source, [BooleanMaskOfTracer]) == []
+
+
+def test_python_loop_over_a_traced_range_raises_and_fori_loop_compiles_once():
+    invalid = load(PythonLoopOverTracedRange.INVALID[0].code)["power_iteration"]
+    a, v = jnp.array([[2.0, 0.0], [0.0, 1.0]]), jnp.array([1.0, 1.0])
+    with pytest.raises(jax.errors.TracerIntegerConversionError):
+        invalid(a, v, 3)
+    fixed = load(PythonLoopOverTracedRange.VALID[0].code)["power_iteration"]
+    for n in (1, 5, 30):
+        assert abs(float(fixed(a, v, n)[0]) - 2.0 ** n / (4.0 ** n + 1) ** 0.5) < 1e-5
+    assert fixed._cache_size() == 1
+    unrolled = load(PythonLoopOverTracedRange.VALID[1].code)["cumulative"]
+    assert unrolled(jnp.array([1.0, 2.0, 3.0])).tolist() == [1.0, 3.0, 6.0]
+
+
+def test_jit_of_a_new_function_each_iteration_compiles_each_iteration():
+    invalid, valid = JitRebuiltInLoop.INVALID[0].code, JitRebuiltInLoop.VALID[0].code
+    data = {"batches": [jnp.ones((2, 2)) * k for k in range(4)], "params": jnp.ones(2)}
+    assert compiles(lambda: exec(compile(invalid, "example", "exec"), dict(data))) == 4
+    assert compiles(lambda: exec(compile(valid, "example", "exec"), dict(data))) == 1
+    train = load(JitRebuiltInLoop.INVALID[1].code)["train"]
+    assert compiles(lambda: train(jnp.ones(2), data["batches"])) == 4
+    same_function = JitRebuiltInLoop.VALID[1].code
+    assert compiles(lambda: exec(compile(same_function, "example", "exec"), {"inputs": [jnp.ones(2)] * 4})) == 1
+
+
+@pytest.mark.parametrize("source, rows", [
+    # a bound method is a new object at every access; a module's function is not
+    ("import jax\nimport numpy as np\n\nfor x in xs:\n    a = jax.jit(np.sin)(x)\n    b = jax.jit(self.f)(x)\n", [6]),
+    ("import jax\nfrom functools import partial\n\nwhile True:\n    y = jax.jit(partial(f, k=2))(x)\n", [5]),
+    # hoisted: the jit is outside the loop
+    ("import jax\n\nstep = jax.jit(lambda p, b: p - b)\nfor b in bs:\n    p = step(p, b)\n", []),
+])
+def test_jit_rebuilt_in_loop_by_structure(source, rows):
+    assert [d.location.row for d in lint_code(source, [JitRebuiltInLoop])] == rows
+
+
+def test_unhashable_static_arguments_raise_and_tuples_compile_once():
+    for example in UnhashableStaticArgument.INVALID:
+        with pytest.raises(ValueError, match="Non-hashable static arguments"):
+            exec(compile(example.code, "example", "exec"), {"x": jnp.ones((2, 3))})
+    namespace = load(UnhashableStaticArgument.VALID[0].code.replace("y = ", "x = jax.numpy.ones((2, 3))\ny = "))
+    assert namespace["y"].shape == (2, 2) and namespace["project"]._cache_size() == 1
+
+
+def test_a_loop_variable_as_static_argument_compiles_every_iteration():
+    data = {"params": jnp.ones(2), "grads": jnp.ones(2)}
+    source = StaticArgumentPerIteration.INVALID[0].code.replace("range(1000)", "range(5)")
+    assert compiles(lambda: exec(compile(source, "example", "exec"), dict(data))) == 5
+    fixed = StaticArgumentPerIteration.VALID[0].code.replace("range(1000)", "range(5)")
+    assert compiles(lambda: exec(compile(fixed, "example", "exec"), dict(data))) == 1
+
+
+@pytest.mark.parametrize("source, codes", [
+    # static_argnums counts `self` for a decorated method
+    ("import jax\nfrom functools import partial\n\nclass M:\n    @partial(jax.jit, static_argnums=(0, 2))\n"
+     "    def f(self, x, training):\n        if training:\n            return x\n        return -x\n", []),
+    # `step = jax.jit(f, static_argnums=1)`, called positionally with the counter
+    ("import jax\n\ndef f(x, n):\n    return x * n\n\nstep = jax.jit(f, static_argnums=1)\n"
+     "for i, x in enumerate(xs):\n    y = step(x, i + 1)\n    z = step(x, len(x))\n", ["JAX109"]),
+    # a dict for a traced argument is a pytree
+    ("import jax\n\n@jax.jit\ndef f(params, x):\n    return x\n\nf({'w': 1}, [1, 2])\n", []),
+])
+def test_static_arguments_by_structure(source, codes):
+    rules = [StaticArgumentPerIteration, UnhashableStaticArgument, PythonBranchOnTracer]
+    assert [d.code for d in lint_code(source, rules)] == codes
+
+
+@pytest.mark.parametrize("source, rows", [
+    # a fori_loop body gets (index, carry): a later parameter keeps its Python default
+    ("import jax\nfrom jax import lax\n\ndef body(i, carry, causal=False):\n    if causal:\n        return carry + i\n"
+     "    return carry\n\nout = lax.fori_loop(0, 4, body, 0.0)\n", []),
+    ("import jax\nfrom jax import lax\n\ndef body(i, carry):\n    if carry > 1:\n        return carry\n"
+     "    return carry + i\n\nout = lax.fori_loop(0, 4, body, 0.0)\n", [5]),
+    # lax.cond passes its operands to both branches
+    ("import jax\nfrom jax import lax\n\ndef neg(x, flip=True):\n    return -x if flip else x\n\n"
+     "y = lax.cond(p, neg, neg, x)\n", []),
+    # a flag passed to a jitted function without static_argnames is traced: reported
+    ("import jax\n\n@jax.jit\ndef f(x, training):\n    if training:\n        return x * 0.5\n    return x\n", [5]),
+])
+def test_which_parameters_are_traced(source, rows):
+    assert [d.location.row for d in lint_code(source, [PythonBranchOnTracer])] == rows
+
+
+def test_a_control_flow_bodys_default_stays_python_under_real_jax():
+    namespace = load(
+        "import functools\nfrom jax import lax\n\ndef body(i, carry, causal=False):\n    if causal:\n"
+        "        return carry + i\n    return carry\n\n"
+        "a = lax.fori_loop(0, 4, body, 0.0)\nb = lax.fori_loop(0, 4, functools.partial(body, causal=True), 0.0)\n"
+    )
+    assert (float(namespace["a"]), float(namespace["b"])) == (0.0, 6.0)
+
+
+def test_sweeps_over_literal_configurations_compile_per_configuration_on_purpose():
+    source = JitRebuiltInLoop.VALID[2].code
+    data = {"step": lambda x, b, u: x * b + u, "timings": {}, "x": jnp.ones(2),
+            "benchmark": lambda kernel, x: float(kernel(x)[0])}
+    assert compiles(lambda: exec(compile(source, "example", "exec"), data)) == 4  # one per configuration
+    assert data["timings"] == {(64, 1): 65.0, (64, 2): 66.0, (128, 1): 129.0, (128, 2): 130.0}
+    assert len(lint_code(source.replace("(64, 128)", "range(steps)"), [JitRebuiltInLoop])) == 1  # steps, not configurations
+    over_data = "import jax\n\nfor batch in batches:\n    f = jax.jit(lambda x: x + batch)\n"
+    assert len(lint_code(over_data, [JitRebuiltInLoop])) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import guards, steps
 from .index import COMPREHENSIONS, FUNCTIONS, ModuleIndex, build_index, loop_bindings, target_names
@@ -13,6 +14,9 @@ from .project import NO_PROJECT, ProjectFacts, qualname
 from .reads import ParamRead
 from ..source import SourceText
 from .tensors import Kind, TensorInference
+
+if TYPE_CHECKING:
+    from .jax_tracing import JittedCallable
 
 XLA_MODULES = ("torch_xla", "torchax")
 # What these names mean in torch_xla code by universal convention, when no import binds them (they
@@ -187,6 +191,13 @@ class FileContext:
         from .jax_tracing import staged_functions
 
         return staged_functions(self)
+
+    @cached_property
+    def jax_jitted(self) -> dict[str, JittedCallable]:
+        """Names this module calls jitted functions by, with their static parameters."""
+        from .jax_tracing import jitted_callables
+
+        return jitted_callables(self)
 
     @cached_property
     def per_call_functions(self) -> set[ast.AST]:

@@ -12,9 +12,10 @@ traced (`ConcretizationTypeError`, `TracerBoolConversionError`).
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .index import FUNCTIONS
+from .index import FUNCTIONS, target_names
 from .names import positional
 
 if TYPE_CHECKING:
@@ -118,11 +119,36 @@ def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
     staging = ctx.jax_staged.get(func)
     if staging is None:
         return set()
-    args = [*func.args.posonlyargs, *func.args.args]
-    names = [a.arg for a in (*args, *func.args.kwonlyargs)]
+    names = [a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)]
     if names and names[0] in ("self", "cls"):
         names = names[1:]
-        args = args[1:]
+    bodies = [c for c in staging if ctx.qualified_name(c.func) in CONTROL_FLOW]
+    if bodies and len(bodies) == len(staging):
+        # a control-flow body gets as many tracers as the primitive passes (`fori_loop`: the index
+        # and the carry); later parameters keep their Python defaults (`causal: bool = False`)
+        return set(names[: max(_passed(ctx, c) for c in bodies)])
+    static = _static_names(func, [c for c in staging if c not in bodies])
+    return {n for n in names if n not in static}
+
+
+# how many arguments a control-flow primitive passes the functions it traces
+PASSED = {"jax.lax.scan": 2, "jax.lax.fori_loop": 2, "jax.lax.while_loop": 1, "jax.lax.map": 1,
+          "jax.lax.associative_scan": 2}
+
+
+def _passed(ctx: "FileContext", call: ast.Call) -> int:
+    """`lax.cond(pred, f, g, *operands)` passes the operands."""
+    name = ctx.qualified_name(call.func) or ""
+    if name in PASSED:
+        return PASSED[name]
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return 1 << 16
+    return max(len(call.args) - 3, 0)
+
+
+def _static_names(func: ast.AST, staging: list[ast.Call]) -> set[str]:
+    """The parameters `static_argnames`/`static_argnums` of these staging calls make static."""
+    args = [*func.args.posonlyargs, *func.args.args]  # a decorated method counts `self` (static_argnums=0)
     static: set[str] = set()
     for spec in staging:
         for kw in spec.keywords:
@@ -132,12 +158,13 @@ def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
             elif kw.arg == "static_argnums":
                 static |= {args[v.value].arg for v in values if isinstance(v, ast.Constant)
                            and isinstance(v.value, int) and -len(args) <= v.value < len(args)}
-    return {n for n in names if n not in static}
+    return static
 
 
 def staged_functions(ctx: "FileContext") -> dict[ast.AST, list[ast.Call]]:
     """The functions JAX stages out directly (not the helpers they call), each with the decorators
-    and calls that stage it (their keywords give the static arguments; none for a control-flow body)."""
+    and calls that stage it (a `jax.jit` call's keywords give the static arguments; a control-flow
+    primitive's call, how many arguments it passes)."""
     by_name: dict[str, list[ast.Call]] = {}  # function name -> the `jax.jit(name, ...)` calls naming it
     for node in ast.walk(ctx.tree):
         if not isinstance(node, ast.Call):
@@ -149,7 +176,7 @@ def staged_functions(ctx: "FileContext") -> dict[ast.AST, list[ast.Call]]:
         elif qualified in CONTROL_FLOW:
             for position in CONTROL_FLOW[qualified]:
                 if position < len(args) and isinstance(args[position], ast.Name):
-                    by_name.setdefault(args[position].id, [])
+                    by_name.setdefault(args[position].id, []).append(node)
     staged: dict[ast.AST, list[ast.Call]] = {}
     for func in ctx.jax_traced:
         if isinstance(func, ast.Lambda):
@@ -207,3 +234,135 @@ def _binding_function(ctx: "FileContext", name: ast.Name) -> ast.AST | None:
             if name.id in params:
                 return anc
     return None
+
+
+# jnp functions whose result is boolean, elementwise on their arguments
+BOOLEAN_FUNCTIONS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_and", "logical_or",
+                     "logical_not", "logical_xor", "equal", "not_equal", "greater", "greater_equal", "less",
+                     "less_equal", "isclose", "signbit"}
+
+
+def is_boolean_mask(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
+    """`expr` is evidently a boolean array: a comparison, `~m`, `m & n`, `jnp.isnan(x)`,
+    `x.astype(bool)`, `jnp.all(m, axis=...)`, or a name holding one."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Compare):
+        return not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in expr.ops)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert):
+        return is_boolean_mask(ctx, expr.operand, depth + 1)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return is_boolean_mask(ctx, expr.left, depth + 1) and is_boolean_mask(ctx, expr.right, depth + 1)
+    if isinstance(expr, ast.Name):
+        values = ctx.reaching_values(expr)
+        return bool(values) and all(is_boolean_mask(ctx, v, depth + 1) for v in values)
+    if isinstance(expr, ast.Call):
+        name = ctx.qualified_name(expr.func) or ""
+        head, _, func = name.rpartition(".")
+        if head == "jax.numpy" and func in BOOLEAN_FUNCTIONS:
+            return True
+        if head == "jax.numpy" and func in ("all", "any") and expr.args:
+            return True
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "astype" and expr.args:
+            target = expr.args[0]
+            return (isinstance(target, ast.Name) and target.id == "bool") or \
+                ctx.qualified_name(target) in ("jax.numpy.bool_", "numpy.bool_")
+    return False
+
+
+def elementwise_of(ctx: "FileContext", mask: ast.expr, array: ast.expr, depth: int = 0) -> bool:
+    """`mask` has the shape of `array` (a name), evidently: comparisons of it with numbers,
+    `jnp.isnan(array)` and the like, and `~`, `&`, `|` of such masks."""
+    if depth > MAX_DEPTH or not isinstance(array, ast.Name):
+        return False
+    if isinstance(mask, ast.Name):
+        values = ctx.reaching_values(mask)
+        return len(values) == 1 and elementwise_of(ctx, values[0], array, depth + 1)
+    if isinstance(mask, ast.Compare):
+        operands = [mask.left, *mask.comparators]
+        same = [o for o in operands if isinstance(o, ast.Name) and o.id == array.id]
+        return len(same) == 1 and all(o in same or is_number(o) for o in operands)
+    if isinstance(mask, ast.UnaryOp) and isinstance(mask.op, ast.Invert):
+        return elementwise_of(ctx, mask.operand, array, depth + 1)
+    if isinstance(mask, ast.BinOp) and isinstance(mask.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return elementwise_of(ctx, mask.left, array, depth + 1) and elementwise_of(ctx, mask.right, array, depth + 1)
+    if isinstance(mask, ast.Call) and len(mask.args) == 1 and not mask.keywords:
+        head, _, func = (ctx.qualified_name(mask.func) or "").rpartition(".")
+        arg = mask.args[0]
+        return head == "jax.numpy" and func in ("isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit") \
+            and isinstance(arg, ast.Name) and arg.id == array.id
+    return False
+
+
+def is_number(expr: ast.expr) -> bool:
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+        expr = expr.operand
+    return isinstance(expr, ast.Constant) and type(expr.value) in (int, float)
+
+
+# transformations that compile: a new function object given to one compiles again
+COMPILING = {"jax.jit", "jax.pmap", "jax.experimental.pjit.pjit", "equinox.filter_jit"}
+
+
+@dataclass(frozen=True)
+class JittedCallable:
+    """A name the module calls a jitted function by, with the function's parameters
+    (in order, `self` left out) and which of them are static."""
+
+    func: ast.AST
+    params: tuple[str, ...]
+    static: frozenset[str]
+
+
+def jitted_callables(ctx: "FileContext") -> dict[str, JittedCallable]:
+    """`@jax.jit`-decorated functions by their name, `step = jax.jit(f, static_argnums=...)` by
+    `step`: what a call `step(...)` in this module runs."""
+    found: dict[str, JittedCallable] = {}
+    for func, staging in ctx.jax_staged.items():
+        if isinstance(func, ast.Lambda):
+            continue
+        params = tuple(a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs))
+        if params and params[0] in ("self", "cls"):
+            params = params[1:]
+        if any(_is_tracing(ctx, d) for d in func.decorator_list):
+            decorators = [d for d in staging if d in func.decorator_list]
+            found[func.name] = JittedCallable(func, params, frozenset(_static_names(func, decorators)))
+        for call in staging:
+            parent = ctx.index.parent(call)
+            if call not in func.decorator_list and isinstance(parent, ast.Assign) and len(parent.targets) == 1 \
+                    and isinstance(parent.targets[0], ast.Name) and ctx.qualified_name(call.func) in COMPILING:
+                found[parent.targets[0].id] = JittedCallable(func, params, frozenset(_static_names(func, [call])))
+    return found
+
+
+def is_constant_sweep(ctx: "FileContext", iterable: ast.expr, depth: int = 0) -> bool:
+    """A loop over literal configurations (`for block in (64, 128)`, `itertools.product((1, 2),
+    ("a", "b"))`): a few values chosen on purpose, each worth its own compilation (autotuning,
+    benchmarks), unlike a loop over steps or data."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(iterable, (ast.Tuple, ast.List, ast.Set)):
+        return all(_constant(e) for e in iterable.elts)
+    if isinstance(iterable, ast.Name):
+        values = ctx.reaching_values(iterable)
+        return bool(values) and all(is_constant_sweep(ctx, v, depth + 1) for v in values)
+    if isinstance(iterable, ast.Call):
+        name = ctx.qualified_name(iterable.func) or ""
+        if name in ("itertools.product", "zip", "enumerate", "reversed", "sorted"):
+            return bool(iterable.args) and all(is_constant_sweep(ctx, a, depth + 1) for a in iterable.args)
+    return False
+
+
+def _constant(expr: ast.expr) -> bool:
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return all(_constant(e) for e in expr.elts)
+    return isinstance(expr, ast.Constant) or is_number(expr)
+
+
+def sweep_variables(ctx: "FileContext", node: ast.AST) -> set[str]:
+    """The names bound by loops around `node` that sweep literal configurations."""
+    names: set[str] = set()
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, (ast.For, ast.AsyncFor)) and is_constant_sweep(ctx, anc.iter):
+            names |= set(target_names(anc.target))
+    return names
