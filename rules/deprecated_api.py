@@ -782,7 +782,11 @@ class _MigrationVisitor:
             return
         module = node.module
         entry = next((m for m in self.modules if m.matches_module(module)), None)
-        if entry is not None:  # `from torch_xla_py.xla_model import *`: the module moved
+        # `from torch_xla_py import xla_model`: the row of the module imported is more specific
+        # (it has a replacement) than the package's
+        specific = entry is not None and node.names[0].name != "*" and any(
+            len(m.name) > len(entry.name) and m.matches_module(f"{module}.{a.name}") for a in node.names for m in self.modules)
+        if entry is not None and not specific:  # `from torch_xla_py.xla_model import *`: the module moved
             if not self._excused(node, entry):
                 new = entry.moved(module)
                 fix = partial(_fix_from_import, node, new, entry) if entry.applicability and new else None
@@ -801,6 +805,8 @@ class _MigrationVisitor:
                     self.report(alias, moved.message(full), fix=fix)
             elif full in self.functions and not self._excused(node, self.functions[full]):
                 self.from_imports.append((alias, self.functions[full], alias.asname or alias.name))
+            elif entry is not None and not self._excused(node, entry):  # the package's other modules
+                self.report(alias, entry.message(full))
 
     def finish(self) -> None:
         # `from torch_xla.core.xla_model import xrt_world_size`: one finding on the import; its fix

@@ -102,7 +102,7 @@ def _remove_if_unused(ctx: CstContext, request: ImportRequest, replacements: dic
     if not bindings or any(b.qualified != qualified for b in bindings) or _has_own_comments(ctx, request):
         return
     replaced_code = [cst.Module([]).code_for_node(r) for r in replacements.values() if isinstance(r, cst.CSTNode)]
-    if any(re.search(rf"\b{re.escape(local)}\b", code) for code in replaced_code):
+    if any(re.search(rf"(?<![\w.]){re.escape(local)}\b", code) for code in replaced_code):  # not `torch_xla.compile`
         return
     scopes = {id(b.scope) for b in bindings}
     uses: dict[int, list[bool]] = {}  # binding scope -> replaced? per use it serves
