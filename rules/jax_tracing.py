@@ -11,6 +11,7 @@ from xlalint.analysis.jax_tracing import (
     elementwise_of,
     enclosing_traced,
     is_boolean_mask,
+    is_device_array,
     is_number,
     is_traced_value,
     sweep_variables,
@@ -1228,3 +1229,231 @@ class StaticArgumentPerIteration(Rule):
             if isinstance(name, (ast.Attribute, ast.Subscript, ast.Call)):
                 return None  # `batch.shape[0]`, `len(x)`: a size, not the counter (see the shape rules)
         return None
+
+
+class HostReadPerStep(Rule):
+    """## What it does
+    Flags, on a per-step path of a JAX training loop (a loop that calls a jitted function computing
+    gradients, or iterates batches), a read of a device array on the host at every step:
+    `float(loss)`, `int(x)`, `x.item()`, `x.tolist()`, `np.asarray(x)`, `jax.device_get(x)`,
+    `x.block_until_ready()`, `jax.block_until_ready(x)`, and `print` of an array. Device arrays are
+    the results of the module's jitted functions (and of `jax.jit(f)(...)`), jnp/random arrays, and
+    what is computed from them. Reads every N steps (`if step % 100 == 0:`) are not reported.
+
+    ## Why is this bad?
+    JAX dispatches asynchronously: a jitted step returns at once, and the host prepares the next
+    batch while the device computes. Reading a value on the host waits for the step to finish and
+    copies it back, every step: the device idles while the host catches up, and on a TPU the
+    transfer itself costs a round trip. Accumulating on the device and reading every N steps (or
+    once, at the end) keeps the pipeline full.
+
+    ## Example
+    ```python
+    for batch in batches:
+        params, loss = train_step(params, batch)
+        losses.append(float(loss))
+    ```
+
+    Use instead:
+    ```python
+    for batch in batches:
+        params, loss = train_step(params, batch)
+        losses.append(loss)  # stays on the device
+    history = [float(v) for v in jax.device_get(losses)]  # one transfer, after the loop
+    ```
+
+    ## Fix safety
+    No automatic fix: where to read the value (every N steps, after the loop) is the author's choice.
+
+    ## References
+    - JAX docs, "Asynchronous dispatch"; "Benchmarking JAX code" (`block_until_ready`)
+    """
+
+    code, name, category = "JAX110", "host-read-per-step", "item_sync"
+    summary = "`{what}` reads a device array on the host at every step: the host waits for the device"
+    hint = "keep the values on the device and read them every N steps, or once after the loop"
+
+    VALID = [
+        Valid(
+            """
+            import jax
+
+            @jax.jit
+            def train_step(params, batch):
+                loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+                return params - 0.1 * grads, loss
+
+            losses = []
+            for step, batch in enumerate(batches):
+                params, loss = train_step(params, batch)
+                losses.append(loss)
+                if step % 100 == 0:
+                    print(f"step {step}: loss {float(loss):.4f}")  # every 100 steps
+            history = [float(v) for v in jax.device_get(losses)]
+            """
+        ),
+        Valid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def forward(x):
+                return jnp.tanh(x @ x)
+
+            for _ in range(10):  # a benchmark, not a training loop
+                forward(x).block_until_ready()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import jax
+
+            @jax.jit
+            def train_step(params, batch):
+                loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+                return params - 0.1 * grads, loss
+
+            losses = []
+            for step in range(num_steps):
+                params, loss = train_step(params, batches[step])
+                losses.append(float(loss))
+            """,
+            line=11,
+        ),
+    ]
+
+    CONVERSIONS = {"float", "int", "bool"}
+    READS = {"numpy.asarray", "numpy.array", "jax.device_get", "jax.block_until_ready"}
+
+    @classmethod
+    def applies(cls, ctx) -> bool:
+        return ctx.imports_jax
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        operands, what = [], ""
+        if isinstance(func, ast.Name) and func.id in self.CONVERSIONS and len(node.args) == 1:
+            operands, what = [node.args[0]], f"{func.id}()"
+        elif isinstance(func, ast.Attribute) and func.attr in ("item", "tolist", "block_until_ready") and not node.args:
+            operands, what = [func.value], f".{func.attr}()"
+        elif isinstance(func, ast.Name) and func.id == "print":
+            operands = [v.value for a in node.args if isinstance(a, ast.JoinedStr) for v in a.values
+                        if isinstance(v, ast.FormattedValue)] + [a for a in node.args if not isinstance(a, ast.JoinedStr)]
+            what = "print"
+        elif (self.ctx.qualified_name(func) or "") in self.READS and node.args:
+            operands, what = [node.args[0]], self.ctx.code(func) + "()"
+        if not operands or enclosing_traced(self.ctx, node) is not None:
+            return
+        if any(is_device_array(self.ctx, o) for o in operands) and self.ctx.is_per_step(node):
+            self.report(node, self.summary.format(what=what))
+
+
+class PythonScalarBecomesArray(Rule):
+    """## What it does
+    Flags, in a loop, a call of a jitted function of the module that passes a variable which starts
+    as a Python number before the loop and is reassigned to a JAX array inside it (typically the
+    function's own result): `total = 0.0` ... `total = accumulate(total, batch)`.
+
+    ## Why is this bad?
+    JAX keys compiled programs on the abstract type of each argument. A Python number is traced
+    as a *weakly typed* scalar; the array the function returns is strongly typed. The first call
+    compiles for the weak type, the second compiles again for the strong one: a full extra
+    compilation of the function (minutes for a large training step on a TPU), and the two programs
+    can differ in dtype promotion.
+
+    ## Example
+    ```python
+    total = 0.0
+    for batch in batches:
+        total = accumulate(total, batch)
+    ```
+
+    Use instead:
+    ```python
+    total = jnp.zeros((), jnp.float32)  # the type the loop carries
+    for batch in batches:
+        total = accumulate(total, batch)
+    ```
+
+    ## Fix safety
+    No automatic fix: the array's dtype must be the one the function returns, which the code does
+    not show.
+
+    ## References
+    - JAX docs, "Type promotion semantics": weakly typed values; "Just-in-time compilation": caching
+    """
+
+    code, name, category = "JAX111", "python-scalar-becomes-array", "varying_shape"
+    summary = "`{value}` is a Python number on the first call and a JAX array after: `{func}` compiles twice"
+    hint = "start the loop with an array of the type it carries, e.g. `jnp.zeros((), jnp.float32)`"
+
+    VALID = [
+        Valid(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def accumulate(total, batch):
+                return total + batch.sum()
+
+            total = jnp.zeros((), jnp.float32)
+            for batch in batches:
+                total = accumulate(total, batch)
+            """
+        ),
+        Valid(
+            """
+            import jax
+
+            @jax.jit
+            def scale(x, factor):
+                return x * factor
+
+            factor = 0.5
+            for x in inputs:
+                y = scale(x, factor)  # a Python number every time: one program
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import jax
+
+            @jax.jit
+            def accumulate(total, batch):
+                return total + batch.sum()
+
+            total = 0.0
+            for batch in batches:
+                total = accumulate(total, batch)
+            """,
+            line=9,
+        ),
+    ]
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if not isinstance(node.func, ast.Name) or has_star_args(node):
+            return
+        target = self.ctx.jax_jitted.get(node.func.id)
+        loop = next((a for a in self.ctx.index.ancestors(node) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))
+                     or isinstance(a, (*FUNCTIONS, ast.Lambda))), None)
+        if target is None or not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+            return
+        passed = [(name, arg) for name, arg in zip(target.params, node.args)]
+        passed += [(kw.arg, kw.value) for kw in node.keywords]
+        for name, arg in passed:
+            if name not in target.static and isinstance(arg, ast.Name) and self._flips(arg, loop):
+                self.report(arg, self.summary.format(value=arg.id, func=node.func.id))
+                return
+
+    def _flips(self, name: ast.Name, loop: ast.AST) -> bool:
+        values = self.ctx.index.assignments.get(self.ctx.index.scope_of(name), {}).get(name.id, [])
+        inside = [v for v in values if loop in set(self.ctx.index.ancestors(v))]
+        before = [v for v in values if v not in inside]
+        return bool(inside) and bool(before) and all(is_number(v) for v in before) and \
+            all(is_device_array(self.ctx, v) for v in inside)

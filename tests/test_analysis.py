@@ -183,6 +183,9 @@ def test_early_return_on_a_periodic_test_gates_the_rest():
         ("if (step + 1) % 4 != 0:\n            continue\n        use(loss.item())", False),
         ("if step % 4 == 0:\n            continue\n        use(loss.item())", True),
         ("if self.control.should_log:\n            use(loss.item())", False),
+        # a schedule helper asked whether it is time (`itstime(step, every_n)`)
+        ("if u.itstime(step, every, total):\n            use(loss.item())", False),
+        ("if is_time_to_log(step):\n            use(loss.item())", False),
         # whether a logger exists is not how often it logs
         ("if log_writer is not None:\n            log_writer.add_scalar('loss', loss.item())", True),
         ("if writer:\n            writer.add_scalar('loss', loss.item())", True),

@@ -84,3 +84,15 @@ def test_fixed_scripts_compute_the_same_results_on_cpu(script, fixed_copy):
     for key in before:
         # the clipping rewrite computes the coefficient as torch does (eps, clamp): last digits only
         assert math.isclose(before[key], after[key], rel_tol=1e-5, abs_tol=1e-7), (key, before[key], after[key])
+
+
+def test_the_readme_tour_shows_what_check_prints():
+    readme = (ROOT / "README.md").read_text()
+    tour = readme[readme.index("$ xlalint check examples/"):]
+    tour = tour[: tour.index("\n$ ", 1)]
+    proc = xlalint("check", "--no-cache", "examples/")
+    assert proc.returncode == 1, proc.stderr
+    shown = [line for line in tour.splitlines()[1:] if line != "..."]
+    printed = proc.stdout.splitlines()
+    assert all(line in printed for line in shown), [line for line in shown if line not in printed]
+    assert shown[-3:] == printed[-3:]  # the totals

@@ -2,7 +2,8 @@
 
 Every jitted function here has a hazard that `xlalint check` reports: a boolean-mask index of a
 traced array, `print` of a tracer, a Python loop over a traced bound, a branch on a traced value, a
-static argument that changes every step, and `jax.jit` of a new lambda inside the loop. Under JAX
+static argument that changes every step, `jax.jit` of a new lambda inside the loop, and the loop
+reading the loss on the host at every step. Under JAX
 the first of them stops the script (`NonConcreteBooleanIndexError`); `fixed/train_regression.py`
 is the same program written for `jit`: it runs, and compiles each function once.
 """
@@ -33,7 +34,8 @@ def loss_fn(w, x, y):
 @partial(jax.jit, static_argnames="step")
 def update(w, x, y, step):
     lr = 0.1 * 0.99**step
-    return w - lr * jax.grad(loss_fn)(w, x, y)
+    loss, grads = jax.value_and_grad(loss_fn)(w, x, y)
+    return w - lr * grads, loss
 
 
 @jax.jit
@@ -55,9 +57,10 @@ def outlier_error(w, x, y, threshold):
 def main(steps=100, seed=0):
     x, y = make_data(jax.random.PRNGKey(seed))
     w = jnp.zeros(x.shape[1])
-    history = []
+    history, losses = [], []
     for step in range(steps):
-        w = update(w, x, y, step)
+        w, loss = update(w, x, y, step)
+        losses.append(float(loss))
         if step % 20 == 0:
             val = jax.jit(lambda w: loss_fn(w, x, y))(w)
             print("val", val, file=sys.stderr)
@@ -66,6 +69,7 @@ def main(steps=100, seed=0):
         "loss": float(loss_fn(w, x, y)),
         "smoothed_norm": float(jnp.linalg.norm(smooth(w, 3))),
         "outlier_error": float(outlier_error(w, x, jnp.nan_to_num(y), 0.2)),
+        "first_loss": losses[0],
         "evaluations": len(history),
     }
 

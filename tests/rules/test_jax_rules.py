@@ -8,11 +8,13 @@ import pytest
 from rules.jax_tracing import (
     BooleanMaskOfTracer,
     HostConversionOfTracer,
+    HostReadPerStep,
     JitRebuiltInLoop,
     NonzeroWithoutSize,
     PrintOfTracer,
     PythonBranchOnTracer,
     PythonLoopOverTracedRange,
+    PythonScalarBecomesArray,
     StaticArgumentPerIteration,
     UnhashableStaticArgument,
 )
@@ -293,3 +295,71 @@ def test_sweeps_over_literal_configurations_compile_per_configuration_on_purpose
     assert len(lint_code(source.replace("(64, 128)", "range(steps)"), [JitRebuiltInLoop])) == 1  # steps, not configurations
     over_data = "import jax\n\nfor batch in batches:\n    f = jax.jit(lambda x: x + batch)\n"
     assert len(lint_code(over_data, [JitRebuiltInLoop])) == 1
+
+
+def test_a_per_step_host_read_waits_for_every_step_and_without_it_the_host_runs_ahead():
+    import builtins
+
+    def loss_fn(params, batch):  # heavy enough that a step takes far longer than its dispatch
+        for _ in range(6):
+            batch = jnp.tanh(batch @ batch)
+        return jnp.mean(batch * params)
+
+    waited = []
+
+    def float_(value):  # `float`, noting whether the value was computed when the host asked for it
+        waited.append(not value.is_ready())
+        return builtins.float(value)
+
+    batches = [jnp.full((300, 300), 0.01 * (k + 1)) for k in range(4)]
+    namespace = {"loss_fn": loss_fn, "batches": batches, "num_steps": 4, "params": jnp.float32(1.0), "float": float_}
+    exec(compile(HostReadPerStep.INVALID[0].code, "example", "exec"), namespace)  # compiles, then 4 steps
+    assert waited[1:] == [True, True, True]  # every step: the host stopped until the device finished
+    kept_on_device = HostReadPerStep.INVALID[0].code.replace("float(loss)", "loss")
+    namespace = {"loss_fn": loss_fn, "batches": batches, "num_steps": 4, "params": jnp.float32(1.0)}
+    exec(compile(kept_on_device, "example", "exec"), namespace)
+    assert not namespace["losses"][-1].is_ready()  # the loop ended before the device: it ran ahead
+    assert [builtins.float(v) for v in jax.device_get(namespace["losses"])] == pytest.approx(
+        [builtins.float(v) for v in namespace["losses"]])
+
+
+@pytest.mark.parametrize("source, rows", [
+    # a flax TrainState step, read with jax.device_get each step
+    ("import jax\n\n@jax.jit\ndef step(state, batch):\n    grads = jax.grad(loss)(state.params, batch)\n"
+     "    return state.apply_gradients(grads=grads), grads\n\nfor batch in data:\n    state, g = step(state, batch)\n"
+     "    g = jax.device_get(g)\n", [10]),
+    # print of the loss every step; a Python number is no device array
+    ("import jax\n\n@jax.jit\ndef update(p, x):\n    return p - jax.grad(f)(p, x)\n\nfor x in xs:\n    p = update(p, x)\n"
+     "    print(p)\n    print(float(len(xs)))\n", [9]),
+    # a loop calling a jitted function that trains nothing is no training loop
+    ("import jax\n\n@jax.jit\ndef f(x):\n    return x * 2\n\nfor x in xs:\n    y = float(f(x))\n", []),
+    # not jax at all
+    ("import torch\n\nfor batch in loader:\n    loss = model(batch)\n    print(float(loss))\n", []),
+])
+def test_host_reads_per_step_by_structure(source, rows):
+    assert [d.location.row for d in lint_code(source, [HostReadPerStep])] == rows
+
+
+def test_a_python_number_that_becomes_an_array_compiles_twice_and_an_array_start_once():
+    batches = [jnp.ones(3) * k for k in range(5)]
+    invalid = PythonScalarBecomesArray.INVALID[0].code
+    namespace = {"batches": batches}
+    assert compiles(lambda: exec(compile(invalid, "example", "exec"), namespace)) == 2  # weak f32, then f32
+    valid = PythonScalarBecomesArray.VALID[0].code
+    fixed = {"batches": batches}
+    assert compiles(lambda: exec(compile(valid, "example", "exec"), fixed)) == 1
+    assert float(namespace["total"]) == float(fixed["total"]) == 30.0
+    constant = PythonScalarBecomesArray.VALID[1].code
+    assert compiles(lambda: exec(compile(constant, "example", "exec"), {"inputs": batches})) == 1
+
+
+@pytest.mark.parametrize("source, rows", [
+    # by keyword; inside a function; the counter stays a Python int (no flip)
+    ("import jax\n\n@jax.jit\ndef f(x, acc):\n    return acc + x\n\ndef run(xs):\n    acc = 0\n    step = 0\n"
+     "    for x in xs:\n        acc = f(x, acc=acc)\n        step = step + 1\n    return acc\n", [11]),
+    # reassigned to another Python number in the loop: no array
+    ("import jax\n\n@jax.jit\ndef f(x, lr):\n    return x * lr\n\nlr = 1.0\nfor x in xs:\n    y = f(x, lr)\n"
+     "    lr = lr * 0.5\n", []),
+])
+def test_python_scalar_becomes_array_by_structure(source, rows):
+    assert [d.location.row for d in lint_code(source, [PythonScalarBecomesArray])] == rows

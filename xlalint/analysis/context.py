@@ -52,6 +52,11 @@ class FileContext:
         """The file imports torch_xla or torchax."""
         return any(b.qualified.split(".")[0] in XLA_MODULES for b in self.index.imports.values())
 
+    @cached_property
+    def imports_jax(self) -> bool:
+        """The file imports jax (or a library built on it: flax, optax, equinox)."""
+        return any(b.qualified.split(".")[0] in ("jax", "flax", "optax", "equinox") for b in self.index.imports.values())
+
     @property
     def uses_xla(self) -> bool:
         """XLA-only rules fire here: the file imports torch_xla/torchax, or `--assume-xla` is on."""

@@ -83,7 +83,7 @@ def _word_polarity(found: list[str]) -> int:
 # (`log_every`) of logging, evaluation or checkpointing: a block they gate runs every N steps. A
 # word must *end* with the activity: `log_writer` or `eval_loader` name objects, not decisions.
 PERIODIC_WORDS = re.compile(
-    r"^_*(should|do|need|time_to)_\w+|"
+    r"^_*(should|do|need|time_to)_\w+|^_*(its_?time|is_time)(_\w+)?$|"  # `if u.itstime(step, every_n):`
     r"(^|_)(log|logging|print|report|display|eval|evaluate|evaluation|validate|validation|save|checkpoint|ckpt|"
     r"verbose|profile|visualize|plot)(_(every|interval|freq|frequency|steps|step|now|iter|iteration|period))?$|"
     r"(log|print|eval|save|val|ckpt|checkpoint|display|report)_(every|interval|freq|frequency|steps|period)",

@@ -366,3 +366,53 @@ def sweep_variables(ctx: "FileContext", node: ast.AST) -> set[str]:
         if isinstance(anc, (ast.For, ast.AsyncFor)) and is_constant_sweep(ctx, anc.iter):
             names |= set(target_names(anc.target))
     return names
+
+
+# what a JAX training step computes: gradients, and the updates they make
+GRADIENTS = {"jax.grad", "jax.value_and_grad", "optax.apply_updates", "equinox.filter_grad",
+             "equinox.filter_value_and_grad", "flax.nnx.grad", "flax.nnx.value_and_grad"}
+
+
+def jitted_trains(ctx: "FileContext", name: str) -> bool:
+    """`name` is a jitted function of this module that computes gradients or applies them (a JAX
+    training step, whatever it is called): the loop calling it is a step loop."""
+    target = ctx.jax_jitted.get(name)
+    if target is None:
+        return False
+    for node in ast.walk(target.func):
+        if isinstance(node, ast.Call):
+            if (ctx.qualified_name(node.func) or "") in GRADIENTS:
+                return True
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "apply_gradients":
+                return True  # flax's TrainState
+    return False
+
+
+# what JAX computes outside jit, on the device: a jitted function's results, jnp and random arrays
+DEVICE_PREFIXES = ("jax.numpy.", "jax.random.", "jax.nn.", "jax.lax.", "jax.device_put")
+
+
+def is_device_array(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
+    """`expr`, outside traced code, is evidently a JAX array on the device: the result of a jitted
+    function of this module (or of `jax.jit(f)(...)`), an element of it, a jnp/random result, or
+    arithmetic or a method on one."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Name):
+        return any(is_device_array(ctx, v, depth + 1) for v in ctx.reaching_values(expr))
+    if isinstance(expr, ast.Subscript):  # `metrics["loss"]`, `out[0]`
+        return is_device_array(ctx, expr.value, depth + 1)
+    if isinstance(expr, ast.BinOp):
+        return is_device_array(ctx, expr.left, depth + 1) or is_device_array(ctx, expr.right, depth + 1)
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Name) and func.id in ctx.jax_jitted:
+            return True
+        if isinstance(func, ast.Call) and (ctx.qualified_name(func.func) or "") in COMPILING:
+            return True  # `jax.jit(f)(x)`
+        name = ctx.qualified_name(func) or ""
+        if name.startswith(DEVICE_PREFIXES) and name not in STATIC_FUNCTIONS:
+            return True
+        if isinstance(func, ast.Attribute) and func.attr in ("mean", "sum", "max", "min", "astype", "reshape"):
+            return is_device_array(ctx, func.value, depth + 1)
+    return False

@@ -22,6 +22,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
+from . import jax_tracing
 from .guards import EVERY_N, ALMOST_ALWAYS, is_periodic, periodic_polarity, skips_rest
 from .index import FUNCTIONS, loop_bindings
 from .names import dotted_name, function_params, is_constant, last_part, method_name, param_default, receiver
@@ -486,7 +487,9 @@ def _training_call(ctx: "FileContext", call: ast.Call) -> bool:
         return True
     if method == "step" and OPTIMIZER.search(dotted_name(receiver(call)) or ""):
         return True
-    return bool(STEP_CALL.match(last_part(dotted_name(call.func))))
+    if STEP_CALL.match(last_part(dotted_name(call.func))):
+        return True
+    return ctx.imports_jax and isinstance(call.func, ast.Name) and jax_tracing.jitted_trains(ctx, call.func.id)
 
 
 def trains(ctx: "FileContext", func: ast.AST) -> bool:
