@@ -903,24 +903,7 @@ class TrainLoaderWithoutDropLast(Rule):
 
 def _drop_last(cctx: CstContext, node: ast.Call) -> Fix:
     call = cctx.locate(node)
-    from xlalint.fixing.cst_names import keyword as cst_keyword  # libcst-side helpers load with the fix
+    from xlalint.fixing.cst_names import with_keyword  # libcst-side helpers load with the fix
 
-    drop_last = cst_keyword(call, "drop_last")
-    true = cst.Name("True")
-    if drop_last is not None:
-        new = call.with_changes(args=[a.with_changes(value=true) if a is drop_last else a for a in call.args])
-    else:
-        args = list(call.args)
-        last = args[-1]
-        trailing = last.comma
-        new_arg = cst.Arg(keyword=cst.Name("drop_last"), value=true,
-                          equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                                whitespace_after=cst.SimpleWhitespace("")))
-        if isinstance(trailing, cst.Comma):
-            # multi-line call with a trailing comma: keep its layout
-            new_arg = new_arg.with_changes(comma=trailing)
-            args[-1] = last.with_changes(comma=trailing)
-        else:
-            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        new = call.with_changes(args=[*args, new_arg])
+    new = with_keyword(call, "drop_last", cst.Name("True"))
     return Fix.replace(call, new, title="Add `drop_last=True`", safe=False)

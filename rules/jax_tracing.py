@@ -17,7 +17,7 @@ from xlalint.analysis.jax_tracing import (
     sweep_variables,
 )
 from xlalint.analysis.names import has_star_args, keyword, positional
-from xlalint.diagnostics import Fix, ImportRequest
+from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.rule import Invalid, Rule, Valid
 
 # jax.numpy functions whose output size depends on the values, unless `size=` bounds it
@@ -57,8 +57,12 @@ class NonzeroWithoutSize(Rule):
     or, without indices at all: `jnp.where(x > 0, x, 0).sum()`.
 
     ## Fix safety
-    No automatic fix: the bound (`size=`) and what the padding means for the code that follows are
-    the author's choice.
+    When the bound is evident, the argument being an array (`jnp.nonzero(mask)`) or an elementwise
+    test of one (`x > 0`, `jnp.isnan(x)`), an unsafe fix adds `size=<array>.size`: every input then
+    fits, and the function compiles once. It is unsafe because the output changes: it always
+    has that many entries, the extra ones padded with `fill_value` (index 0 for `nonzero`, the
+    smallest value for `unique`), and the code that follows must mask or ignore them, or pass a
+    `fill_value` that it can (an out-of-range index with `.at[idx].get(mode="fill")`).
 
     ## References
     - JAX docs, "The sharp bits": dynamic shapes; `jax.numpy.nonzero` (`size`, `fill_value`)
@@ -111,6 +115,16 @@ class NonzeroWithoutSize(Rule):
                 return x[idx].sum()
             """,
             line=6,
+            applicability=Applicability.UNSAFE,
+            expected_replacement="""
+            import jax
+            import jax.numpy as jnp
+
+            @jax.jit
+            def positive_sum(x):
+                idx = jnp.nonzero(x > 0, size=x.size)[0]
+                return x[idx].sum()
+            """,
         ),
         Invalid(
             """
@@ -150,7 +164,33 @@ class NonzeroWithoutSize(Rule):
         if func not in SIZED and not (func == "where" and len(positional(node)) == 1 and not node.keywords):
             return
         if enclosing_traced(self.ctx, node) is not None:
-            self.report(node, self.summary.format(func=f"jnp.{func}"))
+            array = self._bound(node, func)
+            fix = (lambda cctx: _with_size(cctx, node, array)) if array is not None else None
+            self.report(node, self.summary.format(func=f"jnp.{func}"), fix=fix)
+
+    def _bound(self, node: ast.Call, func: str) -> str | None:
+        """The array whose size bounds the output: the argument, or the array an elementwise test
+        of it is about; None for the set operations and `extract` (two arrays)."""
+        args = positional(node)
+        if func in ("union1d", "intersect1d", "setdiff1d", "setxor1d", "extract") or not args:
+            return None
+        arg = args[0]
+        if isinstance(arg, ast.Name):
+            return arg.id
+        for name in {n.id for n in ast.walk(arg) if isinstance(n, ast.Name)}:
+            if elementwise_of(self.ctx, arg, ast.Name(id=name)):
+                return name
+        return None
+
+
+def _with_size(cctx, node: ast.Call, array: str):
+    from xlalint.fixing.cst_names import with_keyword
+
+    call = cctx.locate(node)
+    if call is None:
+        return None
+    return Fix.replace(call, with_keyword(call, "size", cctx.parse_expression(f"{array}.size")),
+                       title=f"Pad to `size={array}.size` (the output gains padded entries)", safe=False)
 
 
 class HostConversionOfTracer(Rule):

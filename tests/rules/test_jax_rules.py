@@ -18,7 +18,7 @@ from rules.jax_tracing import (
     StaticArgumentPerIteration,
     UnhashableStaticArgument,
 )
-from xlalint.testing import lint_code
+from xlalint.testing import fix_code, lint_code
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -363,3 +363,31 @@ def test_a_python_number_that_becomes_an_array_compiles_twice_and_an_array_start
 ])
 def test_python_scalar_becomes_array_by_structure(source, rows):
     assert [d.location.row for d in lint_code(source, [PythonScalarBecomesArray])] == rows
+
+
+def test_the_unsafe_size_fix_runs_and_compiles_once_but_its_padding_changes_the_numbers():
+    example = NonzeroWithoutSize.INVALID[0]
+    assert example.applicability.value == "unsafe"
+    padded = load(example.expected_replacement)["positive_sum"]
+    x = jnp.array([1.0, -2.0, 3.0])
+    assert float(padded(x)) == 1.0 + 3.0 + 1.0  # the padding index 0 counts x[0] once more
+    assert float(padded(jnp.array([-1.0, 2.0, 2.0]))) == 2.0 + 2.0 - 1.0
+    assert padded._cache_size() == 1  # but it traces, for every input
+
+
+@pytest.mark.parametrize("source, fixed", [
+    ("jnp.unique(labels)", "jnp.unique(labels, size=labels.size)"),
+    ("jnp.flatnonzero(jnp.isnan(x))", "jnp.flatnonzero(jnp.isnan(x), size=x.size)"),
+    ("jnp.argwhere(\n        m,\n    )", "jnp.argwhere(\n        m,\n        size=m.size,\n    )"),  # its layout
+    ("jnp.argwhere(m,)", "jnp.argwhere(m, size=m.size,)"),
+    ("jnp.nonzero(x > y)", None),  # which array bounds it is not evident
+    ("jnp.setdiff1d(a, b)", None),
+])
+def test_the_size_fix_bounds_by_the_evident_array(source, fixed):
+    code = f"import jax\nimport jax.numpy as jnp\n\n@jax.jit\ndef f(x, y, labels, m, a, b):\n    return {source}\n"
+    (diagnostic,) = lint_code(code, [NonzeroWithoutSize])
+    assert (diagnostic.fix is not None) == (fixed is not None)
+    if fixed is not None:
+        result = fix_code(code, [NonzeroWithoutSize], unsafe=True)
+        assert result == code.replace(source, fixed)
+        assert lint_code(result, [NonzeroWithoutSize]) == []
