@@ -71,6 +71,7 @@ class NonzeroWithoutSize(Rule):
     code, name, category = "JAX101", "nonzero-without-size", "dynamic_shape"
     summary = "`{func}` without `size=` in a function JAX traces: its output size depends on the data"
     hint = "pass `size=` (a static bound) and `fill_value=`, or compute with `jnp.where(mask, x, 0)` instead of indices"
+    fix_availability = "sometimes"
 
     VALID = [
         Valid(
