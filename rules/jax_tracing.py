@@ -456,7 +456,8 @@ class PrintOfTracer(Rule):
     ## Why is this bad?
     `print` runs once, while JAX traces the function, and shows the tracer's description
     (`JitTracer(float32[])` in current JAX), never a value; later calls reuse the
-    compiled program and print nothing. `jax.debug.print` is staged into the program and prints
+    compiled program and print nothing; with a format spec (`f"{loss:.3f}"`) it raises `TypeError`
+    while tracing. `jax.debug.print` is staged into the program and prints
     the values at every call, without a host round trip in the traced code.
 
     ## Example

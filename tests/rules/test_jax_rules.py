@@ -391,3 +391,15 @@ def test_the_size_fix_bounds_by_the_evident_array(source, fixed):
         result = fix_code(code, [NonzeroWithoutSize], unsafe=True)
         assert result == code.replace(source, fixed)
         assert lint_code(result, [NonzeroWithoutSize]) == []
+
+
+def test_an_f_string_print_of_a_tracer_raises_and_its_fix_prints_each_value(capsys):
+    example = PrintOfTracer.INVALID[1]
+    invalid, fixed = load(example.code)["step"], load(example.expected_replacement)["step"]
+    with pytest.raises(TypeError, match="unsupported format string"):
+        invalid(jnp.array([1.0, 2.0]))  # `:.3f` of a tracer, while tracing: it has no value to format
+    for data in ([1.0, 2.0], [0.5, 0.25]):
+        fixed(jnp.array(data))
+    jax.effects_barrier()
+    assert capsys.readouterr().out.splitlines() == ["total=3.000 {x}", "total=0.750 {x}"]
+    assert fixed._cache_size() == 1
