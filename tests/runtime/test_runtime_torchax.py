@@ -28,11 +28,29 @@ torch.backends.mha.set_fastpath_enabled(_fastpath)
 if _telemetry is None:
     os.environ.pop("ENABLE_RUNTIME_UPTIME_TELEMETRY", None)
 
-from xlalint.runtime import clip_grad_norm_, optimizer_step  # noqa: E402
+from xlalint.runtime import (  # noqa: E402
+    DeviceAccumulator,
+    clip_grad_norm_,
+    masked_count,
+    masked_max,
+    masked_mean,
+    masked_min,
+    masked_sum,
+    nonzero_static,
+    optimizer_step,
+    pad_sequences,
+    pad_to_bucket,
+)
 
-pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:The given NumPy array is not writable"),
+    # jax runs without x64 here: int64 values are traced as int32 (see same_values).
+    pytest.mark.filterwarnings("ignore:Explicitly requested dtype int64"),
+]
 
 SYNC_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError)
+# Boolean indexing has a value-dependent shape: under jit it raises this instead.
+SHAPE_ERRORS = (*SYNC_ERRORS, jax.errors.NonConcreteBooleanIndexError)
 NORM_TYPES = [1, 2.0, 3.5, math.inf, "inf"]
 
 
@@ -47,6 +65,12 @@ def _torchax_left_disabled():
     yield
     assert not torchax.default_env().enabled
     assert type(torch.ones(1) + 1) is torch.Tensor  # no torchax mode left active
+
+
+def same_values(actual, expected):
+    """Exact equality up to dtype width: without x64, jax gives int32/float32 for int64/float64."""
+    assert actual.shape == expected.shape
+    torch.testing.assert_close(actual.to(expected.dtype), expected, rtol=0, atol=0, equal_nan=True)
 
 
 def run_jitted(fn, *args):
@@ -178,3 +202,158 @@ def test_clip_then_step_under_jit():
     expected_norm, expected = train_step(torch_clip_grad_norm_, lambda o: o.step())(weights, grads)
     close(norm, expected_norm)
     close(params, [p.detach() for p in expected])
+
+
+# ---------------------------------------------------------------- masks, accumulators, buckets
+
+
+def _masked_data(dtype=torch.float32, seed=0):
+    """x of shape (5, 6) with NaN/inf at unselected positions, and its mask."""
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randint(-400, 400, (5, 6), generator=gen) / 4).to(dtype)  # exact sums in any order
+    mask = torch.rand(5, 6, generator=gen) > 0.5
+    mask[3] = False  # an empty row
+    if dtype.is_floating_point:
+        x = torch.where(mask, x, torch.tensor([math.nan, math.inf, -math.inf]).repeat(10)[:30].reshape(5, 6))
+    return x, mask
+
+
+MASK_NEGATIVE_CONTROLS = {
+    "bool_index_sum": lambda x, m: x[m].sum(),
+    "bool_index_mean": lambda x, m: x[m].mean(),
+    "nonzero": lambda x, m: torch.nonzero(m),
+    "argwhere": lambda x, m: torch.argwhere(m),
+    "where_one_arg": lambda x, m: torch.where(m)[0],
+    "masked_select": lambda x, m: torch.masked_select(x, m),
+    "torch_nonzero_static": lambda x, m: torch.nonzero_static(m, size=4),  # not sync-free here either
+    "running_item": lambda x, m: sum(x[i].sum().item() for i in range(2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MASK_NEGATIVE_CONTROLS))
+def test_harness_catches_data_dependent_shapes(name):
+    with pytest.raises(SHAPE_ERRORS):
+        run_jitted(MASK_NEGATIVE_CONTROLS[name], *_masked_data())
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (5, 6), (2, 3, 4), (0, 3)], ids=str)
+def test_nonzero_static_runs_under_jit(shape):
+    gen = torch.Generator().manual_seed(len(shape))
+    mask = torch.rand(shape, generator=gen) > 0.5
+    count = int(mask.sum())
+    for size in sorted({0, max(count - 2, 0), count, count + 3}):
+        actual = run_jitted(lambda m, size=size: nonzero_static(m, size, fill_value=-3), mask)
+        same_values(actual, torch.nonzero_static(mask, size=size, fill_value=-3))
+
+
+def test_nonzero_static_of_float_mask_runs_under_jit():
+    values = torch.tensor([[0.0, math.nan, 2.0], [0.0, 0.0, -math.inf]])
+    actual = run_jitted(lambda v: nonzero_static(v, 5), values)
+    same_values(actual, torch.nonzero_static(values, size=5))
+
+
+def _eager_masked(fn, x, mask, dim, keepdim):
+    """The eager reference by boolean indexing (per row/column for dim=1/0)."""
+    mask = mask.expand(x.shape)
+    info = torch.finfo(x.dtype) if x.dtype.is_floating_point else torch.iinfo(x.dtype)
+    lowest, highest = (-math.inf, math.inf) if x.dtype.is_floating_point else (info.min, info.max)
+    ops = {
+        masked_sum: lambda s: s.sum(),
+        masked_mean: lambda s: s.mean() if s.dtype.is_floating_point else s.sum() / s.numel(),
+        masked_max: lambda s: s.max() if s.numel() else torch.tensor(lowest, dtype=s.dtype),
+        masked_min: lambda s: s.min() if s.numel() else torch.tensor(highest, dtype=s.dtype),
+        masked_count: lambda s: torch.tensor(s.numel()),
+    }
+    op = ops[fn]
+    if dim is None:
+        out = op(x[mask])
+        return out.reshape(1, 1) if keepdim else out
+    xt, mt = (x, mask) if dim == 1 else (x.T, mask.T)
+    out = torch.stack([op(row[m]) for row, m in zip(xt, mt)])
+    return out.unsqueeze(dim) if keepdim else out
+
+
+MASKED = [masked_sum, masked_mean, masked_max, masked_min, masked_count]
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("dim", [None, 0, 1])
+@pytest.mark.parametrize("fn", MASKED, ids=lambda f: f.__name__)
+def test_masked_reductions_run_under_jit(fn, dim, keepdim):
+    x, mask = _masked_data()
+    actual = run_jitted(lambda x, m: fn(x, m, dim=dim, keepdim=keepdim), x, mask)
+    expected = _eager_masked(fn, x, mask, dim, keepdim)
+    assert torch.isnan(x).any() and torch.isinf(x).any()  # unselected entries are NaN/inf...
+    if fn is not masked_mean or dim != 1:  # (row 3 selects nothing: its mean is NaN)
+        assert not torch.isnan(expected).any()  # ...and do not leak into the result
+    _compare(fn, actual, expected)
+
+
+def _compare(fn, actual, expected):
+    if fn is masked_mean:  # XLA may round the division by the count differently (1 ulp)
+        close(actual.to(expected.dtype), expected)
+    else:
+        same_values(actual, expected)
+
+
+@pytest.mark.parametrize("fn", MASKED, ids=lambda f: f.__name__)
+def test_masked_reductions_of_ints_and_row_masks_run_under_jit(fn):
+    x, _ = _masked_data(torch.int32, seed=1)
+    rows = torch.tensor([True, False, True, True, False])[:, None]  # a row mask, broadcast
+    for dim in (None, 0, 1):
+        actual = run_jitted(lambda x, m, dim=dim: fn(x, m, dim=dim), x, rows)
+        eager = fn(x, rows, dim=dim)
+        _compare(fn, actual, eager)
+        _compare(fn, actual, _eager_masked(fn, x, rows, dim, False).to(eager.dtype))
+
+
+def _accumulate(values, weights):
+    acc = DeviceAccumulator()
+    for i in range(values.shape[0]):
+        acc.add(values[i], weights[i])  # tensor weights
+    acc.add(values[1] * 2, weight=0.5)  # a Python weight
+    acc.add(values[0] + 1)
+    return acc.mean(), acc.sum(), acc.total_weight()
+
+
+def test_accumulator_runs_under_jit():
+    values = torch.tensor([1.5, -2.0, math.nan, 4.0, math.inf])
+    weights = torch.tensor([1.0, 3.0, 0.0, 2.0, 0.0])  # NaN/inf only at weight 0
+    mean, total, weight = run_jitted(_accumulate, values, weights)
+    expected_total = 1.5 * 1 - 2.0 * 3 + 4.0 * 2 + (-4.0) * 0.5 + 2.5
+    expected_weight = 1 + 3 + 2 + 0.5 + 1
+    close(total, torch.tensor(expected_total))
+    close(weight, torch.tensor(expected_weight))
+    close(mean, torch.tensor(expected_total / expected_weight))
+    for actual, eager in zip((mean, total, weight), _accumulate(values, weights)):
+        close(actual, eager)
+
+
+def test_accumulator_read_is_the_one_host_sync():
+    # Negative control: read() is the intended sync, so under jit it must raise.
+    def read(values, weights):
+        acc = DeviceAccumulator()
+        acc.add(values[0], weights[0])
+        return acc.read()
+
+    with pytest.raises(SYNC_ERRORS):
+        run_jitted(read, torch.ones(2), torch.ones(2))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_pad_to_bucket_runs_under_jit(dim):
+    x = torch.arange(15.0).reshape(3, 5)
+    actual, actual_mask = run_jitted(lambda x: pad_to_bucket(x, (4, 8), dim=dim, value=-1), x)
+    expected, expected_mask = pad_to_bucket(x, (4, 8), dim=dim, value=-1)
+    assert expected.shape[dim] in (4, 8) and not expected_mask.all()
+    same_values(actual, expected)
+    same_values(actual_mask, expected_mask)
+
+
+def test_pad_sequences_runs_under_jit():
+    seqs = (torch.arange(1, 4), torch.arange(1, 7), torch.arange(1, 2))
+    batch, mask = run_jitted(lambda *s: pad_sequences(s, (4, 8)), *seqs)
+    expected, expected_mask = pad_sequences(seqs, (4, 8))
+    assert expected.shape == (3, 8)
+    same_values(batch, expected)
+    same_values(mask, expected_mask)
