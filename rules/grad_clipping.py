@@ -104,15 +104,16 @@ class ClipGradNormSync(Rule):
     `foreach=True`. It is safe for `foreach=True` and `norm_type=inf`: the runtime computes exactly
     torch's result (bit-identical on CPU/CUDA, where `foreach=None` picks the same kernels as
     `foreach=True` for plain tensors) without any host sync. It is unsafe when
-    `error_if_nonfinite` may be true: on XLA the runtime cannot raise without a sync, so a
-    non-finite norm is returned (with a warning) instead of raising; elsewhere it raises as torch
-    does.
+    `error_if_nonfinite` may be true: on torch_xla the runtime raises torch's error at the step
+    barrier (a step closure reads the norm once the step ran: no graph cut), so the update of that
+    step is already applied; on torchax it cannot check without a sync and warns instead;
+    elsewhere it raises as torch does.
     """
 
     code, name, category = "XLA501", "clip-grad-norm-sync", "clip_grad_norm"
     summary = "`clip_grad_norm_` with {what}"
-    hint = ("use `xlalint.runtime.clip_grad_norm_` (same math, no host sync); check `torch.isfinite(norm)` "
-            "where the value is on the host anyway")
+    hint = ("use `xlalint.runtime.clip_grad_norm_` (same math, no host sync; on torch_xla it raises "
+            "for a non-finite norm at the step barrier)")
     fix_availability = "always"
 
     VALID = [

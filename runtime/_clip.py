@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import sys
 import types
 import warnings
 from typing import Iterable
 
 import torch
 
-from ._xla import is_lazy_device
+from ._xla import is_lazy_device, xla_model
 
 try:  # The same helpers torch's own clip_grad_norm_ uses, so CPU/CUDA results match bit for bit.
     from torch.utils._foreach_utils import (
@@ -54,9 +56,16 @@ def _use_foreach(foreach: bool | None, tensors: list[torch.Tensor], device: torc
 
 
 def _check_finite(total_norm: torch.Tensor, norm_type: float) -> None:
+    if total_norm.device.type == "xla" and "torch_xla" in sys.modules:
+        xm = xla_model()
+        if xm is not None:
+            # Checked once the step's graph has run (at the barrier): a copy of a value that is
+            # computed anyway, with no graph cut and no extra execution.
+            xm.add_step_closure(_raise_if_nonfinite, args=(total_norm, norm_type))
+            return
     if is_lazy_device(total_norm.device):
-        # A Python `if` on a lazy tensor executes the graph and copies to the
-        # host every step, which is exactly what this runtime exists to avoid.
+        # torchax ('jax') has no step closures, and a Python `if` on a lazy tensor executes the
+        # graph and copies to the host every step, which is what this runtime exists to avoid.
         warnings.warn(
             "xlalint.runtime.clip_grad_norm_: error_if_nonfinite=True is not checked on "
             f"'{total_norm.device.type}' devices (it would force a host sync); a non-finite "
@@ -66,12 +75,21 @@ def _check_finite(total_norm: torch.Tensor, norm_type: float) -> None:
         return
     # Elsewhere keep torch's behaviour (and its sync: the caller asked for it).
     if torch.logical_or(total_norm.isnan(), total_norm.isinf()):
-        raise RuntimeError(
-            f"The total norm of order {norm_type} for gradients from "
-            "`parameters` is non-finite, so it cannot be clipped. To disable "
-            "this error and scale the gradients by the non-finite norm anyway, "
-            "set `error_if_nonfinite=False`"
-        )
+        _raise_nonfinite(norm_type)
+
+
+def _raise_if_nonfinite(total_norm: torch.Tensor, norm_type: float) -> None:
+    if not math.isfinite(total_norm.item()):  # after the step ran: the value exists
+        _raise_nonfinite(norm_type)
+
+
+def _raise_nonfinite(norm_type: float) -> None:
+    raise RuntimeError(
+        f"The total norm of order {norm_type} for gradients from "
+        "`parameters` is non-finite, so it cannot be clipped. To disable "
+        "this error and scale the gradients by the non-finite norm anyway, "
+        "set `error_if_nonfinite=False`"
+    )
 
 
 @torch.no_grad()
@@ -96,14 +114,17 @@ def clip_grad_norm_(
 
     Differences from torch:
 
-    * ``error_if_nonfinite=True`` on an XLA device (torch_xla ``'xla'``, or
-      torchax ``'jax'``) is NOT checked and never raises, because raising
-      needs a host sync. It emits a ``UserWarning`` instead, and a non-finite
-      norm propagates as with ``error_if_nonfinite=False``: a NaN norm makes
-      every gradient NaN, an inf norm zeroes the finite entries. Test
-      ``torch.isfinite(total_norm)`` when the value is on the host anyway
-      (e.g. in a step closure). On other devices it raises ``RuntimeError``
-      exactly like torch (which syncs on CUDA).
+    * ``error_if_nonfinite=True`` on torch_xla (``'xla'``) raises torch's
+      ``RuntimeError`` at the step barrier instead of in the call: a step
+      closure reads the norm after the step's graph ran (no graph cut, no
+      extra execution; one scalar copy per step), so the update of that step
+      has already been applied when it raises. On torchax (``'jax'``), which
+      has no step closures, it is NOT checked: it warns, and a non-finite norm
+      propagates as with ``error_if_nonfinite=False`` (a NaN norm makes every
+      gradient NaN, an inf norm zeroes the finite entries);
+      ``torch.isfinite(total_norm)`` is the sync-free flag to act on, e.g. in
+      ``torch.where``. On other devices it raises exactly like torch (which
+      syncs on CUDA).
     * ``foreach=True`` never raises: devices without foreach kernels (and XLA
       devices, where torch_xla's patch raises) silently use the per-tensor
       loop. ``foreach=None`` picks kernels exactly as torch does;

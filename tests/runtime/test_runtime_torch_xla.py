@@ -90,11 +90,18 @@ def test_torch_xla_patched_clip_reads_on_the_host(kwargs):
     assert met.counter_value("aten::_local_scalar_dense")
 
 
-def test_error_if_nonfinite_is_not_checked_on_xla():
+def test_error_if_nonfinite_raises_at_the_barrier_with_no_read_before_it():
     params = _fresh_xla_params()
-    with pytest.warns(UserWarning, match="is not checked on 'xla'"):
-        clip_grad_norm_(params, 1.0, error_if_nonfinite=True)
-    assert _host_reads() == 0
+    clip_grad_norm_(params, 1.0, error_if_nonfinite=True)  # finite: checked at the barrier, passes
+    assert _host_reads() == 0  # nothing read in the step itself
+    sync()
+    assert _host_reads() >= 1  # the check: a copy of the norm the step computed
+    params[0].grad[0] = float("nan")
+    met.clear_all()
+    clip_grad_norm_(params, 1.0, error_if_nonfinite=True)
+    assert _host_reads() == 0  # the call cuts no graph: the check waits for the barrier
+    with pytest.raises(RuntimeError, match="non-finite"):
+        sync()
 
 
 @pytest.mark.parametrize("barrier", [True, False])
