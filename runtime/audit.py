@@ -318,6 +318,7 @@ def _run(script: Path, args: list[str], log: Path) -> int | None:
     # read by torch_xla once, at its first graph: set before the script imports it
     os.environ.update(PT_XLA_DEBUG_LEVEL="2", PT_XLA_DEBUG_FILE=str(log))
     os.environ.setdefault("PT_XLA_DEBUG_MAX_FRAME", "64")  # deep enough to reach the user's frame
+    script = script.resolve()  # absolute frames in the log, whatever the working directory
     saved_argv, sys.argv = sys.argv, [str(script), *args]
     status = 0
     try:

@@ -114,5 +114,5 @@ def _mp_fn(index):
     xm.master_print(json.dumps(result))
 
 
-if __name__ == "__main__":
-    print(json.dumps(main()))
+if __name__ == "__main__":  # python train_x.py [steps]
+    print(json.dumps(main(int(sys.argv[1])) if len(sys.argv) > 1 else main()))

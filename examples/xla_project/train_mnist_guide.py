@@ -87,5 +87,5 @@ def main(steps: int = 15, seed: int = 0) -> dict:
     }
 
 
-if __name__ == "__main__":
-    print(json.dumps(main()))
+if __name__ == "__main__":  # python train_x.py [steps]
+    print(json.dumps(main(int(sys.argv[1])) if len(sys.argv) > 1 else main()))

@@ -131,20 +131,12 @@ def test_the_audit_attributes_each_per_step_read_of_the_example_to_its_line(tmp_
     from pathlib import Path
 
     example = Path(__file__).resolve().parents[2] / "examples" / "xla_project" / "train_classifier.py"
-    driver = tmp_path / "driver.py"
-    driver.write_text(
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('example', {str(example)!r})\n"
-        "module = importlib.util.module_from_spec(spec)\n"
-        f"sys.path.insert(0, {str(example.parent)!r})\n"
-        "spec.loader.exec_module(module)\n"
-        "module.main(steps=3, seed=0)\n"
-    )
     report, no_findings = tmp_path / "report.json", tmp_path / "findings.json"
     no_findings.write_text("[]")  # this environment may lack the linter: attribution only
-    proc = subprocess.run([sys.executable, "-m", "xlalint.runtime.audit", "--root", str(example.parent), "--steps", "3",
-                           "--findings", str(no_findings), "--json", str(report), str(driver)],
-                          capture_output=True, text=True, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    # run from the example's folder with a relative path, as a user would: `train_classifier.py 3`
+    proc = subprocess.run([sys.executable, "-m", "xlalint.runtime.audit", "--steps", "3", "--findings", str(no_findings),
+                           "--json", str(report), example.name, "3"],
+                          capture_output=True, text=True, cwd=example.parent, env={**os.environ, "PJRT_DEVICE": "CPU"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     item_line = next(i for i, text in enumerate(example.read_text().splitlines(), 1) if "loss.item()" in text)
     lines = {row["line"]: row for row in json.loads(report.read_text())["lines"]}
