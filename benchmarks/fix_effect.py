@@ -20,7 +20,7 @@ depend on the data are cache hits. ``--measured-seed 1`` feeds it new data, as t
 of a real run would, and shows those recompiles.
 
 Setup (a separate venv: never install torch_xla into the project's environment, whose torch is
-pinned to another release)::
+pinned to another release); ``--build-env`` does these steps when the ``--python`` path is missing::
 
     python3 -m venv /tmp/xla-venv
     /tmp/xla-venv/bin/pip install torch==2.9.0 torch_xla==2.9.0   # ~7 GB
@@ -47,6 +47,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+TORCH_XLA = "2.9.0"  # torch and torch_xla releases go in pairs
 EXAMPLES = REPO / "examples"
 
 # Runs on the torch_xla interpreter: argv = script path, steps ("" for the script's default), measured run's seed.
@@ -116,6 +117,14 @@ def cells(script: str, variant: str, r: dict, diff: str) -> list[str]:
             str(r["warmup_compiles"]), str(r["compiles"]), *per_step, diff]
 
 
+def build_env(venv: Path) -> None:
+    """The separate torch_xla environment: pinned torch/torch_xla pair, and this checkout's runtime."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, f"torch=={TORCH_XLA}", f"torch_xla=={TORCH_XLA}"], check=True)
+    subprocess.run([*pip, "--no-deps", "-e", str(REPO)], check=True)  # the fixed code imports xlalint.runtime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default="/tmp/xla-venv/bin/python", help="an interpreter with torch_xla")
@@ -125,7 +134,11 @@ def main() -> None:
                         help="seed of the measured run; another than the warm-up's 0 shows data-dependent recompiles")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per subprocess (warm-up + measured)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument("--build-env", action="store_true",
+                        help="first create the torch_xla venv at the --python path if it is missing (~7 GB, minutes)")
     args = parser.parse_args()
+    if args.build_env and not Path(args.python).exists():
+        build_env(Path(args.python).parents[1])
 
     torch_version, xla_version = json.loads(subprocess.run(
         [args.python, "-c", VERSIONS], check=True, capture_output=True, text=True).stdout)
