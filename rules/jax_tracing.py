@@ -12,11 +12,10 @@ from xlalint.analysis.jax_tracing import (
     enclosing_traced,
     is_boolean_mask,
     is_device_array,
-    is_number,
     is_traced_value,
     sweep_variables,
 )
-from xlalint.analysis.names import has_star_args, keyword, positional
+from xlalint.analysis.names import has_star_args, is_number, keyword, positional
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.rule import Invalid, Rule, Valid
 

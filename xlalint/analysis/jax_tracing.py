@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS, target_names
-from .names import positional
+from .names import is_number, positional
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -292,12 +292,6 @@ def elementwise_of(ctx: "FileContext", mask: ast.expr, array: ast.expr, depth: i
         return head == "jax.numpy" and func in ("isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit") \
             and isinstance(arg, ast.Name) and arg.id == array.id
     return False
-
-
-def is_number(expr: ast.expr) -> bool:
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
-        expr = expr.operand
-    return isinstance(expr, ast.Constant) and type(expr.value) in (int, float)
 
 
 # transformations that compile: a new function object given to one compiles again

@@ -41,7 +41,10 @@ def is_string(node: ast.AST | None) -> bool:
 
 
 def is_number(node: ast.AST | None) -> bool:
-    return isinstance(node, ast.Constant) and type(node.value) in (int, float, complex)
+    """An int or float literal, signed or not (`3`, `-0.5`; not `True`)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
 
 
 def is_constant(node: ast.AST | None, value) -> bool:
