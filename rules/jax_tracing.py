@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import json
 
-from xlalint.analysis.index import FUNCTIONS, target_names
+from xlalint.analysis.index import target_names
 from xlalint.analysis.jax_tracing import (
     COMPILING,
     elementwise_of,
@@ -991,7 +991,7 @@ class JitRebuiltInLoop(Rule):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         decorators = [d for d in node.decorator_list if self._compiles(d)]
-        if decorators and self._loop_around(node) is not None and not self._per_configuration(node, node):
+        if decorators and self.ctx.index.enclosing_loop(node) is not None and not self._per_configuration(node, node):
             self.report(decorators[0], self.summary.format(func="@" + self.ctx.code(decorators[0]).split("(")[0]))
 
     def _per_configuration(self, wrapped: ast.AST, node: ast.AST) -> bool:
@@ -1007,19 +1007,8 @@ class JitRebuiltInLoop(Rule):
         return isinstance(decorator, ast.Call) and self.ctx.qualified_name(decorator.func) in ("functools.partial", "partial") \
             and bool(decorator.args) and self.ctx.qualified_name(decorator.args[0]) in COMPILING
 
-    def _loop_around(self, node: ast.AST) -> ast.AST | None:
-        """The innermost loop around `node` in its own function (not its iterable)."""
-        child = node
-        for anc in self.ctx.index.ancestors(node):
-            if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
-                return None
-            if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)) and self.ctx.index.field_of(child) in ("body", "orelse"):
-                return anc
-            child = anc
-        return None
-
     def _new_each_iteration(self, wrapped: ast.expr, call: ast.Call) -> bool:
-        loop = self._loop_around(call)
+        loop = self.ctx.index.enclosing_loop(call)
         if loop is None:
             return False
         if isinstance(wrapped, ast.Lambda):
@@ -1481,9 +1470,8 @@ class PythonScalarBecomesArray(Rule):
         if not isinstance(node.func, ast.Name) or has_star_args(node):
             return
         target = self.ctx.jax_jitted.get(node.func.id)
-        loop = next((a for a in self.ctx.index.ancestors(node) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))
-                     or isinstance(a, (*FUNCTIONS, ast.Lambda))), None)
-        if target is None or not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+        loop = self.ctx.index.enclosing_loop(node)
+        if target is None or loop is None:
             return
         passed = [(name, arg) for name, arg in zip(target.params, node.args)]
         passed += [(kw.arg, kw.value) for kw in node.keywords]

@@ -100,6 +100,18 @@ class ModuleIndex:
                 return anc
         return None
 
+    def enclosing_loop(self, node: ast.AST) -> ast.For | ast.AsyncFor | ast.While | None:
+        """The innermost loop that runs `node` at every iteration, in `node`'s own function: not
+        the loop whose iterable `node` is (evaluated once)."""
+        child = node
+        for anc in self.ancestors(node):
+            if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+                return None
+            if isinstance(anc, LOOPS) and self.field_of(child) not in ("iter", "target"):
+                return anc
+            child = anc
+        return None
+
     def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | None:
         """The innermost `def` around `node`; None at module level or inside a lambda."""
         for anc in self.ancestors(node):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from . import jax_tracing
 from .guards import EVERY_N, ALMOST_ALWAYS, is_periodic, periodic_polarity, skips_rest
-from .index import FUNCTIONS, loop_bindings
+from .index import FUNCTIONS, LOOPS, loop_bindings
 from .names import dotted_name, function_params, is_constant, last_part, method_name, param_default, receiver
 from .names import subscript_indices
 
@@ -81,7 +81,6 @@ MODEL_HANDLER = re.compile(
     r"freeze|register|instantiate|fetch|download|print|log|show|describe|count)_", re.I)
 # Iterating these wraps another iterable without changing what a step is.
 ITERABLE_WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "reversed", "trange"}
-LOOPS = (ast.For, ast.AsyncFor, ast.While)
 TRY = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
 
 
@@ -230,7 +229,7 @@ def _leaves_loop(ctx: "FileContext", node: ast.If) -> bool:
     exits = isinstance(last, (ast.Return, ast.Break, ast.Raise)) or (
         isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
         and dotted_name(last.value.func) in ("sys.exit", "exit", "quit", "os._exit"))
-    return exits and _enclosing_loop(ctx, node) is not None
+    return exits and ctx.index.enclosing_loop(node) is not None
 
 
 _EVAL_ONLY_FIELD = {False: "body", True: "orelse"}
@@ -300,15 +299,6 @@ def _lazily_initialised(ctx: "FileContext", node: ast.If) -> bool:
                 if any(dotted_name(t) in names for target in targets for t in ast.walk(target)):
                     return True
     return False
-
-
-def _enclosing_loop(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
-    for anc in ctx.index.ancestors(node):
-        if isinstance(anc, LOOPS):
-            return anc
-        if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            return None
-    return None
 
 
 def _counter_bounded(ctx: "FileContext", node: ast.If) -> bool:
