@@ -596,11 +596,7 @@ def _debug_print(cctx, node: ast.Call):
         else:
             parts.append("{}")
             args.append(cctx.text.segment(arg))
-    spelling, imports = "jax", [ImportRequest("jax")]
-    for binding in cctx.index.import_bindings:
-        if binding.qualified == "jax":
-            spelling, imports = binding.name, []
-            break
+    spelling, imports = _module_spelling(cctx, call, "jax")
     fmt = json.dumps(" ".join(parts), ensure_ascii=False)
     replacement = cctx.parse_expression(f"{spelling}.debug.print({', '.join([fmt, *args])})")
     return Fix.replace(call, replacement, title="Use `jax.debug.print`", safe=True, imports=imports)
@@ -775,17 +771,16 @@ def _where(cctx, node: ast.Call, arguments: tuple[str, str, str], safe: bool, ta
     call = cctx.locate(node)
     if call is None:
         return None
-    spelling, imports = _jnp(cctx)
+    spelling, imports = _module_spelling(cctx, call, "jax.numpy")
     replacement = cctx.parse_expression(f"{spelling}.where({', '.join(arguments)}){tail}")
     return Fix.replace(call, replacement, title="Select with `jnp.where` (static shape)", safe=safe, imports=imports)
 
 
-def _jnp(cctx) -> tuple[str, list[ImportRequest]]:
-    """How fixed code spells `jax.numpy`: the file's own alias, else `jax.numpy` (imported)."""
-    for binding in cctx.index.import_bindings:
-        if binding.qualified == "jax.numpy":
-            return binding.name, []
-    return "jax.numpy", [ImportRequest("jax.numpy")]
+def _module_spelling(cctx, node, module: str) -> tuple[str, list[ImportRequest]]:
+    """How fixed code at `node` spells `module`: the file's own name for it, else the dotted name
+    (imported)."""
+    bound = cctx.bound_name(module, node)
+    return (bound, []) if bound is not None else (module, [ImportRequest(module)])
 
 
 class PythonLoopOverTracedRange(Rule):

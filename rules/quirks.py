@@ -486,11 +486,9 @@ def _use_xm_save(cctx: CstContext, node: ast.Call) -> Fix | None:
 
 def _xla_model(cctx: CstContext, call: cst.Call) -> tuple[str, list[ImportRequest]]:
     """How the fixed call spells `torch_xla.core.xla_model`, and the import it needs."""
-    scopes = {id(a) for a in cctx.index.ancestors(call)}
-    for binding in cctx.index.import_bindings:
-        if binding.qualified == XM and (binding.scope is None or isinstance(binding.scope, cst.Module)
-                                        or id(binding.scope) in scopes):
-            return binding.name, []
+    bound = cctx.bound_name(XM, call)
+    if bound is not None:
+        return bound, []
     beside = next((b.name for b in cctx.index.import_bindings
                    if b.qualified.split(".")[0] == "torch_xla" and isinstance(b.scope, cst.Module)), None)
     if "xm" not in cctx.index.bare_names:

@@ -403,3 +403,10 @@ def test_an_f_string_print_of_a_tracer_raises_and_its_fix_prints_each_value(caps
     jax.effects_barrier()
     assert capsys.readouterr().out.splitlines() == ["total=3.000 {x}", "total=0.750 {x}"]
     assert fixed._cache_size() == 1
+
+
+def test_a_fix_spells_jax_numpy_by_an_import_that_reaches_it():
+    code = ("import jax\n\ndef helper():\n    import jax.numpy as local_np\n    return local_np.ones(2)\n\n"
+            "@jax.jit\ndef f(x):\n    return x[x > 0].sum()\n")
+    fixed = fix_code(code, [BooleanMaskOfTracer], unsafe=False)
+    assert "return jax.numpy.where(x > 0, x, 0).sum()" in fixed  # not `local_np`, bound in another function

@@ -62,6 +62,16 @@ class CstContext:
             return obj, ImportRequest(module, obj)
         return f"{module}.{obj}", ImportRequest(module)
 
+    def bound_name(self, qualified: str, node: cst.CSTNode) -> str | None:
+        """The local name `qualified` (a module) is imported as where `node` is: at module level, or
+        in a function around `node`; None when no such import reaches it."""
+        scopes = {id(a) for a in self.index.ancestors(node)}
+        for binding in self.index.import_bindings:
+            if binding.qualified == qualified and (binding.scope is None or isinstance(binding.scope, cst.Module)
+                                                   or id(binding.scope) in scopes):
+                return binding.name
+        return None
+
     @cached_property
     def positions(self) -> dict[cst.CSTNode, CodeRange]:
         return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
