@@ -12,7 +12,9 @@ from xlalint.analysis.jax_tracing import (
     enclosing_traced,
     is_boolean_mask,
     is_device_array,
+    is_bound_method,
     is_traced_value,
+    reads_any,
     sweep_variables,
 )
 from xlalint.analysis.names import has_star_args, is_number, keyword, positional
@@ -68,6 +70,7 @@ class NonzeroWithoutSize(Rule):
     """
 
     code, name, category = "JAX101", "nonzero-without-size", "dynamic_shape"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "`{func}` without `size=` in a function JAX traces: its output size depends on the data"
     hint = "pass `size=` (a static bound) and `fill_value=`, or compute with `jnp.where(mask, x, 0)` instead of indices"
     fix_availability = "sometimes"
@@ -233,6 +236,7 @@ class HostConversionOfTracer(Rule):
     """
 
     code, name, category = "JAX102", "host-conversion-of-tracer", "item_sync"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "`{what}` converts a traced value to Python inside a function JAX traces: it has no value yet"
     hint = "return the value and convert it outside the jitted function, or use `jax.debug.print`"
 
@@ -340,6 +344,7 @@ class PythonBranchOnTracer(Rule):
     """
 
     code, name, category = "JAX103", "python-branch-on-tracer", "control_flow_on_tensor"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "Python branches on a traced value inside a function JAX traces: the value does not exist yet"
     hint = "use `jnp.where`, `lax.cond`/`lax.switch`, `lax.while_loop`, or mark the argument static"
 
@@ -489,6 +494,7 @@ class PrintOfTracer(Rule):
     """
 
     code, name, category = "JAX104", "print-of-tracer", "item_sync"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "`print` of a traced value inside a function JAX traces shows a tracer, once, not the values"
     hint = "use `jax.debug.print(\"... {}\", x)`, which prints the values at every call"
     fix_availability = "sometimes"
@@ -644,6 +650,7 @@ class BooleanMaskOfTracer(Rule):
     """
 
     code, name, category = "JAX105", "boolean-mask-of-tracer", "dynamic_shape"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "boolean-mask index of a traced array: the result's size depends on the data, JAX cannot trace it"
     hint = "select with `jnp.where(mask, x, 0)` over the whole array, or `jnp.nonzero(mask, size=...)`"
     fix_availability = "sometimes"
@@ -822,6 +829,7 @@ class PythonLoopOverTracedRange(Rule):
     """
 
     code, name, category = "JAX106", "python-loop-over-traced-range", "control_flow_on_tensor"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "Python loop over `range` of a traced value inside a function JAX traces: the bound has no value yet"
     hint = "use `jax.lax.fori_loop(0, n, body, init)`, or mark the bound static (one compile per value)"
 
@@ -910,6 +918,7 @@ class JitRebuiltInLoop(Rule):
     """
 
     code, name, category = "JAX107", "jit-rebuilt-in-loop", "other"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "`{func}` of a new function object at every loop iteration: each iteration compiles again"
     hint = "jit once, before the loop, a function that takes what changes as arguments"
 
@@ -991,9 +1000,14 @@ class JitRebuiltInLoop(Rule):
 
     def _per_configuration(self, wrapped: ast.AST, node: ast.AST) -> bool:
         """The function reads a variable of a loop over literal configurations (an autotuning
-        sweep): a compilation per configuration is the point."""
+        sweep), itself or through the names it is built from (`f = transform(partial(g,
+        axis=axis))` then `jax.pmap(f.apply)`): a compilation per configuration is the point."""
+        loop = self.ctx.index.enclosing_loop(node)
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, (ast.Tuple, ast.List)) and \
+                all(isinstance(e, (ast.Name, ast.Attribute, ast.Constant)) for e in loop.iter.elts):
+            return True  # `for wrapper in (jax.jit, eqx.filter_jit):`: as many compiles as written items
         sweep = sweep_variables(self.ctx, node)
-        return bool(sweep) and any(isinstance(n, ast.Name) and n.id in sweep for n in ast.walk(wrapped))
+        return bool(sweep) and reads_any(self.ctx, wrapped, sweep)
 
     def _compiles(self, decorator: ast.expr) -> bool:
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
@@ -1010,11 +1024,8 @@ class JitRebuiltInLoop(Rule):
             return True
         if isinstance(wrapped, ast.Call):
             return self.ctx.qualified_name(wrapped.func) in ("functools.partial", "partial")
-        if isinstance(wrapped, ast.Attribute):  # `self.apply`: a new bound method per access; not `module.func`
-            root = wrapped
-            while isinstance(root, ast.Attribute):
-                root = root.value
-            return not (isinstance(root, ast.Name) and root.id in self.ctx.index.imports)
+        if isinstance(wrapped, ast.Attribute):
+            return is_bound_method(self.ctx, wrapped, loop)
         if isinstance(wrapped, ast.Name):  # a function defined in the loop, or a name the loop rebinds
             defined = [f for f in self.ctx.index.functions.get(wrapped.id, []) if loop in set(self.ctx.index.ancestors(f))]
             return bool(defined)
@@ -1070,6 +1081,7 @@ class UnhashableStaticArgument(Rule):
     """
 
     code, name, category = "JAX108", "unhashable-static-argument", "other"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "unhashable value for the static argument `{name}` of a jitted function: JAX raises `ValueError`"
     hint = "pass a tuple (or another hashable value), or make the argument a traced array"
 
@@ -1171,6 +1183,7 @@ class StaticArgumentPerIteration(Rule):
     """
 
     code, name, category = "JAX109", "static-argument-per-iteration", "varying_shape"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "the loop variable `{value}` is passed to the static argument `{name}`: one compile per iteration"
     hint = "make the argument traced (drop it from `static_argnames`/`static_argnums`), or pass a value fixed across the loop"
 
@@ -1295,6 +1308,7 @@ class HostReadPerStep(Rule):
     """
 
     code, name, category = "JAX110", "host-read-per-step", "item_sync"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "`{what}` reads a device array on the host at every step: the host waits for the device"
     hint = "keep the values on the device and read them every N steps, or once after the loop"
 
@@ -1412,6 +1426,7 @@ class PythonScalarBecomesArray(Rule):
     """
 
     code, name, category = "JAX111", "python-scalar-becomes-array", "varying_shape"
+    preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "`{value}` is a Python number on the first call and a JAX array after: `{func}` compiles twice"
     hint = "start the loop with an array of the type it carries, e.g. `jnp.zeros((), jnp.float32)`"
 

@@ -20,14 +20,10 @@ from rules.jax_tracing import (
 )
 from xlalint.testing import fix_code, lint_code
 
+from jax_helpers import compiles, load  # noqa: E402  (tests/rules/jax_helpers.py)
+
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
-
-
-def load(source: str) -> dict:
-    namespace: dict = {}
-    exec(compile(textwrap.dedent(source), "example", "exec"), namespace)
-    return namespace
 
 
 def test_nonzero_without_size_raises_under_jit_and_the_sized_form_compiles_once():
@@ -124,25 +120,6 @@ def test_print_of_a_tracer_shows_it_once_and_jax_debug_print_shows_every_value(c
     assert fixed._cache_size() == 1
 
 
-# every backend compilation JAX makes in this process (a public monitoring event)
-COMPILES = {"n": 0}
-
-
-def _count(event: str, duration: float, **_) -> None:
-    if event == "/jax/core/compile/backend_compile_duration":
-        COMPILES["n"] += 1
-
-
-jax.monitoring.register_event_duration_secs_listener(_count)
-
-
-def compiles(run) -> int:
-    """How many programs JAX compiles while `run()` runs."""
-    before = COMPILES["n"]
-    run()
-    return COMPILES["n"] - before
-
-
 def test_boolean_masks_raise_under_jit_and_the_where_rewrites_are_exact_and_compile_once():
     import math
 
@@ -221,7 +198,8 @@ def test_jit_of_a_new_function_each_iteration_compiles_each_iteration():
 
 @pytest.mark.parametrize("source, rows", [
     # a bound method is a new object at every access; a module's function is not
-    ("import jax\nimport numpy as np\n\nfor x in xs:\n    a = jax.jit(np.sin)(x)\n    b = jax.jit(self.f)(x)\n", [6]),
+    ("import jax\nimport numpy as np\n\nclass M:\n    def f(self, x):\n        return x\n\n    def run(self, xs):\n"
+     "        for x in xs:\n            a = jax.jit(np.sin)(x)\n            b = jax.jit(self.f)(x)\n", [11]),
     ("import jax\nfrom functools import partial\n\nwhile True:\n    y = jax.jit(partial(f, k=2))(x)\n", [5]),
     # hoisted: the jit is outside the loop
     ("import jax\n\nstep = jax.jit(lambda p, b: p - b)\nfor b in bs:\n    p = step(p, b)\n", []),

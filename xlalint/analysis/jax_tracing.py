@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS, target_names
-from .names import is_number, positional
+from .names import dotted_name, is_number, keyword, positional
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -24,44 +24,65 @@ if TYPE_CHECKING:
 # transformations whose function runs on tracers (not `jax.grad`: outside jit it sees values)
 TRACING = {"jax.jit", "jax.pmap", "jax.vmap", "jax.checkpoint", "jax.remat", "jax.shard_map",
            "jax.experimental.shard_map.shard_map", "jax.experimental.pjit.pjit", "flax.linen.jit",
-           "equinox.filter_jit"}
+           "flax.nnx.jit", "flax.nnx.pmap", "flax.nnx.vmap", "flax.nnx.shard_map", "flax.nnx.remat",
+           *(f"equinox.filter_{t}" for t in ("jit", "vmap", "pmap", "checkpoint"))}
+# Equinox's filtered transformations trace only the arrays they are given: any other argument (a
+# Python number, a bool, a function, a module's static field) is static, a compile-time constant
+FILTERED = {"equinox.filter_jit", "equinox.filter_vmap", "equinox.filter_pmap", "equinox.filter_checkpoint"}
 # control-flow primitives: (qualified name, positions of the functions they trace)
 CONTROL_FLOW = {"jax.lax.scan": (0,), "jax.lax.fori_loop": (2,), "jax.lax.while_loop": (0, 1),
                 "jax.lax.cond": (1, 2), "jax.lax.map": (0,), "jax.lax.associative_scan": (0,)}
+# functions that call the function they are given on the leaves of the pytrees that follow it
+TREE_MAPS = {"jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map", "equinox.filter", "optax.tree_map_params"}
+
+
+def resolve_function(ctx: "FileContext", name: ast.Name) -> list[ast.AST]:
+    """The functions a bare name refers to where it is used: those defined in the innermost
+    enclosing scope that defines one of that name (a local `update_fn` in one test is not the
+    `update_fn` another test jits); methods are never reached by a bare name."""
+    defs = [d for d in ctx.index.functions.get(name.id, ()) if not isinstance(ctx.index.parent(d), ast.ClassDef)]
+    if not defs:
+        return []
+    for scope in ctx.index.ancestors(name):
+        if isinstance(scope, (*FUNCTIONS, ast.Lambda, ast.Module)):
+            here = [d for d in defs if ctx.index.scope_of(d) is scope]
+            if here:
+                return here
+    return []
+
+
+def _staging_targets(ctx: "FileContext", call: ast.Call) -> list[ast.expr]:
+    """The function expressions a staging call traces: `jax.jit(f)`, `partial(jax.jit, f)`, the
+    bodies of `lax.scan(f, ...)`, `lax.cond(p, f, g)`, `lax.switch(i, [f, g])`."""
+    name = ctx.qualified_name(call.func) or ""
+    args = positional(call)
+    if name in TRACING and args:
+        return [args[0]]
+    if _is_partial_of_tracing(ctx, call) and len(args) > 1:
+        return [args[1]]
+    if name in CONTROL_FLOW:
+        return [args[p] for p in CONTROL_FLOW[name] if p < len(args)]
+    if name == "jax.lax.switch" and len(args) > 1 and isinstance(args[1], (ast.List, ast.Tuple)):
+        return list(args[1].elts)
+    return []
 
 
 def traced_functions(ctx: "FileContext") -> set[ast.AST]:
     """The functions (and lambdas) of this module that JAX runs on tracers."""
-    by_name: dict[str, list[ast.AST]] = {}
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, FUNCTIONS):
-            by_name.setdefault(node.name, []).append(node)
     traced: set[ast.AST] = set()
 
     def add(expr: ast.expr | None) -> None:
         if isinstance(expr, ast.Lambda):
             traced.add(expr)
         elif isinstance(expr, ast.Name):
-            traced.update(by_name.get(expr.id, ()))
+            traced.update(resolve_function(ctx, expr))
 
     for node in ast.walk(ctx.tree):
         if isinstance(node, FUNCTIONS) and any(_is_tracing(ctx, d) for d in node.decorator_list):
             traced.add(node)
         elif isinstance(node, ast.Call):
-            name = ctx.qualified_name(node.func) or ""
-            if name in TRACING and node.args:
-                add(node.args[0])  # `jax.jit(train_step)`
-            elif _is_partial_of_tracing(ctx, node) and len(node.args) > 1:
-                add(node.args[1])  # `partial(jax.jit, static_argnums=1)(f)` is rare; `partial(jax.jit, f)`
-            elif name in CONTROL_FLOW:
-                args = positional(node)
-                for position in CONTROL_FLOW[name]:
-                    if position < len(args):
-                        add(args[position])
-            elif name == "jax.lax.switch" and len(node.args) > 1:
-                branches = node.args[1]
-                for branch in branches.elts if isinstance(branches, (ast.List, ast.Tuple)) else []:
-                    add(branch)
+            for target in _staging_targets(ctx, node):
+                add(target)
     # what a traced function calls in this module runs traced too, and so do functions defined in it
     pending = list(traced)
     while pending:
@@ -69,7 +90,7 @@ def traced_functions(ctx: "FileContext") -> set[ast.AST]:
         for node in ast.walk(func):
             found: list[ast.AST] = []
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                found = by_name.get(node.func.id, [])
+                found = resolve_function(ctx, node.func)
             elif isinstance(node, (*FUNCTIONS, ast.Lambda)) and node is not func:
                 found = [node]
             for callee in found:
@@ -93,6 +114,15 @@ def _is_partial_of_tracing(ctx: "FileContext", call: ast.Call) -> bool:
         ctx.qualified_name(call.args[0]) in TRACING
 
 
+def _transformation(ctx: "FileContext", spec: ast.expr) -> str:
+    """The transformation a decorator or staging call applies: `jax.jit`, `equinox.filter_jit`."""
+    if isinstance(spec, ast.Call):
+        if _is_partial_of_tracing(ctx, spec):
+            return ctx.qualified_name(spec.args[0]) or ""
+        return ctx.qualified_name(spec.func) or ""
+    return ctx.qualified_name(spec) or ""
+
+
 def enclosing_traced(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
     """The innermost traced function or lambda around `node`, if any."""
     traced = ctx.jax_traced
@@ -114,7 +144,9 @@ MAX_DEPTH = 8
 
 def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
     """Parameters of `func` that hold tracers: those of a function JAX stages out itself (decorated,
-    wrapped by `jax.jit(f)`, a control-flow body), minus `static_argnums`/`static_argnames`. A
+    wrapped by `jax.jit(f)`, a control-flow body), minus `static_argnums`/`static_argnames`, the
+    `in_axes=None` arguments of `vmap` (passed through as they are) and, under Equinox's filtered
+    transformations, every parameter not annotated as an array (non-arrays are static there). A
     helper only called from traced code is left out: its callers may pass static Python values."""
     staging = ctx.jax_staged.get(func)
     if staging is None:
@@ -127,8 +159,40 @@ def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
         # a control-flow body gets as many tracers as the primitive passes (`fori_loop`: the index
         # and the carry); later parameters keep their Python defaults (`causal: bool = False`)
         return set(names[: max(_passed(ctx, c) for c in bodies)])
-    static = _static_names(func, [c for c in staging if c not in bodies])
+    specs = [c for c in staging if c not in bodies]
+    decorators = [d for d in getattr(func, "decorator_list", []) if _is_tracing(ctx, d)]
+    if decorators and any(_transformation(ctx, d) in FILTERED for d in decorators) or \
+            any(_transformation(ctx, c) in FILTERED for c in specs):
+        return {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)
+                if a.arg in names and _annotated_array(a)}
+    static = _static_names(func, specs) | _unmapped(ctx, func, specs)
     return {n for n in names if n not in static}
+
+
+def _annotated_array(arg: ast.arg) -> bool:
+    """`x: Array`, `x: jax.Array`, `x: Float[Array, "n"]`, `x: jnp.ndarray`, `x: NamedArray`."""
+    if arg.annotation is None:
+        return False
+    text = ast.unparse(arg.annotation)
+    return "Array" in text or "ndarray" in text
+
+
+def _unmapped(ctx: "FileContext", func: ast.AST, specs: list[ast.Call]) -> set[str]:
+    """The parameters a `vmap` passes through unmapped (`in_axes` None at their position): their
+    Python values reach the function as they are."""
+    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    unmapped: set[str] = set()
+    for spec in specs:
+        if _transformation(ctx, spec) not in ("jax.vmap", "flax.nnx.vmap"):
+            continue
+        axes = keyword(spec, "in_axes")
+        value = axes.value if axes is not None else None
+        if value is None and not _is_partial_of_tracing(ctx, spec) and len(spec.args) > 1:
+            value = spec.args[1]
+        if isinstance(value, (ast.Tuple, ast.List)):
+            unmapped |= {params[i] for i, e in enumerate(value.elts)
+                         if i < len(params) and isinstance(e, ast.Constant) and e.value is None}
+    return unmapped
 
 
 # how many arguments a control-flow primitive passes the functions it traces
@@ -165,27 +229,26 @@ def staged_functions(ctx: "FileContext") -> dict[ast.AST, list[ast.Call]]:
     """The functions JAX stages out directly (not the helpers they call), each with the decorators
     and calls that stage it (a `jax.jit` call's keywords give the static arguments; a control-flow
     primitive's call, how many arguments it passes)."""
-    by_name: dict[str, list[ast.Call]] = {}  # function name -> the `jax.jit(name, ...)` calls naming it
+    by_function: dict[ast.AST, list[ast.Call]] = {}  # function -> the `jax.jit(f, ...)` calls naming it
+    staged_lambdas: set[ast.AST] = set()
     for node in ast.walk(ctx.tree):
         if not isinstance(node, ast.Call):
             continue
-        qualified = ctx.qualified_name(node.func) or ""
-        args = positional(node)
-        if qualified in TRACING and args and isinstance(args[0], ast.Name):
-            by_name.setdefault(args[0].id, []).append(node)
-        elif qualified in CONTROL_FLOW:
-            for position in CONTROL_FLOW[qualified]:
-                if position < len(args) and isinstance(args[position], ast.Name):
-                    by_name.setdefault(args[position].id, []).append(node)
+        for target in _staging_targets(ctx, node):
+            if isinstance(target, ast.Name):
+                for func in resolve_function(ctx, target):
+                    by_function.setdefault(func, []).append(node)
+            elif isinstance(target, ast.Lambda):
+                staged_lambdas.add(target)
     staged: dict[ast.AST, list[ast.Call]] = {}
     for func in ctx.jax_traced:
         if isinstance(func, ast.Lambda):
-            if isinstance(ctx.index.parent(func), ast.Call):
+            if func in staged_lambdas:
                 staged[func] = []  # a lambda given to a primitive or to jax.jit
             continue
         decorators = [d for d in func.decorator_list if _is_tracing(ctx, d)]
-        if decorators or func.name in by_name:
-            staged[func] = [d for d in decorators if isinstance(d, ast.Call)] + by_name.get(func.name, [])
+        if decorators or func in by_function:
+            staged[func] = [d for d in decorators if isinstance(d, ast.Call)] + by_function.get(func, [])
     return staged
 
 
@@ -202,7 +265,12 @@ def is_traced_value(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
         if values:
             return any(is_traced_value(ctx, v, depth + 1) for v in values)
         owner = _binding_function(ctx, expr)
-        return owner is not None and expr.id in traced_parameters(ctx, owner)
+        if owner is None:
+            return False
+        leaves = _tree_map_operand(ctx, owner, expr.id)
+        if leaves is not None:  # `jax.tree.map(lambda s: int(s), tree)`: `s` is a leaf of `tree`
+            return is_traced_value(ctx, leaves, depth + 1)
+        return expr.id in traced_parameters(ctx, owner)
     if isinstance(expr, ast.Attribute):
         return expr.attr not in STATIC_ATTRIBUTES and is_traced_value(ctx, expr.value, depth + 1)
     if isinstance(expr, ast.Subscript):
@@ -221,9 +289,33 @@ def is_traced_value(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
             return False
         if name.startswith(("jax.numpy.", "jax.lax.", "jax.nn.", "jax.scipy.")):
             return any(is_traced_value(ctx, a, depth + 1) for a in (*expr.args, *(k.value for k in expr.keywords)))
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr.startswith(PYTHON_PREDICATES):
+            return False  # `mask.is_causal()`, `a.is_traced()`: a Python bool
         if isinstance(expr.func, ast.Attribute) and expr.func.attr not in ("item", "tolist"):
             return is_traced_value(ctx, expr.func.value, depth + 1)  # `x.sum()`, `x.astype(...)`
     return False
+
+
+# methods that answer about an object, not its values (`mask.is_causal()` of a module whose field is
+# static, Equinox's `is_traced()`): a jax.Array has no such method, so they return Python values
+PYTHON_PREDICATES = ("is_", "has_")
+
+
+def _tree_map_operand(ctx: "FileContext", func: ast.AST, param: str) -> ast.expr | None:
+    """For a function handed to `jax.tree.map(f, t0, t1, ...)`, the pytree whose leaves its
+    parameter `param` receives."""
+    call = ctx.index.parent(func)
+    if not isinstance(func, (ast.Lambda, *FUNCTIONS)) or not isinstance(call, ast.Call) or \
+            (ctx.qualified_name(call.func) or "") not in TREE_MAPS:
+        return None
+    args = positional(call)
+    if not args or args[0] is not func:
+        return None
+    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    if param not in params:
+        return None
+    position = params.index(param) + 1
+    return args[position] if position < len(args) else None
 
 
 def _binding_function(ctx: "FileContext", name: ast.Name) -> ast.AST | None:
@@ -310,7 +402,8 @@ class JittedCallable:
 
 def jitted_callables(ctx: "FileContext") -> dict[str, JittedCallable]:
     """`@jax.jit`-decorated functions by their name, `step = jax.jit(f, static_argnums=...)` by
-    `step`: what a call `step(...)` in this module runs."""
+    `step`, decorated methods by `self.<name>`: what a call `step(...)` (`self.update(...)`) in
+    this module runs."""
     found: dict[str, JittedCallable] = {}
     for func, staging in ctx.jax_staged.items():
         if isinstance(func, ast.Lambda):
@@ -320,13 +413,31 @@ def jitted_callables(ctx: "FileContext") -> dict[str, JittedCallable]:
             params = params[1:]
         if any(_is_tracing(ctx, d) for d in func.decorator_list):
             decorators = [d for d in staging if d in func.decorator_list]
-            found[func.name] = JittedCallable(func, params, frozenset(_static_names(func, decorators)))
+            method = isinstance(ctx.index.parent(func), ast.ClassDef)
+            found[f"self.{func.name}" if method else func.name] = \
+                JittedCallable(func, params, frozenset(_static_names(func, decorators)))
         for call in staging:
             parent = ctx.index.parent(call)
             if call not in func.decorator_list and isinstance(parent, ast.Assign) and len(parent.targets) == 1 \
                     and isinstance(parent.targets[0], ast.Name) and ctx.qualified_name(call.func) in COMPILING:
                 found[parent.targets[0].id] = JittedCallable(func, params, frozenset(_static_names(func, [call])))
     return found
+
+
+def jitted_target(ctx: "FileContext", call: ast.Call) -> JittedCallable | None:
+    """The jitted function of this module that `call` runs: `step(...)`, or `self.update(...)`
+    inside the class whose method `update` is jitted."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return ctx.jax_jitted.get(func.id)
+    name = dotted_name(func) or ""
+    head, _, attr = name.partition(".")
+    if head not in ("self", "cls") or "." in attr:
+        return None
+    target = ctx.jax_jitted.get(f"self.{attr}")
+    if target is None or ctx.index.parent(target.func) is not ctx.index.enclosing_class(call):
+        return None
+    return target
 
 
 def is_constant_sweep(ctx: "FileContext", iterable: ast.expr, depth: int = 0) -> bool:
@@ -362,15 +473,50 @@ def sweep_variables(ctx: "FileContext", node: ast.AST) -> set[str]:
     return names
 
 
+def reads_any(ctx: "FileContext", expr: ast.AST, names: set[str], depth: int = 0) -> bool:
+    """`expr` reads one of `names`, directly or through the values of the names it reads."""
+    if depth > MAX_DEPTH:
+        return False
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name):
+            if node.id in names:
+                return True
+            if isinstance(node.ctx, ast.Load) and any(reads_any(ctx, v, names, depth + 1)
+                                                      for v in ctx.reaching_values(node)):
+                return True
+    return False
+
+
+def is_bound_method(ctx: "FileContext", attribute: ast.Attribute, loop: ast.AST) -> bool:
+    """`obj.method` evidently makes a new bound-method object at each evaluation: `self.apply` for
+    a method the enclosing class defines, or `obj.apply` where the loop itself creates `obj` from a
+    class of this module. A field that holds a function (`tx.update` of an optax
+    `GradientTransformation`, a NamedTuple) is the same object each time: a cache hit."""
+    owner = attribute.value
+    if not isinstance(owner, ast.Name):
+        return False
+    if owner.id in ("self", "cls"):
+        cls = ctx.index.enclosing_class(attribute)
+        return cls is not None and any(isinstance(f, FUNCTIONS) and f.name == attribute.attr for f in cls.body)
+    inside = set()
+    for value in ctx.reaching_values(owner):
+        if loop in set(ctx.index.ancestors(value)) and isinstance(value, ast.Call) and \
+                isinstance(value.func, ast.Name):
+            classes = [c for c in ast.walk(ctx.tree) if isinstance(c, ast.ClassDef) and c.name == value.func.id]
+            if any(isinstance(f, FUNCTIONS) and f.name == attribute.attr for c in classes for f in c.body):
+                inside.add(value)
+    return bool(inside)
+
+
 # what a JAX training step computes: gradients, and the updates they make
 GRADIENTS = {"jax.grad", "jax.value_and_grad", "optax.apply_updates", "equinox.filter_grad",
              "equinox.filter_value_and_grad", "flax.nnx.grad", "flax.nnx.value_and_grad"}
 
 
-def jitted_trains(ctx: "FileContext", name: str) -> bool:
-    """`name` is a jitted function of this module that computes gradients or applies them (a JAX
+def jitted_trains(ctx: "FileContext", call: ast.Call) -> bool:
+    """`call` runs a jitted function of this module that computes gradients or applies them (a JAX
     training step, whatever it is called): the loop calling it is a step loop."""
-    target = ctx.jax_jitted.get(name)
+    target = jitted_target(ctx, call)
     if target is None:
         return False
     for node in ast.walk(target.func):
@@ -400,7 +546,7 @@ def is_device_array(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
         return is_device_array(ctx, expr.left, depth + 1) or is_device_array(ctx, expr.right, depth + 1)
     if isinstance(expr, ast.Call):
         func = expr.func
-        if isinstance(func, ast.Name) and func.id in ctx.jax_jitted:
+        if jitted_target(ctx, expr) is not None:
             return True
         if isinstance(func, ast.Call) and (ctx.qualified_name(func.func) or "") in COMPILING:
             return True  # `jax.jit(f)(x)`

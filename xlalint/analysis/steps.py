@@ -479,7 +479,7 @@ def _training_call(ctx: "FileContext", call: ast.Call) -> bool:
         return True
     if STEP_CALL.match(last_part(dotted_name(call.func))):
         return True
-    return ctx.imports_jax and isinstance(call.func, ast.Name) and jax_tracing.jitted_trains(ctx, call.func.id)
+    return ctx.imports_jax and jax_tracing.jitted_trains(ctx, call)
 
 
 def trains(ctx: "FileContext", func: ast.AST) -> bool:
@@ -590,9 +590,25 @@ def is_per_step(ctx: "FileContext", node: ast.AST, *, periodic: bool = False) ->
                 return False
             return isinstance(anc, FUNCTIONS) and is_step_function(ctx, anc)
         if isinstance(anc, (ast.For, ast.AsyncFor)) and field == "body" and is_step_loop(ctx, anc):
-            return True
+            return periodic or not _periodic_pass(ctx, anc)
         if isinstance(anc, ast.While) and field in ("body", "test") and is_step_loop(ctx, anc):
-            return True
+            return periodic or not _periodic_pass(ctx, anc)
+        child = anc
+    return False
+
+
+def _periodic_pass(ctx: "FileContext", loop: ast.AST) -> bool:
+    """`loop` runs inside a gate of an outer loop (`if step % eval_every == 0:`) and does not
+    iterate batches: a pass over a few things every N steps (`for split, ds in evals.items():`),
+    not an evaluation loop over a loader, whose iterations are steps of their own."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter):
+        return False
+    child = loop
+    for anc in ctx.index.ancestors(loop):
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+            return False
+        if gated_by(ctx, child, anc):
+            return any(isinstance(a, LOOPS) for a in ctx.index.ancestors(anc))
         child = anc
     return False
 
@@ -658,9 +674,25 @@ def _in_step_loop_within(ctx: "FileContext", node: ast.AST, func: ast.AST) -> bo
             return False
         field = ctx.index.field_of(child)
         if isinstance(anc, (ast.For, ast.AsyncFor)) and field == "body" and is_step_loop(ctx, anc):
-            return True
+            return periodic or not _periodic_pass(ctx, anc)
         if isinstance(anc, ast.While) and field in ("body", "test") and is_step_loop(ctx, anc):
-            return True
+            return periodic or not _periodic_pass(ctx, anc)
+        child = anc
+    return False
+
+
+def _periodic_pass(ctx: "FileContext", loop: ast.AST) -> bool:
+    """`loop` runs inside a gate of an outer loop (`if step % eval_every == 0:`) and does not
+    iterate batches: a pass over a few things every N steps (`for split, ds in evals.items():`),
+    not an evaluation loop over a loader, whose iterations are steps of their own."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter):
+        return False
+    child = loop
+    for anc in ctx.index.ancestors(loop):
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+            return False
+        if gated_by(ctx, child, anc):
+            return any(isinstance(a, LOOPS) for a in ctx.index.ancestors(anc))
         child = anc
     return False
 

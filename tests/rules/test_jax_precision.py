@@ -1,0 +1,276 @@
+"""What JAX traces and what it does not, each a general fact: the rules stay silent where JAX sees a
+Python value (the code runs under JAX as written), and still report the traced twin (it fails)."""
+
+import textwrap
+
+import pytest
+
+from rules.jax_tracing import HostConversionOfTracer, HostReadPerStep, JitRebuiltInLoop, PythonBranchOnTracer
+from xlalint.testing import lint_code
+
+from jax_helpers import compiles, load  # noqa: E402  (tests/rules/jax_helpers.py)
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+
+def rows(source: str, rule) -> list[int]:
+    return [d.location.row for d in lint_code(textwrap.dedent(source).lstrip("\n"), [rule])]
+
+
+# -- names resolve where they are used ------------------------------------------------------------
+TWO_LOCAL_FUNCTIONS = """
+import jax
+
+def test_eager():
+    def update_fn(x, loss):
+        assert loss == 1
+        return x
+    return update_fn(2.0, loss=1)
+
+def test_jitted():
+    def update_fn(x):
+        return x * 2
+    return jax.jit(update_fn)(2.0)
+"""
+
+
+def test_jit_of_a_local_function_traces_that_function_not_its_namesakes():
+    assert rows(TWO_LOCAL_FUNCTIONS, PythonBranchOnTracer) == []
+    namespace = load(TWO_LOCAL_FUNCTIONS)
+    assert namespace["test_eager"]() == 2.0  # runs eagerly on Python values: the assert is fine
+    assert float(namespace["test_jitted"]()) == 4.0
+
+
+# -- pytrees of Python values stay Python ---------------------------------------------------------
+TREE_OF_FLAGS = """
+import jax
+import jax.numpy as jnp
+
+def init_step(updates, flags):
+    dims = jax.tree.map(lambda s: int(s), flags)
+    return jax.tree.map(lambda u, d: u * (d + 1), updates, dims)
+
+@jax.jit
+def step(updates, count):
+    flags = jax.tree.map(lambda _: True, updates)
+    return jax.lax.cond(count == 1, lambda: init_step(updates, flags), lambda: updates)
+"""
+TREE_OF_TRACERS = """
+import jax
+
+@jax.jit
+def step(updates):
+    return jax.tree.map(lambda u: int(u), updates)
+"""
+
+
+def test_a_function_mapped_over_a_pytree_sees_its_leaves():
+    assert rows(TREE_OF_FLAGS, HostConversionOfTracer) == []
+    out = load(TREE_OF_FLAGS)["step"]({"w": jnp.ones(2)}, 1)
+    assert out["w"].tolist() == [2.0, 2.0]  # int(True) ran while tracing: a Python bool
+    assert rows(TREE_OF_TRACERS, HostConversionOfTracer) == [5]
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        load(TREE_OF_TRACERS)["step"]({"w": jnp.ones(())})
+
+
+# -- metadata and predicates are Python values ----------------------------------------------------
+METADATA = """
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+class Mask(eqx.Module):
+    causal: bool = eqx.field(static=True)
+
+    def is_causal(self):
+        return self.causal
+
+@jax.jit
+def pool(mask, x):
+    dims = jnp.size(x)
+    if dims % 2 != 0:
+        x = x[1:]
+    if mask.is_causal():
+        x = x * 2
+    return x.reshape(2, -1).sum(axis=1)
+"""
+
+
+def test_sizes_and_predicates_of_a_pytree_are_python_values():
+    pytest.importorskip("equinox")
+    assert rows(METADATA, PythonBranchOnTracer) == []
+    namespace = load(METADATA)
+    assert namespace["pool"](namespace["Mask"](True), jnp.arange(5.0)).tolist() == [2.0 * (1 + 2), 2.0 * (3 + 4)]
+    # not an array's value: a test of one still fails under jit, and is still reported
+    on_values = METADATA.replace("if mask.is_causal():", "if x.sum() > 0:")
+    assert rows(on_values, PythonBranchOnTracer) == [16]
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        load(on_values)["pool"](namespace["Mask"](True), jnp.arange(5.0))
+
+
+# -- vmap passes its in_axes=None arguments through ----------------------------------------------
+UNMAPPED = """
+import jax
+
+def pool(x, target, op):
+    if x.shape[0] % target != 0:
+        x = x[: x.shape[0] - x.shape[0] % target]
+    return op(x.reshape(target, -1), axis=1)
+
+def run(x, op):
+    return jax.vmap(pool, (0, None, None))(x, 2, op)
+"""
+MAPPED = UNMAPPED.replace("(0, None, None))(x, 2, op)", "(0, 0, None))(x, jax.numpy.array([2, 2]), op)")
+
+
+def test_vmap_passes_unmapped_python_arguments_as_they_are():
+    assert rows(UNMAPPED, PythonBranchOnTracer) == []
+    assert load(UNMAPPED)["run"](jnp.ones((2, 5)), jnp.sum).tolist() == [[2.0, 2.0]] * 2
+    assert rows(MAPPED, PythonBranchOnTracer) == [4]
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        load(MAPPED)["run"](jnp.ones((2, 5)), jnp.sum)
+
+
+# -- Equinox's filtered transformations trace arrays only ----------------------------------------
+FILTERED = """
+import equinox as eqx
+import jax.numpy as jnp
+from jax import Array
+
+@eqx.filter_jit
+def run(x, use_scan, k):
+    if use_scan:
+        x = x + 1
+    if k.__name__ == "f":
+        x = x * 2
+    return x
+
+@eqx.filter_jit
+def clip(x: Array, limit: Array):
+    if limit > 0:
+        return jnp.minimum(x, limit)
+    return x
+"""
+
+
+def test_filter_jit_makes_every_non_array_argument_static():
+    pytest.importorskip("equinox")
+
+    def f():
+        return None
+
+    assert rows(FILTERED, PythonBranchOnTracer) == [15]  # only the branch on the annotated array
+    namespace = load(FILTERED)
+    assert namespace["run"](jnp.ones(2), True, f).tolist() == [4.0, 4.0]
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        namespace["clip"](jnp.ones(2), jnp.array(0.5))
+
+
+# -- the same function object hits the cache ------------------------------------------------------
+FIELD_AND_METHOD = """
+from typing import Callable, NamedTuple
+
+import jax
+
+class Transform(NamedTuple):
+    update: Callable
+
+class Model:
+    def apply(self, x):
+        return x * 2
+
+    def run_methods(self, xs):
+        for x in xs:
+            y = jax.jit(self.apply)(x)
+        return y
+
+def run_fields(tx, xs):
+    for x in xs:
+        y = jax.jit(tx.update)(x)
+    return y
+"""
+
+
+def test_jit_of_a_bound_method_in_a_loop_recompiles_a_function_field_does_not():
+    assert rows(FIELD_AND_METHOD, JitRebuiltInLoop) == [14]
+    namespace = load(FIELD_AND_METHOD)
+    xs = [jnp.ones(3)] * 4
+    model, tx = namespace["Model"](), namespace["Transform"](lambda x: x + 1)
+    namespace["run_methods"] = model.run_methods
+    assert compiles(lambda: model.run_methods(xs)) == 4  # a new bound-method object each time
+    assert compiles(lambda: namespace["run_fields"](tx, xs)) == 1  # the same function object
+
+
+LITERAL_SWEEP = """
+import equinox as eqx
+import jax
+
+def test_wrappers(f):
+    for wrapper in (jax.jit, eqx.filter_jit):
+        @eqx.filter_jit
+        def g(k):
+            return k
+        g(wrapper(f))
+"""
+
+
+def test_a_loop_over_a_written_out_tuple_compiles_once_per_item_on_purpose():
+    assert rows(LITERAL_SWEEP, JitRebuiltInLoop) == []
+    inside_data_loop = LITERAL_SWEEP.replace("(jax.jit, eqx.filter_jit)", "batches")
+    assert rows(inside_data_loop, JitRebuiltInLoop) == [6]
+
+
+# -- per step: a pass every N steps is not a step; an evaluation loop inside one is --------------
+PERIODIC_PASS = """
+import jax
+
+@jax.jit
+def update(state, batch):
+    grads = jax.grad(loss)(state, batch)
+    return state - 0.1 * grads
+
+@jax.jit
+def loss_fn(state, batch):
+    return (state * batch).sum()
+
+for step in range(steps):
+    state = update(state, next(train))
+    if step % eval_every == 0:
+        for split, ds in evals.items():
+            print(split, jax.device_get(loss_fn(state, next(ds))))
+"""
+
+
+def test_reads_in_a_pass_over_splits_every_n_steps_are_not_per_step():
+    assert rows(PERIODIC_PASS, HostReadPerStep) == []
+    eval_loop = PERIODIC_PASS.replace("for split, ds in evals.items():", "for batch in val_loader:").replace(
+        "print(split, jax.device_get(loss_fn(state, next(ds))))", "total += loss_fn(state, batch).item()")
+    assert rows(eval_loop, HostReadPerStep) == [16]  # every validation batch waits for the device
+
+
+# -- recall: a jitted method stepping the model -------------------------------------------------
+JITTED_METHOD = """
+import functools
+
+import jax
+import optax
+
+class Learner:
+    @functools.partial(jax.jit, static_argnums=0)
+    def update(self, params, opt_state, batch):
+        grads = jax.grad(self._loss)(params, batch)
+        updates, opt_state = self._opt.update(grads, opt_state)
+        return optax.apply_updates(params, updates), opt_state
+
+    def run(self, params, opt_state, batches):
+        for batch in batches:
+            params, opt_state = self.update(params, opt_state, batch)
+            self.published = jax.device_get(params)
+"""
+
+
+def test_a_loop_calling_a_jitted_method_that_trains_is_a_step_loop():
+    assert rows(JITTED_METHOD, HostReadPerStep) == [16]
+    other_class = JITTED_METHOD.replace("    def run(self", "class Other:\n    def run(self")
+    assert rows(other_class, HostReadPerStep) == []  # `self.update` of another class: unknown
