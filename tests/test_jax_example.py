@@ -31,7 +31,7 @@ def load(path: Path, name: str):
 
 
 def findings(path: Path) -> list[dict]:
-    proc = xlalint("check", "--no-cache", "--output-format", "json", path)
+    proc = xlalint("check", "--no-cache", "--preview", "--output-format", "json", path)
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
 
@@ -66,7 +66,7 @@ def test_the_fixed_form_compiles_each_function_once_and_matches_the_original_run
 def test_xlalint_fix_writes_what_the_fixed_form_has(tmp_path):
     copy = tmp_path / "train_regression.py"
     shutil.copy(ORIGINAL, copy)
-    proc = xlalint("fix", "--write", "--no-cache", copy)
+    proc = xlalint("fix", "--write", "--no-cache", "--preview", copy)
     assert proc.returncode == 1, proc.stderr  # the hazards without an automatic fix remain
     added = [line[1:].strip() for line in difflib.unified_diff(ORIGINAL.read_text().splitlines(),
                                                                copy.read_text().splitlines(), lineterm="")

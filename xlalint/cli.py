@@ -55,7 +55,7 @@ class Stdin:
 
 
 def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla, stdin: Stdin | None = None,
-             target_version: str | None = None):
+             target_version: str | None = None, preview: bool | None = None):
     if stdin is not None and stdin.wanted:
         paths = (str(stdin.path.parent),) if stdin.path.name != STDIN else ()
     targets = [Path(p) for p in paths] or [Path(".")]
@@ -71,8 +71,13 @@ def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume
             settings.target_version, settings.target_source = pinned[0], f"the pin in {pinned[1]}"
     if select:
         settings.select = validate_selectors(_split(select), ALL_RULES, "--select")
+        settings.explicit_select = list(settings.select)
     if extend_select:
-        settings.extend_select += validate_selectors(_split(extend_select), ALL_RULES, "--extend-select")
+        chosen = validate_selectors(_split(extend_select), ALL_RULES, "--extend-select")
+        settings.extend_select += chosen
+        settings.explicit_select += chosen
+    if preview is not None:
+        settings.preview = preview
     if ignore:
         settings.ignore += validate_selectors(_split(ignore), ALL_RULES, "--ignore")
     if stdin is not None and stdin.wanted:
@@ -114,6 +119,9 @@ def _selection_options(func):
             click.option("--select", multiple=True, help="Rule codes or prefixes to enable (e.g. XLA1,XLA401)."),
             click.option("--extend-select", multiple=True, help="Codes or prefixes to enable in addition."),
             click.option("--ignore", multiple=True, help="Codes or prefixes to disable."),
+            click.option("--preview/--no-preview", default=None,
+                         help="Enable preview rules (on real code their precision is not yet shown; `xlalint "
+                              "rules` marks them). Selecting a rule or its family explicitly enables it too."),
             click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too."),
             click.option("--assume-xla", is_flag=True,
                          help="Treat every file as code that runs on an XLA device (migration mode): XLA-only "
@@ -161,14 +169,14 @@ def main() -> None:
 @click.option("--show-settings", is_flag=True,
               help="Print the settings in force for the first file (and the file they came from), and stop.")
 @click.pass_context
-def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache,
+def check(ctx, paths, config, select, extend_select, ignore, preview, force_exclude, assume_xla, quiet, jobs, no_cache,
           cache_dir, target_version, stdin_filename, color, output_format, exit_zero, unsafe_fixes, show_statistics, apply_fixes,
           diff, add_noqa, show_files, show_settings):
     """Lint PATHS (default: the current directory; `-`: standard input)."""
     _apply_color(color)
     if apply_fixes or diff:  # Ruff's `check --fix` / `check --diff`
         ctx.invoke(fix, paths=paths, config=config, select=select, extend_select=extend_select, ignore=ignore,
-                   force_exclude=force_exclude, assume_xla=assume_xla, quiet=quiet, jobs=jobs, no_cache=no_cache,
+                   preview=preview, force_exclude=force_exclude, assume_xla=assume_xla, quiet=quiet, jobs=jobs, no_cache=no_cache,
                    cache_dir=cache_dir, target_version=target_version, stdin_filename=stdin_filename, color=color,
                    write=not diff, diff=diff,
                    unsafe_fixes=unsafe_fixes)
@@ -176,7 +184,7 @@ def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assu
     try:
         stdin = Stdin(paths, stdin_filename)
         settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
-                                                   assume_xla, stdin, target_version)
+                                                   assume_xla, stdin, target_version, preview)
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
@@ -215,7 +223,7 @@ def check(ctx, paths, config, select, extend_select, ignore, force_exclude, assu
 @click.option("--write", is_flag=True, help="Apply the fixes to the files (default: print a diff, change nothing).")
 @click.option("--diff", is_flag=True, help="Print a unified diff and change nothing (the default without --write).")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour.")
-def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir,
+def fix(paths, config, select, extend_select, ignore, preview, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir,
         target_version, stdin_filename, color, write, diff, unsafe_fixes):
     """Fix what can be fixed in PATHS. Prints a diff unless --write is given. With `-` (standard
     input), prints the fixed source (a diff with --diff), and what remains on standard error."""
@@ -226,7 +234,7 @@ def fix(paths, config, select, extend_select, ignore, force_exclude, assume_xla,
     try:
         stdin = Stdin(paths, stdin_filename)
         settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
-                                                   assume_xla, stdin, target_version)
+                                                   assume_xla, stdin, target_version, preview)
     except ConfigError as exc:
         _error(str(exc))
         sys.exit(EXIT_ERROR)
@@ -317,7 +325,7 @@ def show_settings_text(settings: Settings, rules, files: list[Path]) -> str:
         "per-file-ignores": settings.per_file_ignores,
         "exclude": settings.exclude, "extend-exclude": settings.extend_exclude,
         "respect-gitignore": settings.respect_gitignore, "unsafe-fixes": settings.unsafe_fixes,
-        "assume-xla": settings.assume_xla,
+        "assume-xla": settings.assume_xla, "preview": settings.preview,
         "target-version": settings.target_version or "(the newest)",
     }
     lines = [f"Resolved settings for: {first if first is not None else '(no file)'}",

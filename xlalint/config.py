@@ -17,7 +17,7 @@ from .rule import Rule
 CONFIG_FILES = ("xlalint.toml", ".xlalint.toml", "pyproject.toml")
 KNOWN_KEYS = {
     "select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude",
-    "respect-gitignore", "unsafe-fixes", "assume-xla", "target-version",
+    "respect-gitignore", "unsafe-fixes", "assume-xla", "target-version", "preview",
 }
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist",
@@ -36,6 +36,9 @@ class Settings:
     config_file: Path | None = None
     select: list[str] = field(default_factory=lambda: ["XLA", "JAX"])
     extend_select: list[str] = field(default_factory=list)
+    # selectors the user wrote (configuration or command line): they also enable preview rules
+    explicit_select: list[str] = field(default_factory=list)
+    preview: bool = False  # enable preview rules (Ruff's preview mode)
     ignore: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
@@ -54,7 +57,13 @@ class Settings:
 
     def selected_rules(self, all_rules: list[type[Rule]]) -> list[type[Rule]]:
         chosen = [r for r in all_rules if _matches(r.code, self.select + self.extend_select)]
+        chosen = [r for r in chosen if not r.preview or self.preview or self.explicitly_selected(r)]
         return [r for r in chosen if not _matches(r.code, self.ignore)]
+
+    def explicitly_selected(self, rule: type[Rule]) -> bool:
+        """A selector the user wrote names the rule or its family (`JAX`, `JAX1`, `JAX110`); `ALL`
+        and the defaults do not."""
+        return any(s != "ALL" and rule.code.startswith(s) for s in self.explicit_select)
 
     def rules_for(self, path: Path, rules: list[type[Rule]]) -> list[type[Rule]]:
         ignored = self.ignored_codes(path)
@@ -134,9 +143,11 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
     settings = Settings(root=root, config_file=config_file)
     if "select" in table:
         settings.select = validate_selectors(_string_list(table["select"], "select", where), all_rules, where)
+        settings.explicit_select += settings.select
     if "extend-select" in table:
         settings.extend_select = validate_selectors(
             _string_list(table["extend-select"], "extend-select", where), all_rules, where)
+        settings.explicit_select += settings.extend_select
     if "ignore" in table:
         settings.ignore = validate_selectors(_string_list(table["ignore"], "ignore", where), all_rules, where)
     if "per-file-ignores" in table:
@@ -152,7 +163,7 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
     if "extend-exclude" in table:
         settings.extend_exclude = _string_list(table["extend-exclude"], "extend-exclude", where)
     for key, attr in (("respect-gitignore", "respect_gitignore"), ("unsafe-fixes", "unsafe_fixes"),
-                      ("assume-xla", "assume_xla")):
+                      ("assume-xla", "assume_xla"), ("preview", "preview")):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: `{key}` must be true or false")

@@ -18,6 +18,9 @@ def _summary(rule: type[Rule]) -> str:
 
 def header(rule: type[Rule]) -> str:
     lines = [f"# {rule.name} ({rule.code})", "", f"Category: `{rule.category}`."]
+    if rule.preview:
+        lines.append("Preview: off by default; on with `--preview` (or `preview = true`), or when selected "
+                     "explicitly (`--select JAX`).")
     if rule.xla_only:
         lines.append("Runs only in files that import torch_xla or torchax.")
     if rule.fix_availability in FIX_LINE:
@@ -39,6 +42,7 @@ def rule_json(rule: type[Rule]) -> dict:
         "summary": _summary(rule),
         "fix_availability": rule.fix_availability,
         "xla_only": rule.xla_only,
+        "preview": rule.preview,
         "explanation": rule.documentation(),
     }
 
@@ -47,9 +51,10 @@ def rules_table(rules: list[type[Rule]], output_format: str = "text") -> str:
     if output_format == "json":
         return json.dumps([rule_json(r) for r in rules], indent=2)
     width = max(len(r.name) for r in rules)
-    rows = [f"{'code':<7} {'name':<{width}} {'category':<22} {'fix':<9} summary"]
+    rows = [f"{'code':<7} {'name':<{width}} {'category':<22} {'fix':<9} {'status':<7} summary"]
     for r in rules:
-        rows.append(f"{r.code:<7} {r.name:<{width}} {r.category:<22} {r.fix_availability:<9} {_summary(r)}")
+        status = "preview" if r.preview else "stable"
+        rows.append(f"{r.code:<7} {r.name:<{width}} {r.category:<22} {r.fix_availability:<9} {status:<7} {_summary(r)}")
     return "\n".join(rows)
 
 

@@ -84,6 +84,8 @@ class Rule:
     hint: ClassVar[str] = ""  # what to do instead, shown under the message
     xla_only: ClassVar[bool] = False  # fire only in files that import torch_xla / torchax
     fix_availability: ClassVar[str] = "none"  # none | sometimes | always
+    # preview: precision on real code not yet shown; off unless `--preview` or selected explicitly
+    preview: ClassVar[bool] = False
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
