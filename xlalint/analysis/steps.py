@@ -674,9 +674,9 @@ def _in_step_loop_within(ctx: "FileContext", node: ast.AST, func: ast.AST) -> bo
             return False
         field = ctx.index.field_of(child)
         if isinstance(anc, (ast.For, ast.AsyncFor)) and field == "body" and is_step_loop(ctx, anc):
-            return periodic or not _periodic_pass(ctx, anc)
+            return not _periodic_pass(ctx, anc)
         if isinstance(anc, ast.While) and field in ("body", "test") and is_step_loop(ctx, anc):
-            return periodic or not _periodic_pass(ctx, anc)
+            return not _periodic_pass(ctx, anc)
         child = anc
     return False
 
