@@ -364,3 +364,19 @@ class Trainer:
             pbar.set_description(("%11s" * 2) % (len(self.names), i))
 """
     assert rows(src, [PrintTensorInStep]) == [("XLA104", 13)]
+
+
+def test_a_step_loop_inside_a_helper_is_per_step_and_a_pass_every_n_steps_is_not():
+    source = (
+        "import torch_xla.core.xla_model as xm\n\n"
+        "def run_epoch(model, loader, optimizer, splits):\n"
+        "    for step, (x, y) in enumerate(loader):\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        print(loss.item())\n"
+        "        if step % 100 == 0:\n"
+        "            for name, batch in splits.items():\n"
+        "                print(name, model(batch).sum().item())\n"
+    )
+    assert [d.location.row for d in lint_code(source, [ItemInStep])] == [8]
