@@ -13,6 +13,7 @@ from xlalint.analysis.jax_tracing import (
     is_boolean_mask,
     is_device_array,
     is_bound_method,
+    is_numpy_function,
     is_traced_value,
     reads_any,
     sweep_variables,
@@ -291,7 +292,6 @@ class HostConversionOfTracer(Rule):
     ]
 
     CONVERSIONS = {"float", "int", "bool", "complex"}
-    NUMPY = {"numpy.asarray", "numpy.array"}
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
@@ -300,8 +300,10 @@ class HostConversionOfTracer(Rule):
             operand, what = node.args[0], f"{func.id}()"
         elif isinstance(func, ast.Attribute) and func.attr in ("item", "tolist") and not node.args:
             operand, what = func.value, f".{func.attr}()"
-        elif (self.ctx.qualified_name(func) or "") in self.NUMPY and node.args:
-            operand, what = node.args[0], f"np.{func.attr if isinstance(func, ast.Attribute) else 'asarray'}()"
+        elif is_numpy_function(self.ctx, func) and node.args:  # `np.asarray(x)`, `np.argmax(x)`
+            operands = positional(node)
+            operand = next((a for a in operands if is_traced_value(self.ctx, a)), None)
+            what = f"np.{func.attr if isinstance(func, ast.Attribute) else 'asarray'}()"
         if operand is not None and is_traced_value(self.ctx, operand):
             self.report(node, self.summary.format(what=what))
 
@@ -1384,10 +1386,22 @@ class HostReadPerStep(Rule):
             what = "print"
         elif (self.ctx.qualified_name(func) or "") in self.READS and node.args:
             operands, what = [node.args[0]], self.ctx.code(func) + "()"
+        elif is_numpy_function(self.ctx, func) and node.args:  # `np.append(losses, loss)`, `np.argmax(logits)`
+            operands, what = list(positional(node)), self.ctx.code(func) + "()"
         if not operands or enclosing_traced(self.ctx, node) is not None:
             return
         if any(is_device_array(self.ctx, o) for o in operands) and self.ctx.is_per_step(node):
             self.report(node, self.summary.format(what=what))
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        """`f"{loss:.3f}"` formats the value: a read (a `print` of it is reported as the print)."""
+        parent = self.ctx.index.parent(node)
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "print":
+            return
+        values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+        if values and enclosing_traced(self.ctx, node) is None and \
+                any(is_device_array(self.ctx, v) for v in values) and self.ctx.is_per_step(node):
+            self.report(node, self.summary.format(what="f-string"))
 
 
 class PythonScalarBecomesArray(Rule):

@@ -274,3 +274,42 @@ def test_a_loop_calling_a_jitted_method_that_trains_is_a_step_loop():
     assert rows(JITTED_METHOD, HostReadPerStep) == [16]
     other_class = JITTED_METHOD.replace("    def run(self", "class Other:\n    def run(self")
     assert rows(other_class, HostReadPerStep) == []  # `self.update` of another class: unknown
+
+
+# -- NumPy functions and f-strings read device arrays ---------------------------------------------
+NUMPY_READS = """
+import jax
+import numpy as np
+
+@jax.jit
+def train_step(params, batch):
+    grads = jax.grad(lambda p: ((batch * p) ** 2).sum())(params)
+    return params - 0.1 * grads, (batch * params).sum()
+
+losses = np.array([])
+for batch in batches:
+    params, loss = train_step(params, batch)
+    losses = np.append(losses, loss)
+    log(f"loss {loss:.3f}")
+    best = np.argmax(batch)
+"""
+NUMPY_UNDER_JIT = """
+import jax
+import numpy as np
+
+@jax.jit
+def normalise(x):
+    return x / np.mean(x)
+"""
+
+
+def test_numpy_functions_and_f_strings_of_device_arrays_are_host_reads():
+    assert rows(NUMPY_READS, HostReadPerStep) == [12, 13]  # `batch` comes from the host: not a read
+    logged: list = []
+    data = {"batches": [jnp.ones(2)] * 2, "params": jnp.ones(2), "log": logged.append}
+    exec(compile(textwrap.dedent(NUMPY_READS), "example", "exec"), data)
+    assert type(data["losses"]).__module__ == "numpy" and data["losses"].round(4).tolist() == [2.0, 1.6]
+    assert logged == ["loss 2.000", "loss 1.600"]  # the values: each formatted on the host
+    assert rows(NUMPY_UNDER_JIT, HostConversionOfTracer) == [6]
+    with pytest.raises(jax.errors.TracerArrayConversionError):
+        load(NUMPY_UNDER_JIT)["normalise"](jnp.ones(2))

@@ -528,6 +528,20 @@ def jitted_trains(ctx: "FileContext", call: ast.Call) -> bool:
     return False
 
 
+def is_numpy_function(ctx: "FileContext", func: ast.expr) -> bool:
+    """`np.asarray`, `np.append`, `np.mean`: a NumPy function (not `np.random.*`, not a dtype), which
+    converts a JAX array it is given to a host array: a read of a device array, an error on a tracer."""
+    name = ctx.qualified_name(func) or ""
+    head, _, attr = name.rpartition(".")
+    return head == "numpy" and attr not in NUMPY_NOT_READING and not attr[:1].isupper()
+
+
+# NumPy names that take no array's values: dtypes and type helpers
+NUMPY_NOT_READING = {"dtype", "float32", "float64", "float16", "int32", "int64", "int8", "uint8", "bool_",
+                     "iinfo", "finfo", "result_type", "promote_types", "issubdtype", "shape", "ndim", "size",
+                     "isscalar", "broadcast_shapes", "prod"}
+
+
 # what JAX computes outside jit, on the device: a jitted function's results, jnp and random arrays
 DEVICE_PREFIXES = ("jax.numpy.", "jax.random.", "jax.nn.", "jax.lax.", "jax.device_put")
 
