@@ -536,10 +536,15 @@ def is_numpy_function(ctx: "FileContext", func: ast.expr) -> bool:
     return head == "numpy" and attr not in NUMPY_NOT_READING and not attr[:1].isupper()
 
 
-# NumPy names that take no array's values: dtypes and type helpers
+# NumPy names that read no array's values: dtypes and type helpers, and the functions that call the
+# array's own method when it has one (`np.argmax(x)` is `x.argmax()`: a JAX array, on the device)
 NUMPY_NOT_READING = {"dtype", "float32", "float64", "float16", "int32", "int64", "int8", "uint8", "bool_",
                      "iinfo", "finfo", "result_type", "promote_types", "issubdtype", "shape", "ndim", "size",
-                     "isscalar", "broadcast_shapes", "prod"}
+                     "isscalar", "broadcast_shapes",
+                     "argmax", "argmin", "mean", "sum", "max", "min", "amax", "amin", "std", "var", "round",
+                     "around", "any", "all", "prod", "cumsum", "cumprod", "ptp", "take", "reshape", "transpose",
+                     "squeeze", "repeat", "swapaxes", "nonzero", "searchsorted", "diagonal", "trace", "argsort",
+                     "compress", "choose", "ravel"}
 
 
 # what JAX computes outside jit, on the device: a jitted function's results, jnp and random arrays
