@@ -388,3 +388,20 @@ def test_a_fix_spells_jax_numpy_by_an_import_that_reaches_it():
             "@jax.jit\ndef f(x):\n    return x[x > 0].sum()\n")
     fixed = fix_code(code, [BooleanMaskOfTracer], unsafe=False)
     assert "return jax.numpy.where(x > 0, x, 0).sum()" in fixed  # not `local_np`, bound in another function
+
+
+def test_sizes_from_traced_values_raise_under_jit_and_static_or_shape_sizes_compile():
+    from rules.jax_tracing import TracedSize
+
+    first_n = load(TracedSize.INVALID[0].code)["first_n"]
+    kept = load(TracedSize.INVALID[1].code)["kept"]
+    pool = load(TracedSize.INVALID[2].code)["pool"]
+    for call in (lambda: first_n(jnp.ones(8), 3), lambda: kept(jnp.array([1.0, -1.0, 2.0])),
+                 lambda: pool(jnp.ones(3), jnp.array([0, 0, 1]))):
+        with pytest.raises(TypeError, match="concrete"):  # ConcretizationTypeError, or "Shapes must be ... concrete"
+            call()
+    static = load(TracedSize.VALID[0].code)["first_n"]
+    assert compiles(lambda: [static(jnp.ones(8), n) for n in (3, 3, 5)]) == 2  # one program per value of n
+    arange, reshaped = load(TracedSize.VALID[1].code)["positions"](jnp.ones(4))
+    assert arange.tolist() == [0.0, 1.0, 2.0, 3.0] and reshaped.shape == (2, 2)
+    assert load(TracedSize.VALID[2].code)["pool"](jnp.ones(3), jnp.array([0, 0, 1])).tolist() == [2.0, 1.0, 0.0]
