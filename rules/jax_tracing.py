@@ -1034,12 +1034,14 @@ class JitRebuiltInLoop(Rule):
         return False
 
 
-def _static_arguments(ctx, call: ast.Call):
-    """The arguments `call` passes to static parameters of a jitted function of this module."""
+def _static_arguments(ctx, call: ast.Call, *, filtered: bool = False):
+    """The arguments `call` passes to static parameters of a jitted function of this module (with
+    `filtered`, also to the non-array parameters of a `filter_jit` function, static by type)."""
     if not isinstance(call.func, ast.Name) or has_star_args(call):
         return
     target = ctx.jax_jitted.get(call.func.id)
-    if target is None or not target.static or ctx.index.scope_of(call.func) is target.func:
+    if target is None or not target.static or ctx.index.scope_of(call.func) is target.func or \
+            (target.filtered and not filtered):
         return
     for name, arg in zip(target.params, call.args):
         if name in target.static:
@@ -1147,7 +1149,9 @@ class UnhashableStaticArgument(Rule):
 class StaticArgumentPerIteration(Rule):
     """## What it does
     Flags a call of a jitted function of the same module, inside a loop, that passes the loop's
-    counter or element (or arithmetic on it: `step`, `epoch * n + i`) to a static parameter.
+    counter or element (or arithmetic on it: `step`, `epoch * n + i`) to a static parameter. Under
+    Equinox's `filter_jit` every argument that is not an array is static: a loop counter
+    (`range`, `enumerate`) passed to a parameter not annotated as an array is reported too.
 
     ## Why is this bad?
     Every distinct static value compiles a new program. Passing the loop variable compiles once
@@ -1250,25 +1254,57 @@ class StaticArgumentPerIteration(Rule):
             """,
             line=11,
         ),
+        Invalid(
+            """
+            import equinox as eqx
+
+            @eqx.filter_jit
+            def free(table, slot):
+                return table.at[slot].set(0)
+
+            for slot in range(num_slots):
+                table = free(table, slot)
+            """,
+            line=8,
+        ),
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
-        for name, arg in _static_arguments(self.ctx, node):
-            counter = self._loop_variable(arg, node)
+        target = self.ctx.jax_jitted.get(node.func.id) if isinstance(node.func, ast.Name) else None
+        for name, arg in _static_arguments(self.ctx, node, filtered=True):
+            counter = self._loop_variable(arg, node, counters_only=target is not None and target.filtered)
             if counter is not None:
                 self.report(arg, self.summary.format(value=counter, name=name))
                 return
 
-    def _loop_variable(self, arg: ast.expr, call: ast.Call) -> str | None:
-        """The name of a loop variable (of a loop around `call`) that `arg` is computed from."""
+    def _loop_variable(self, arg: ast.expr, call: ast.Call, counters_only: bool = False) -> str | None:
+        """The name of a loop variable (of a loop around `call`) that `arg` is computed from; with
+        `counters_only`, only a counter (`range(...)`, `enumerate`'s index): a Python int, where
+        the loop's items may be arrays (which `filter_jit` traces)."""
         loops = [a for a in self.ctx.index.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor))]
-        targets = {n for loop in loops for n in target_names(loop.target)} - sweep_variables(self.ctx, call)
+        if counters_only:
+            targets = {n for loop in loops for n in _counters(loop)} - sweep_variables(self.ctx, call)
+        else:
+            targets = {n for loop in loops for n in target_names(loop.target)} - sweep_variables(self.ctx, call)
         for name in ast.walk(arg):
             if isinstance(name, ast.Name) and name.id in targets:
                 return name.id
             if isinstance(name, (ast.Attribute, ast.Subscript, ast.Call)):
                 return None  # `batch.shape[0]`, `len(x)`: a size, not the counter (see the shape rules)
         return None
+
+
+def _counters(loop: ast.For | ast.AsyncFor) -> list[str]:
+    """The names a loop binds to Python ints: `for i in range(n)`, `for i, x in enumerate(xs)`."""
+    iterable, target = loop.iter, loop.target
+    if not isinstance(iterable, ast.Call) or not isinstance(iterable.func, ast.Name):
+        return []
+    if iterable.func.id == "range" and isinstance(target, ast.Name):
+        return [target.id]
+    if iterable.func.id == "enumerate" and isinstance(target, ast.Tuple) and target.elts and \
+            isinstance(target.elts[0], ast.Name):
+        return [target.elts[0].id]
+    return []
 
 
 class HostReadPerStep(Rule):

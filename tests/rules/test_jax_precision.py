@@ -314,3 +314,20 @@ def test_numpy_functions_and_f_strings_of_device_arrays_are_host_reads():
     assert rows(NUMPY_UNDER_JIT, HostConversionOfTracer) == [6]
     with pytest.raises(jax.errors.TracerArrayConversionError):
         load(NUMPY_UNDER_JIT)["normalise"](jnp.ones(2))
+
+
+def test_filter_jit_compiles_once_per_python_int_from_a_loop_and_not_per_array():
+    pytest.importorskip("equinox")
+    from rules.jax_tracing import StaticArgumentPerIteration
+
+    example = StaticArgumentPerIteration.INVALID[-1].code
+    data = {"num_slots": 4, "table": jnp.ones(4)}
+    assert compiles(lambda: exec(compile(example, "example", "exec"), data)) == 4  # one program per slot
+    assert data["table"].tolist() == [0.0] * 4
+    as_array = example.replace("table = free(table, slot)", "table = free(table, jnp.asarray(slot))").replace(
+        "import equinox as eqx", "import equinox as eqx\nimport jax.numpy as jnp")
+    data = {"num_slots": 4, "table": jnp.ones(4)}
+    assert rows(as_array, StaticArgumentPerIteration) == []
+    assert compiles(lambda: exec(compile(as_array, "example", "exec"), data)) <= 2  # traced: one program (+ asarray)
+    items = example.replace("for slot in range(num_slots):", "for slot in slots:")
+    assert rows(items, StaticArgumentPerIteration) == []  # the items may be arrays: traced by filter_jit

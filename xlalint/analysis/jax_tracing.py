@@ -398,6 +398,7 @@ class JittedCallable:
     func: ast.AST
     params: tuple[str, ...]
     static: frozenset[str]
+    filtered: bool = False  # Equinox's filter_jit: static by type (non-arrays), not by declaration
 
 
 def jitted_callables(ctx: "FileContext") -> dict[str, JittedCallable]:
@@ -411,17 +412,25 @@ def jitted_callables(ctx: "FileContext") -> dict[str, JittedCallable]:
         params = tuple(a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs))
         if params and params[0] in ("self", "cls"):
             params = params[1:]
+        traced = traced_parameters(ctx, func)
         if any(_is_tracing(ctx, d) for d in func.decorator_list):
-            decorators = [d for d in staging if d in func.decorator_list]
+            decorators = [d for d in func.decorator_list if _is_tracing(ctx, d)]
             method = isinstance(ctx.index.parent(func), ast.ClassDef)
-            found[f"self.{func.name}" if method else func.name] = \
-                JittedCallable(func, params, frozenset(_static_names(func, decorators)))
+            found[f"self.{func.name}" if method else func.name] = _callable(ctx, func, params, decorators, traced)
         for call in staging:
             parent = ctx.index.parent(call)
             if call not in func.decorator_list and isinstance(parent, ast.Assign) and len(parent.targets) == 1 \
                     and isinstance(parent.targets[0], ast.Name) and ctx.qualified_name(call.func) in COMPILING:
-                found[parent.targets[0].id] = JittedCallable(func, params, frozenset(_static_names(func, [call])))
+                found[parent.targets[0].id] = _callable(ctx, func, params, [call], traced)
     return found
+
+
+def _callable(ctx: "FileContext", func: ast.AST, params: tuple[str, ...], specs: list[ast.expr],
+              traced: set[str]) -> JittedCallable:
+    """Under `filter_jit` every parameter not traced (not annotated as an array) is static."""
+    if any(_transformation(ctx, s) in FILTERED for s in specs):
+        return JittedCallable(func, params, frozenset(p for p in params if p not in traced), filtered=True)
+    return JittedCallable(func, params, frozenset(_static_names(func, [s for s in specs if isinstance(s, ast.Call)])))
 
 
 def jitted_target(ctx: "FileContext", call: ast.Call) -> JittedCallable | None:
