@@ -88,9 +88,9 @@ def test_fixed_scripts_compute_the_same_results_on_cpu(script, fixed_copy):
 
 def test_the_readme_tour_shows_what_check_prints():
     readme = (ROOT / "README.md").read_text()
-    tour = readme[readme.index("$ xlalint check examples/"):]
+    tour = readme[readme.index("$ xlalint check --preview examples/"):]
     tour = tour[: tour.index("\n$ ", 1)]
-    proc = xlalint("check", "--no-cache", "examples/")
+    proc = xlalint("check", "--no-cache", "--preview", "examples/")
     assert proc.returncode == 1, proc.stderr
     shown = [line for line in tour.splitlines()[1:] if line != "..."]
     printed = proc.stdout.splitlines()
