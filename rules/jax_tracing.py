@@ -1307,6 +1307,9 @@ def _counters(loop: ast.For | ast.AsyncFor) -> list[str]:
     return []
 
 
+SHORT_LOOP = 10  # iterations: a demonstration, not training
+
+
 class HostReadPerStep(Rule):
     """## What it does
     Flags, on a per-step path of a JAX training loop (a loop that calls a jitted function computing
@@ -1426,8 +1429,19 @@ class HostReadPerStep(Rule):
             operands, what = list(positional(node)), self.ctx.code(func) + "()"
         if not operands or enclosing_traced(self.ctx, node) is not None:
             return
-        if any(is_device_array(self.ctx, o) for o in operands) and self.ctx.is_per_step(node):
+        if any(is_device_array(self.ctx, o) for o in operands) and self._per_step(node):
             self.report(node, self.summary.format(what=what))
+
+    def _per_step(self, node: ast.AST) -> bool:
+        """Per step of a loop that runs long enough for the waits to matter: a loop of a few
+        iterations written out (`for _ in range(3):`, a tutorial printing each result) is not."""
+        loop = self.ctx.index.enclosing_loop(node)
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
+                isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range" and \
+                all(isinstance(a, ast.Constant) and isinstance(a.value, int) for a in loop.iter.args) and \
+                len(range(*[a.value for a in loop.iter.args])) <= SHORT_LOOP:
+            return False
+        return self.ctx.is_per_step(node)
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
         """`f"{loss:.3f}"` formats the value: a read (a `print` of it is reported as the print)."""
@@ -1436,7 +1450,7 @@ class HostReadPerStep(Rule):
             return
         values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
         if values and enclosing_traced(self.ctx, node) is None and \
-                any(is_device_array(self.ctx, v) for v in values) and self.ctx.is_per_step(node):
+                any(is_device_array(self.ctx, v) for v in values) and self._per_step(node):
             self.report(node, self.summary.format(what="f-string"))
 
 

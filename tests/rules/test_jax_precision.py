@@ -331,3 +331,48 @@ def test_filter_jit_compiles_once_per_python_int_from_a_loop_and_not_per_array()
     assert compiles(lambda: exec(compile(as_array, "example", "exec"), data)) <= 2  # traced: one program (+ asarray)
     items = example.replace("for slot in range(num_slots):", "for slot in slots:")
     assert rows(items, StaticArgumentPerIteration) == []  # the items may be arrays: traced by filter_jit
+
+
+# -- a module's plain attributes are static structure; its arrays are read through `.value` -------
+MODULE_ATTRIBUTES = """
+import jax
+import jax.numpy as jnp
+
+class Param:
+    def __init__(self, value, out_sharding=None):
+        self.value, self.out_sharding = value, out_sharding
+
+class Model:  # as Flax NNX lays a module out: attributes static, Variables hold the arrays
+    def __init__(self, dim, kernel):
+        self.dim, self.kernel = dim, Param(kernel, ("a", None))
+
+jax.tree_util.register_pytree_node(Param, lambda p: ((p.value,), p.out_sharding), lambda aux, c: Param(c[0], aux))
+jax.tree_util.register_pytree_node(Model, lambda m: ((m.kernel,), m.dim), lambda aux, c: Model(aux, c[0].value))
+
+@jax.jit
+def forward(model, x):
+    print(model.kernel.out_sharding)
+    if model.dim == 4:
+        x = x * 2
+    return x @ model.kernel.value
+"""
+
+
+def test_a_modules_attributes_and_variable_metadata_are_static_its_values_are_traced():
+    assert rows(MODULE_ATTRIBUTES, PythonBranchOnTracer) == []
+    model = load(MODULE_ATTRIBUTES)["Model"](4, jnp.eye(2))
+    assert load(MODULE_ATTRIBUTES)["forward"](model, jnp.ones(2)).tolist() == [2.0, 2.0]
+    on_value = MODULE_ATTRIBUTES.replace("if model.dim == 4:", "if model.kernel.value.sum() > 0:")
+    assert rows(on_value, PythonBranchOnTracer) == [18]
+    namespace = load(on_value)
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        namespace["forward"](namespace["Model"](4, jnp.eye(2)), jnp.ones(2))
+
+
+def test_reads_in_a_short_written_out_loop_are_a_demonstration_not_training():
+    demo = NUMPY_READS.replace("for batch in batches:", "for batch in batches[:3]:")
+    assert rows(demo, HostReadPerStep) == [12, 13]  # a slice of the data: still a data loop
+    three = JITTED_METHOD.replace("for batch in batches:", "for _ in range(3):\n            batch = next(it)")
+    assert rows(three, HostReadPerStep) == []
+    many = JITTED_METHOD.replace("for batch in batches:", "for _ in range(1000):\n            batch = next(it)")
+    assert rows(many, HostReadPerStep) == [17]

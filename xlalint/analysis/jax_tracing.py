@@ -12,6 +12,7 @@ traced (`ConcretizationTypeError`, `TracerBoolConversionError`).
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -136,7 +137,12 @@ def enclosing_traced(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
 
 
 # values known while tracing: an array's metadata, and what jnp computes from metadata only
-STATIC_ATTRIBUTES = {"shape", "ndim", "dtype", "size", "itemsize", "nbytes", "aval", "sharding", "weak_type"}
+STATIC_ATTRIBUTES = {"shape", "ndim", "dtype", "size", "itemsize", "nbytes", "aval", "sharding", "weak_type",
+                     "out_sharding", "sharding_names", "metadata"}  # a Flax Variable's metadata too
+# a module's attributes are its static structure (`model.dim`, `model.num_heads`); its arrays live in
+# Variables, read through `.value` (or `[...]`), and what an array attribute computes
+MODULE_PARAMETER = re.compile(r"^(model|module|net|network|mdl|m|self|layer|block|encoder|decoder)$|_(model|module)$")
+ARRAY_ATTRIBUTES = {"T", "mT", "real", "imag", "value"}
 STATIC_FUNCTIONS = {"jax.numpy.shape", "jax.numpy.ndim", "jax.numpy.size", "jax.numpy.result_type",
                     "jax.numpy.dtype", "jax.numpy.iinfo", "jax.numpy.finfo", "len", "isinstance", "type"}
 MAX_DEPTH = 8
@@ -272,7 +278,16 @@ def is_traced_value(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
             return is_traced_value(ctx, leaves, depth + 1)
         return expr.id in traced_parameters(ctx, owner)
     if isinstance(expr, ast.Attribute):
-        return expr.attr not in STATIC_ATTRIBUTES and is_traced_value(ctx, expr.value, depth + 1)
+        if expr.attr in STATIC_ATTRIBUTES:
+            return False
+        if _module_root(ctx, expr):
+            if expr.attr not in ARRAY_ATTRIBUTES:
+                return False  # `model.dim`: a module's plain attribute is static structure
+            root = expr.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            return is_traced_value(ctx, root, depth + 1)  # `model.kernel.value`: a Variable's array
+        return is_traced_value(ctx, expr.value, depth + 1)
     if isinstance(expr, ast.Subscript):
         return is_traced_value(ctx, expr.value, depth + 1)
     if isinstance(expr, (ast.BinOp,)):
@@ -316,6 +331,21 @@ def _tree_map_operand(ctx: "FileContext", func: ast.AST, param: str) -> ast.expr
         return None
     position = params.index(param) + 1
     return args[position] if position < len(args) else None
+
+
+def _module_root(ctx: "FileContext", attribute: ast.Attribute) -> bool:
+    """`model.dim`, `self.encoder.num_layers`: an attribute chain on a parameter that holds a
+    module (by its name, or an annotation naming a Module/Model class)."""
+    root: ast.expr = attribute
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    if MODULE_PARAMETER.search(root.id):
+        return True
+    param = ctx.parameter(root)
+    return param is not None and param.annotation is not None and \
+        re.search(r"(Module|Model)\b", ast.unparse(param.annotation)) is not None
 
 
 def _binding_function(ctx: "FileContext", name: ast.Name) -> ast.AST | None:
