@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import math
 import re
 from typing import TYPE_CHECKING
 
@@ -93,18 +94,22 @@ def _mask_named(ctx: FileContext, expr: ast.expr) -> bool:
         "attention_mask" not in name and "padding_mask" not in name
 
 
-def elementwise_of(ctx: FileContext, mask: ast.expr, base: str, depth: int = 0) -> bool:
-    """`mask` is computed elementwise from the tensor spelled `base` (and scalars), so it has
-    exactly `base`'s shape: `x > 0`, `~torch.isnan(x)`, `(x > 0) & (x < 1)`, or a name bound to one."""
+def elementwise_of(ctx: FileContext, mask: ast.expr, base: ast.expr, depth: int = 0) -> bool:
+    """`mask` is computed elementwise from the tensor `base` (and scalars), so it has exactly
+    `base`'s shape: `x > 0`, `~torch.isnan(x)`, `(x > 0) & (x < 1)`, or a name bound to one. The `x`
+    in the mask must be the same binding as `base`, not the same spelling: after
+    `m = h > 0; h = h.repeat(3, 1)`, `m` has the old `h`'s shape."""
     return _elementwise(ctx, mask, base, depth) == "base"
 
 
-def _elementwise(ctx: FileContext, expr: ast.expr, base: str, depth: int) -> str | None:
+def _elementwise(ctx: FileContext, expr: ast.expr, base: ast.expr, depth: int) -> str | None:
     """"base" (shaped like base), "scalar" (a Python number), or None (anything else)."""
     if depth > MAX_DEPTH:
         return None
-    if ctx.code(expr) == base:
-        return "base"
+    if isinstance(expr, ast.Name) and isinstance(base, ast.Name) and expr.id == base.id:
+        return "base" if ctx.same_binding(expr, base) else None
+    if not isinstance(base, ast.Name) and ctx.code(expr) == ctx.code(base) and depth == 0:
+        return "base"  # `self.h[self.h > 0]`: written in the index itself, read at the same time
     if isinstance(expr, ast.Constant) and type(expr.value) in (int, float):
         return "scalar"
     if isinstance(expr, ast.UnaryOp):
@@ -393,10 +398,14 @@ class BooleanMaskIndex(Rule):
 
     ## Fix safety
     Only `x[m].sum()` is rewritten, to `torch.where(m, x, 0).sum()` (`where`, not `x * m`: a NaN
-    outside the mask must not leak into the sum). The fix is safe when the mask is built elementwise
-    from `x` itself (`x[x > 0].sum()`, `x[~torch.isnan(x)].sum()`), so it has `x`'s shape. Otherwise
-    it is unsafe: a row mask of shape `(N,)` over `x` of shape `(N, D)` selects whole rows, while
-    `where` broadcasts it against the last dimension (a wrong result or an error).
+    outside the mask must not leak into the sum). The result has the same dtype (int64 for integer
+    and bool `x`, `x`'s own for floats) and adds the same terms; it is exact up to summation order:
+    integer sums are equal, a float sum may differ in its last bits, as torch's own `sum()` does
+    from one thread count to another (it fixes no order). The fix is safe when the mask is built
+    elementwise from that same `x` (`x[x > 0].sum()`, `x[~torch.isnan(x)].sum()`; an earlier binding
+    of the name does not count), so it has `x`'s shape. Otherwise it is unsafe: a row mask of shape
+    `(N,)` over `x` of shape `(N, D)` selects whole rows, while `where` broadcasts it against the
+    last dimension (a wrong result or an error).
     """
 
     code, name, category = "XLA302", "boolean-mask-index", "dynamic_shape"
@@ -519,7 +528,7 @@ class BooleanMaskIndex(Rule):
         if not _summed(self.ctx, node):
             self.report(node)
             return
-        safe = elementwise_of(self.ctx, index, self.ctx.code(node.value))
+        safe = elementwise_of(self.ctx, index, node.value)
         torch_name, imports = _torch_spelling(self.ctx)
         self.report(node, fix=lambda cctx: _sum_with_where(cctx, node, index, torch_name, safe, imports))
 
@@ -537,8 +546,8 @@ def _sum_with_where(cctx: CstContext, node: ast.Subscript, mask: ast.expr, torch
     call = cctx.parent(cctx.parent(subscript))  # the `.sum()` around it
     mask_code, base = cctx.code(cctx.locate(mask)), cctx.code(subscript.value)
     new = cctx.parse_expression(f"{torch_name}.where({mask_code}, {base}, 0).sum()")
-    return Fix.replace(call, new, title="Mask with `where` and reduce over the full tensor", safe=safe,
-                       imports=imports)
+    return Fix.replace(call, new, title="Mask with `where` and reduce over the full tensor (exact up to summation "
+                       "order)", safe=safe, imports=imports)
 
 
 # -- XLA303 ----------------------------------------------------------------------------------------
@@ -581,9 +590,13 @@ class BooleanMaskAssign(Rule):
 
     ## Fix safety
     `x[m] = v` with a Python scalar `v` becomes `x.masked_fill_(m, v)`, which stays in place like
-    the original. It is safe when the mask is built elementwise from `x` itself (so it has `x`'s
-    shape); otherwise it is unsafe: a row mask of shape `(N,)` over `x` of shape `(N, D)` fills
-    whole rows through indexing, but `masked_fill_` broadcasts it against the last dimension.
+    the original. It is safe when the mask is built elementwise from that same `x` (so it has `x`'s
+    shape; the `x` in the mask must be the binding indexed, not an earlier one of the same name) and
+    `v` fits every float dtype `x` may have: `|v| <= 65504` (float16's largest), inf or nan.
+    Otherwise it is unsafe: a row mask of shape `(N,)` over `x` of shape `(N, D)` fills whole rows
+    through indexing, but `masked_fill_` broadcasts it against the last dimension; and on a float16
+    tensor (autocast) `x[m] = -1e9` saturates to `-inf` while `masked_fill_` raises ("value cannot
+    be converted to type at::Half without overflow").
     """
 
     code, name, category = "XLA303", "boolean-mask-assign", "dynamic_shape"
@@ -688,7 +701,7 @@ class BooleanMaskAssign(Rule):
         if not _python_scalar(self.ctx, node.value):
             self.report(target)
             return
-        safe = elementwise_of(self.ctx, mask, self.ctx.code(target.value))
+        safe = elementwise_of(self.ctx, mask, target.value) and _fits_every_float(_scalar_value(self.ctx, node.value))
         self.report(target, fix=lambda cctx: _masked_fill(cctx, node, mask, safe))
 
 
@@ -698,6 +711,33 @@ def _masked_fill(cctx: CstContext, node: ast.Assign, mask: ast.expr, safe: bool)
     mask_code = cctx.code(cctx.locate(mask))
     new = cst.Expr(cctx.parse_expression(f"{base}.masked_fill_({mask_code}, {value})"))
     return Fix.replace(assign, new, title="Use `masked_fill_` (static shape)", safe=safe)
+
+
+_CONSTANTS = {"math.inf": math.inf, "math.nan": math.nan, "math.pi": math.pi, "numpy.inf": math.inf,
+              "numpy.nan": math.nan}
+FLOAT16_MAX = 65504.0  # torch.finfo(torch.float16).max
+
+
+def _scalar_value(ctx: FileContext, value: ast.expr) -> float | None:
+    """The number a `_python_scalar` expression holds (None when it can't be told)."""
+    if isinstance(value, ast.Constant) and type(value.value) in (int, float, bool):
+        return value.value
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
+        inner = _scalar_value(ctx, value.operand)
+        return None if inner is None else -inner
+    if isinstance(value, ast.Call) and dotted_name(value.func) == "float" and value.args:
+        try:
+            return float(string_value(value.args[0]) or "")
+        except ValueError:
+            return None
+    return _CONSTANTS.get(ctx.qualified_name(value) or "")
+
+
+def _fits_every_float(value: float | None) -> bool:
+    """`masked_fill_` raises for a value its tensor's dtype overflows, where `x[m] = v` saturates to
+    +-inf: `-1e9` (the attention-mask idiom) on a float16 tensor under autocast. Integer dtypes
+    raise either way; every float dtype holds what float16 holds, and inf and nan."""
+    return value is not None and (math.isinf(value) or math.isnan(value) or abs(value) <= FLOAT16_MAX)
 
 
 def _python_scalar(ctx: FileContext, value: ast.expr) -> bool:

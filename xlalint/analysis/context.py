@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import guards, steps
-from .index import COMPREHENSIONS, FUNCTIONS, ModuleIndex, build_index, loop_bindings, target_names
+from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, target_names
 from .names import argument, dotted_name, function_params, last_part, positional
 from .project import NO_PROJECT, ProjectFacts, qualname
 from .reads import ParamRead
@@ -284,6 +284,59 @@ class FileContext:
                 break
             reaching.append(value)
         return reaching
+
+    def same_binding(self, first: ast.Name, second: ast.Name) -> bool:
+        """`first` and `second` read one binding of the same variable: one scope, nothing binds the
+        name between them in source order, and `first` runs before `second` (or in its statement):
+        `m = h > 0; h = h.repeat(3, 1); h[m] = 0` reads two bindings of `h`, and so does a loop that
+        carries `m` from the previous iteration."""
+        if first.id != second.id:
+            return False
+        scope = self.index.scope_of(first)
+        statement = self._statement(first)
+        if self.index.scope_of(second) is not scope or statement is None or not self._runs_before(statement, second):
+            return False
+        order = self.index.order
+        if order[first] > order[second] and statement is not self._statement(second):
+            return False
+        bindings = list(self._bindings(scope, first.id))
+        low, high = sorted((order[first], order[second]))
+        if any(low < order[node] < high for node in bindings):
+            return False
+        # a loop around `second` only: a binding anywhere in it reaches `second` on the next round
+        first_loops = set(self.index.ancestors(first))
+        for loop in self.index.ancestors(second):
+            if loop is scope:
+                break
+            if isinstance(loop, LOOPS) and loop not in first_loops and \
+                    any(loop in self.index.ancestors(node) for node in bindings):
+                return False
+        return True
+
+    def _runs_before(self, statement: ast.stmt, node: ast.AST) -> bool:
+        """`statement` is in a block around `node` (not a branch beside it): whenever `node` runs, it
+        ran before in that block (when it comes first in source order)."""
+        holder, field = self.index.parent(statement), self.index.field_of(statement)
+        child = node
+        for anc in self.index.ancestors(node):
+            if anc is holder:
+                return self.index.field_of(child) == field
+            child = anc
+        return False
+
+    def _statement(self, node: ast.AST) -> ast.stmt | None:
+        return next((a for a in self.index.ancestors(node) if isinstance(a, ast.stmt)), None)
+
+    def _bindings(self, scope: ast.AST, name: str):
+        """The nodes that bind `name` in `scope`: stores and deletions, definitions, imports, handlers."""
+        for node in self.index.by_type.get(ast.Name, ()):
+            if node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)) and self.index.scope_of(node) is scope:
+                yield node
+        for kind in (*FUNCTIONS, ast.ClassDef, ast.ExceptHandler, ast.alias):
+            for node in self.index.by_type.get(kind, ()):
+                bound = (node.asname or node.name.partition(".")[0]) if isinstance(node, ast.alias) else node.name
+                if bound == name and self.index.scope_of(node) is scope:
+                    yield node
 
     def _loop_target(self, name: ast.Name, scope: ast.AST) -> bool:
         """A `for` loop around `name` (within its scope) binds it at every iteration."""
