@@ -525,6 +525,25 @@ def _reaching(ctx: FileContext, name: str, use: ast.AST) -> ImportBinding | None
     return None
 
 
+def _runs_with_stand_in(ctx: FileContext, anchor: ImportBinding, use: ast.AST) -> bool:
+    """The file also binds the torch_xla import's name to something else (`except ImportError:` a
+    class, a `SimpleNamespace`, another import, `None`) and `use` may run with it: on CPU the old
+    call reaches the stand-in, the new spelling names a module that was never imported (NameError).
+    `None` counts only where `use` may run when the name is None (not under `if xm is not None:`)."""
+    for node in ctx.bindings_of(anchor.scope, anchor.name):
+        if isinstance(node, ast.alias):
+            statement = ctx.parent(node)
+            module = node.name if isinstance(statement, ast.Import) else f"{statement.module}.{node.name}"
+            if module.split(".")[0] in ("torch_xla", "torch_xla_py"):
+                continue  # the import itself, or another spelling of a torch_xla module
+        assigned = ctx.parent(node)
+        if isinstance(assigned, ast.Assign) and isinstance(assigned.value, ast.Constant) and \
+                assigned.value.value is None and ctx.only_when_not_none(anchor.name, use):
+            continue
+        return True
+    return False
+
+
 def _spell(ctx: FileContext, used: set[str], target: str, use: ast.AST) -> tuple[str, list[ImportRequest]] | None:
     """How the fixed code names `target` at `use`, reusing the file's imports (TorchFix's
     `call_with_name_changes`), and the imports that make it valid. None when no spelling is safe.
@@ -892,6 +911,10 @@ class _MigrationVisitor:
                 own_imports[anchor_statement] = needed
             imports.extend(r for r in requests if r not in imports)
         anchor = _reaching(ctx, beside, refs[0]) if beside and refs else None
+        applicability, title = entry.applicability, f"Use `{spelled}`"
+        if applicability is Applicability.SAFE and anchor is not None and \
+                any(_runs_with_stand_in(ctx, anchor, ref) for ref in refs):
+            applicability, title = Applicability.UNSAFE, f"{title} (`{beside}` has a stand-in without torch_xla)"
         if removed is None and anchor is not None:
             if isinstance(anchor.statement, ast.Import):
                 if anchor.name != anchor.qualified.split(".")[0]:  # `import a.b as x`; never `import a.b`
@@ -899,7 +922,7 @@ class _MigrationVisitor:
             else:
                 module, _, obj = anchor.qualified.rpartition(".")
                 removed = ImportRequest(module, obj, anchor.name if anchor.name != obj else None)
-        return _UsesFix(entry.applicability, f"Use `{spelled}`", tuple(changes), own_imports, tuple(imports),
+        return _UsesFix(applicability, title, tuple(changes), own_imports, tuple(imports),
                         (removed,) if removed else ()).build
 
 
@@ -957,7 +980,10 @@ module is reused, else `import torch_xla.runtime as xr` is added next to the old
 same `try/except ImportError` when it is guarded; the old import goes once unused). A call passing
 an argument the new function lacks (`defval`) gets no fix. The `torch_xla.experimental.xla_sharding`
 move is unsafe (`torch_xla.distributed.spmd` re-exports only the public names); `pjrt` and
-`parse_xla_device` have no automatic fix. Dropping `nprocs` from `xmp.spawn` is unsafe: from 2.1 to
+`parse_xla_device` have no automatic fix. Where the file binds the module's name to a stand-in as
+well (`except ImportError: xm = SimpleNamespace(...)`, a class, another import, or `None` where the
+use does not check for it), the rename is unsafe: without torch_xla the old call reached the stand-in,
+the new name is unbound (NameError). Dropping `nprocs` from `xmp.spawn` is unsafe: from 2.1 to
 2.5 it changes nothing (the count was ignored), from 2.6 the call runs on every device instead of
 raising (set `<X>_NUM_DEVICES` for fewer); it is offered only when `nprocs` is a keyword or the last
 positional argument. Environment variables get no fix: PJRT's variables take other values.
@@ -1027,7 +1053,10 @@ for x, y in loader:
 `mark_step` -> `sync` and `xla_device` -> `device` are safe: in 2.8 the old functions just call the
 new ones (`wait`, `reset_scope` and the device index are kept; `xla_device(n, devkind)` gets no fix).
 `import torch_xla` is added next to the import of `xm`, inside its `try/except ImportError` when it
-is guarded. Environment variables get no fix: casting a model is a change to the program, not a rename.
+is guarded. Where the file binds `xm` to a stand-in as well (`except ImportError:` a class, a
+`SimpleNamespace`, another import, or `None` where the use does not check `xm is not None`), the fix
+is unsafe: without torch_xla the old call reached the stand-in, `torch_xla` is unbound (NameError).
+Environment variables get no fix: casting a model is a change to the program, not a rename.
 
 With a target torch_xla (`--target-version`, `target-version`, or the project's pin) older than a
 replacement, that entry is not reported: the suggested code would not run there; a variable without

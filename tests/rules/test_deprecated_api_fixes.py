@@ -4,6 +4,7 @@ import textwrap
 
 import libcst as cst
 
+from xlalint.diagnostics import Applicability
 from xlalint.rules.deprecated_api import DeprecatedXlaApi, RemovedXlaApi
 from xlalint.testing import fix_code, lint_code
 
@@ -59,21 +60,27 @@ def test_realistic_script_safe_fixes_parse_and_converge():
     fixed = fix_code(SCRIPT, RULES, unsafe=False)
     compile(fixed, "fixed.py", "exec")
     assert fix_code(fixed, RULES, unsafe=False) == fixed
+    # `xm = None` without torch_xla: a use behind `xm is None or` never meets it, the safe fix applies
     assert "xm.get_ordinal" not in fixed and "xr.global_ordinal() == 0" in fixed
-    assert "torch_xla.device()" in fixed and "torch_xla.sync()" in fixed
+    # the others may run with `xm = None`: their fixes turn an AttributeError into a NameError (unsafe)
+    assert "xm.xla_device()" in fixed and "xm.xrt_world_size()" in fixed and "xm.mark_step()" in fixed
     assert "nprocs=8" in fixed  # dropping it is unsafe: not applied without opt-in
-    # the new imports sit inside the same try/except ImportError as the old ones
+    # the new import sits inside the same try/except ImportError as the old ones
     module = cst.parse_module(fixed)
     guarded = cst.Module([module.body[4]]).code
-    assert "import torch_xla.runtime as xr" in guarded and "import torch_xla\n" in guarded
+    assert "import torch_xla.runtime as xr" in guarded
     left = lint_code(fixed, RULES)
-    assert [(d.code, d.location.row) for d in left] == [("XLA601", 38)]  # only `nprocs=8`, whose fix is unsafe
+    assert [(d.code, d.location.row) for d in left] == [("XLA602", 22), ("XLA601", 25), ("XLA602", 32), ("XLA601", 37)]
+    assert all(d.fix.applicability is Applicability.UNSAFE for d in left)
 
 
 def test_realistic_script_unsafe_fixes_parse_and_converge():
     fixed = fix_code(SCRIPT, RULES, unsafe=True)
     compile(fixed, "fixed.py", "exec")
     assert fix_code(fixed, RULES, unsafe=True) == fixed
+    assert "torch_xla.device()" in fixed and "torch_xla.sync()" in fixed
+    guarded = cst.Module([cst.parse_module(fixed).body[4]]).code
+    assert "import torch_xla.runtime as xr" in guarded and "import torch_xla\n" in guarded
     # xmp.spawn stays (it is not deprecated); only the count PJRT rejects goes
     assert 'xmp.spawn(train, args=({"lr": 0.1},))' in fixed
     assert not lint_code(fixed, RULES)

@@ -299,7 +299,7 @@ class FileContext:
         order = self.index.order
         if order[first] > order[second] and statement is not self._statement(second):
             return False
-        bindings = list(self._bindings(scope, first.id))
+        bindings = list(self.bindings_of(scope, first.id))
         low, high = sorted((order[first], order[second]))
         if any(low < order[node] < high for node in bindings):
             return False
@@ -327,7 +327,7 @@ class FileContext:
     def _statement(self, node: ast.AST) -> ast.stmt | None:
         return next((a for a in self.index.ancestors(node) if isinstance(a, ast.stmt)), None)
 
-    def _bindings(self, scope: ast.AST, name: str):
+    def bindings_of(self, scope: ast.AST, name: str):
         """The nodes that bind `name` in `scope`: stores and deletions, definitions, imports, handlers."""
         for node in self.index.by_type.get(ast.Name, ()):
             if node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)) and self.index.scope_of(node) is scope:
@@ -337,6 +337,32 @@ class FileContext:
                 bound = (node.asname or node.name.partition(".")[0]) if isinstance(node, ast.alias) else node.name
                 if bound == name and self.index.scope_of(node) is scope:
                     yield node
+
+    def only_when_not_none(self, name: str, node: ast.AST) -> bool:
+        """`node` runs only when `name` is not None: under `if name is not None:` (or `if name:`), in the
+        else of `if name is None:`, after `name is not None and` or `name is None or`, or below
+        `if name is None: return`."""
+        child = node
+        for anc in self.index.ancestors(node):
+            field = self.index.field_of(child)
+            if isinstance(anc, (ast.If, ast.IfExp, ast.While)) and field in ("body", "orelse"):
+                if _none_test(anc.test, name) == (1 if field == "body" else -1):
+                    return True
+            elif isinstance(anc, ast.BoolOp) and field == "values":
+                wanted = 1 if isinstance(anc.op, ast.And) else -1
+                if any(_none_test(v, name) == wanted for v in anc.values[:anc.values.index(child)]):
+                    return True
+            if isinstance(child, ast.stmt) and isinstance(getattr(anc, field or "", None), list):
+                for earlier in getattr(anc, field):
+                    if earlier is child:
+                        break
+                    if isinstance(earlier, ast.If) and not earlier.orelse and guards.exits_block(earlier.body) \
+                            and _none_test(earlier.test, name) == -1:
+                        return True
+            if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+                return False
+            child = anc
+        return False
 
     def _loop_target(self, name: ast.Name, scope: ast.AST) -> bool:
         """A `for` loop around `name` (within its scope) binds it at every iteration."""
@@ -429,6 +455,19 @@ class FileContext:
             if len(found) >= MAX_CALL_SITES:
                 break
         return found
+
+def _none_test(test: ast.expr, name: str) -> int:
+    """1 if `test` holds only when `name` is not None (`name is not None`, `name`), -1 if only when it
+    is None (`name is None`, `not name`), else 0."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return -_none_test(test.operand, name) if isinstance(test.operand, ast.Name) else 0
+    if isinstance(test, ast.Name):
+        return 1 if test.id == name else 0
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and \
+            test.left.id == name and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+        return 1 if isinstance(test.ops[0], (ast.IsNot, ast.NotEq)) else -1 if isinstance(test.ops[0], (ast.Is, ast.Eq)) else 0
+    return 0
+
 
 def _moves_to_host(value: ast.expr) -> bool:
     """`x.cpu()`, `x.to("cpu")`, `x.numpy()`, `x.tolist()`: a value on the host, whatever `x` was."""
