@@ -50,11 +50,11 @@ KINDS = ("function", "module", "environment", "argument")
 CONFIGURED = "<configured>"  # an argument value the file does not show
 REQUIRED = ("name", "status", "fix", "reference", "note")
 OPTIONAL = ("kind", "replacement", "deprecated_in", "removed_in", "replacement_since", "params",
-            "argument", "position", "allowed", "off")
+            "params_since", "argument", "position", "allowed", "off")
 # Keys only some kinds take (every other optional key fits every kind).
-KIND_KEYS = {"params": ("function",), "argument": ("argument",), "position": ("argument",),
+KIND_KEYS = {"params": ("function",), "params_since": ("function",), "argument": ("argument",), "position": ("argument",),
              "allowed": ("argument",), "off": ("environment",)}
-NOT_STRINGS = ("params", "position", "allowed", "off")
+NOT_STRINGS = ("params", "params_since", "position", "allowed", "off")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _ENV = re.compile(r"[A-Z_][A-Z0-9_]*")
 _VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
@@ -78,6 +78,7 @@ class Migration:
     removed_in: str | None = None
     replacement_since: str | None = None
     params: tuple[tuple[str, str], ...] | None = None  # (old keyword, new keyword); None: every argument carries
+    params_since: tuple[tuple[str, str], ...] = ()  # (new keyword, first release whose replacement takes it)
     argument: str | None = None  # kind "argument": the parameter whose value is checked ...
     position: int | None = None  # ... its positional index ...
     allowed: tuple[object, ...] | None = None  # ... and the values it may still take
@@ -227,6 +228,13 @@ def _validate(row: dict, where: str, seen: set[tuple]) -> Migration:
         if not isinstance(raw, list) or not all(isinstance(p, str) and _PARAM.fullmatch(p) for p in raw):
             fail(f"`params` must be a list of 'old' or 'old:new' parameter names, got {raw!r}")
         extra["params"] = tuple((p.partition(":")[0], p.partition(":")[2] or p.partition(":")[0]) for p in raw)
+    if "params_since" in row:
+        since = row["params_since"]
+        new_names = {new for _, new in extra.get("params", ())}
+        if not isinstance(since, dict) or not all(k in new_names and isinstance(v, str) and _VERSION.fullmatch(v)
+                                                  for k, v in since.items()):
+            fail(f"`params_since` must map parameters of `params` (new names) to versions like 2.8, got {since!r}")
+        extra["params_since"] = tuple(since.items())
     fields = {k: v for k, v in row.items() if k not in extra}
     return Migration(**fields, **extra)
 
@@ -387,11 +395,12 @@ def _module_node(ctx: FileContext, node: ast.ImportFrom) -> ast.AST:
 
 NEW, OLD, EITHER = 1, -1, 0  # the branch runs on the newer torch_xla / on the older one / can't tell
 _VERSION_WORD = re.compile(
-    r"version|\d+_\d+|greater|at_?least|newer|older|lower|less_than|torch_xla\s*[<>=!~]|^\s*[<>=!~]=?\s*\d+\.\d+",
+    r"version|\d+_\d+|greater|at_?least|newer|older|lower|less_than|torch_xla\s*[<>=!~]|^\s*[<>=!~]=?\s*\d+\.\d+|"
+    r"(^|_)(ge|gt|le|lt)_?\d",  # `XLA_GE_28`, `_TORCH_XLA_LT_2_8`
     re.I,
 )
-_NEW_WORD = re.compile(r"greater|at_?least|newer|>", re.I)
-_OLD_WORD = re.compile(r"older|lower|less|<", re.I)
+_NEW_WORD = re.compile(r"greater|at_?least|newer|>|(^|_)(ge|gt)_?\d", re.I)
+_OLD_WORD = re.compile(r"older|lower|less|<|(^|_)(le|lt)_?\d", re.I)
 _MISSING_API_ERRORS = {"AttributeError", "ImportError", "ModuleNotFoundError", "NameError"}
 
 
@@ -449,13 +458,18 @@ def _falls_back(handler: ast.ExceptHandler) -> bool:
     return False
 
 
-def _in_compat_fallback(ctx: FileContext, node: ast.AST) -> bool:
-    """`node` is the old-torch_xla side of a version/feature check or of a try/except fallback."""
+def _in_compat_fallback(ctx: FileContext, node: ast.AST, entry: Migration | None = None) -> bool:
+    """`node` is the old-torch_xla side of a version/feature check or of a try/except fallback, or
+    of an `if`/`else` whose other branch calls `entry`'s replacement (`if flag: torch_xla.sync()
+    else: xm.mark_step()`: whatever the flag is, the file already chose per version)."""
     child = node
     for anc in ctx.index.ancestors(node):
         field = ctx.index.field_of(child)
         if isinstance(anc, (ast.If, ast.IfExp)):
             polarity = _version_polarity(anc.test)
+            other = {"body": anc.orelse, "orelse": anc.body}.get(field)
+            if entry is not None and entry.replacement and other and _names(ctx, other, entry.replacement):
+                return True
             if polarity is not None:
                 if field == "body" and polarity != NEW:
                     return True
@@ -475,6 +489,15 @@ def _in_compat_fallback(ctx: FileContext, node: ast.AST) -> bool:
                     if polarity is not None and polarity != OLD:
                         return True  # `if new_xla: ...; return` then the old path
         child = anc
+    return False
+
+
+def _names(ctx: FileContext, branch: ast.AST | list[ast.stmt], qualified: str) -> bool:
+    """Some name or attribute in `branch` refers to `qualified` through the file's imports."""
+    for root in branch if isinstance(branch, list) else [branch]:
+        for node in ast.walk(root):
+            if isinstance(node, (ast.Name, ast.Attribute)) and qualified in _qualified_names(ctx, node):
+                return True
     return False
 
 
@@ -589,6 +612,12 @@ def _carry_arguments(ctx: FileContext, call: ast.Call, entry: Migration) -> list
         return [KEEP] * (len(call.args) + len(call.keywords))
     renames = dict(entry.params)
     if has_star_args(call) or len(call.args) > len(entry.params) or any(kw.arg not in renames for kw in call.keywords):
+        return None
+    # the replacement at the target release must take every argument passed, not only exist there
+    passed = [new for _, new in entry.params[:len(call.args)]] + [renames[kw.arg] for kw in call.keywords]
+    since = dict(entry.params_since)
+    target = ctx.target_version
+    if target is not None and any(p in since and parse_version(since[p]) > target for p in passed):
         return None
     return [KEEP] * len(call.args) + [(renames[kw.arg], None) for kw in call.keywords]
 
@@ -839,7 +868,7 @@ class _MigrationVisitor:
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _excused(self, node: ast.AST, entry: Migration) -> bool:
-        return _in_compat_fallback(self.ctx, node) or _own_implementation(self.ctx, node, entry)
+        return _in_compat_fallback(self.ctx, node, entry) or _own_implementation(self.ctx, node, entry)
 
     def _check_setting(self, key: ast.expr | ast.keyword, value: ast.expr | None) -> None:
         """`key` (a keyword's name, or an expression naming the variable) is set to `value`."""
@@ -992,8 +1021,9 @@ With a target torch_xla (`--target-version`, `target-version`, or the project's 
 replacement, that entry is not reported: the suggested code would not run there.
 
 ## Known problems
-Version checks are recognised by their words (`version`, `_GREATER_EQUAL_2_1`, `hasattr`), and a
-call in an `except AttributeError/ImportError` handler counts as a fallback. Only values this file
+Version checks are recognised by their words (`version`, `_GREATER_EQUAL_2_1`, `XLA_GE_28`,
+`hasattr`), an `if`/`else` whose other branch uses the replacement is a version switch whatever its
+test, and a call in an `except AttributeError/ImportError` handler counts as a fallback. Only values this file
 shows are judged: `nprocs=8`, or a name or `a if c else b` holding a literal; `nprocs=args.cores` is
 not reported. An environment variable is found where the code sets `os.environ` (`[...] =`,
 `setdefault`, `update`) or calls `os.putenv` with its name as a literal (or a name holding one); a
@@ -1060,7 +1090,9 @@ Environment variables get no fix: casting a model is a change to the program, no
 
 With a target torch_xla (`--target-version`, `target-version`, or the project's pin) older than a
 replacement, that entry is not reported: the suggested code would not run there; a variable without
-a replacement is reported once the target deprecates it.
+a replacement is reported once the target deprecates it. Arguments are checked against the target
+too (`params_since` in the table): below 2.8, `xm.mark_step(wait=True)` or `(reset_scope=...)` is
+reported without a fix, as `torch_xla.sync` is not known to take them there.
 
 ## Known problems
 Setting a variable to a value that leaves it off (`"0"`, `"false"`) is not reported. The variable's

@@ -68,3 +68,41 @@ def test_a_bad_target_version_is_a_one_line_error(run_cli, project, value):
     project.write("train.py", CODE)
     code, _, err = run_cli("check", "train.py", cwd=project)
     assert code == 2 and "target-version" in err and err.count("\n") == 1
+
+
+SYNC_CALLS = """\
+import torch_xla.core.xla_model as xm
+
+xm.mark_step()
+xm.mark_step(wait=True)
+xm.mark_step(reset_scope=False)
+xm.mark_step(True)
+"""
+
+
+def fixes_by_row(run_cli, project, *args):
+    project.write("train.py", SYNC_CALLS)
+    code, out, err = run_cli("check", "--output-format", "json", *args, "train.py", cwd=project)
+    assert code == 1, err
+    return {d["location"]["row"]: d["fix"] and d["fix"]["applicability"] for d in json.loads(out)}
+
+
+@pytest.mark.parametrize("target", ["2.4", "2.5", "2.6", "2.7"])
+def test_arguments_the_target_replacement_does_not_take_get_no_fix(run_cli, project, target):
+    # torch_xla.sync exists there, but is not known to take `wait`/`reset_scope` before 2.8
+    assert fixes_by_row(run_cli, project, "--target-version", target) == {3: "safe", 4: None, 5: None, 6: None}
+    code, out, _ = run_cli("fix", "--target-version", target, "train.py", cwd=project)
+    assert "+torch_xla.sync()" in out and "sync(wait" not in out and "sync(reset_scope" not in out
+    assert "sync(True)" not in out
+
+
+@pytest.mark.parametrize("target", ["2.8", "2.9", None])
+def test_from_the_release_that_takes_them_the_arguments_carry_over(run_cli, project, target):
+    args = ("--target-version", target) if target else ()
+    assert fixes_by_row(run_cli, project, *args) == {3: "safe", 4: "safe", 5: "safe", 6: "safe"}
+
+
+def test_the_table_records_when_the_replacement_takes_each_argument():
+    mark_step = entry("xla_model.mark_step")
+    assert dict(mark_step.params_since) == {"wait": "2.8", "reset_scope": "2.8"}
+    assert mark_step.replacement_since == "2.4"

@@ -2,6 +2,8 @@
 
 import textwrap
 
+import pytest
+
 import libcst as cst
 
 from xlalint.diagnostics import Applicability
@@ -229,3 +231,38 @@ def test_sharded_tensor_import_moved_in_2_5():
     assert "removed in torch_xla 2.5" in found.message
     assert fix_code(code, [RemovedXlaApi], unsafe=False) == \
         "from torch_xla.distributed.spmd.xla_sharded_tensor import XLAShardedTensor\n"
+
+
+@pytest.mark.parametrize("test", ["XLA_GE_28", "_TORCH_XLA_GE_2_8", "not XLA_LT_28", "use_new_api", "hasattr(torch_xla, 'sync')",
+                                  'version.parse(torch_xla.__version__) >= version.parse("2.8")'])
+def test_a_branch_beside_the_replacement_is_a_fallback_and_stays(test):
+    code = textwrap.dedent(
+        f"""
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        from packaging import version
+
+        def barrier():
+            if {test}:
+                torch_xla.sync()
+            else:
+                xm.mark_step()
+            sync = torch_xla.sync if {test} else xm.mark_step
+        """
+    )
+    assert lint_code(code, RULES) == []
+    assert fix_code(code, RULES, unsafe=True) == code
+
+
+@pytest.mark.parametrize("test", ["XLA_LT_28", "not XLA_GE_28"])
+def test_the_old_side_of_a_version_flag_is_not_reported(test):
+    code = textwrap.dedent(
+        f"""
+        import torch_xla.core.xla_model as xm
+
+        def barrier():
+            if {test}:
+                xm.mark_step()
+        """
+    )
+    assert lint_code(code, RULES) == []
