@@ -101,13 +101,15 @@ class ClipGradNormSync(Rule):
 
     ## Fix safety
     The fix calls `xlalint.runtime.clip_grad_norm_` with the same arguments, dropping
-    `foreach=True`. It is safe for `foreach=True` and `norm_type=inf`: the runtime computes exactly
-    torch's result (bit-identical on CPU/CUDA, where `foreach=None` picks the same kernels as
-    `foreach=True` for plain tensors) without any host sync. It is unsafe when
-    `error_if_nonfinite` may be true: on torch_xla the runtime raises torch's error at the step
-    barrier (a step closure reads the norm once the step ran: no graph cut), so the update of that
-    step is already applied; on torchax it cannot check without a sync and warns instead;
-    elsewhere it raises as torch does.
+    `foreach=True`. It is unsafe: the added `from xlalint.runtime import clip_grad_norm_` makes the
+    code import the linter at run time, and the training environment may not have it (the pre-commit
+    fix hook runs in an environment of its own); in a file that already imports xlalint it is safe
+    for `foreach=True` and `norm_type=inf`. There the runtime computes exactly torch's result
+    (bit-identical on CPU/CUDA, where `foreach=None` picks the same kernels as `foreach=True` for
+    plain tensors) without any host sync. It changes behaviour when `error_if_nonfinite` may be
+    true: on torch_xla the runtime raises torch's error at the step barrier (a step closure reads the
+    norm once the step ran: no graph cut), so the update of that step is already applied; on torchax
+    it cannot check without a sync and warns instead; elsewhere it raises as torch does.
     """
 
     code, name, category = "XLA501", "clip-grad-norm-sync", "clip_grad_norm"
@@ -184,6 +186,7 @@ class ClipGradNormSync(Rule):
                 optimizer.step()
                 torch_xla.sync()
             """,
+            applicability=Applicability.UNSAFE,
         ),
         Invalid(
             """
@@ -208,6 +211,7 @@ class ClipGradNormSync(Rule):
                 optimizer.step()
                 torch_xla.sync()
             """,
+            applicability=Applicability.UNSAFE,
         ),
         Invalid(
             """
@@ -370,7 +374,9 @@ class ManualGradClipping(Rule):
     gradients), the fix replaces the `if` statement with
     `xlalint.runtime.clip_grad_norm_(params, max_norm)`. It is unsafe: the coefficient is computed as
     torch computes it (`max_norm / (norm + 1e-6)`, clamped at 1, applied always), which may differ
-    slightly from the hand-written formula, and the 2-norm is recomputed by the runtime.
+    slightly from the hand-written formula, and the 2-norm is recomputed by the runtime; and the
+    added `from xlalint.runtime import clip_grad_norm_` makes the code import the linter at run time,
+    which the training environment may not have.
     """
 
     code, name, category = "XLA502", "manual-grad-clipping", "clip_grad_norm"

@@ -702,7 +702,11 @@ class OptimizerStepWithoutBarrier(Rule):
 
     Where DDP, FSDP, ZeRO, SPMD or `xm.reduce_gradients` already reduce the gradients, reducing them
     again would be redundant or wrong: the fix adds `xlalint.runtime.sync()` (`torch_xla.sync()` on
-    XLA, a no-op elsewhere) after the step instead, which computes the same values. It is safe.
+    XLA, a no-op elsewhere) after the step instead, which computes the same values. It is unsafe
+    all the same, as every fix of this rule: the added `from xlalint.runtime import ...` makes the
+    code import the linter at run time, and the training environment may not have it (the pre-commit
+    fix hook runs in an environment of its own). Only in a file that already imports xlalint is the
+    barrier fix safe.
     There is no fix when the step is part of a `return` or a compound statement.
 
     ## Known problems
@@ -1113,6 +1117,7 @@ class OptimizerStepWithoutBarrier(Rule):
                 optimizer.step()  # DDP reduced the gradients; nothing cuts the graph
                 sync()
             """,
+            applicability=Applicability.UNSAFE,
         ),
         Invalid(
             """
@@ -1756,7 +1761,10 @@ class GradientAccumulationWithoutBarrier(Rule):
     ## Fix safety
     The fix adds `xlalint.runtime.sync()` (`torch_xla.sync()` when torch_xla is in use, else a
     no-op) right after the backward. It changes where graphs are cut, not what they compute: the
-    same gradients are accumulated. It is safe.
+    same gradients are accumulated. It is unsafe all the same: the added `from xlalint.runtime
+    import sync` makes the code import the linter at run time, and the training environment may not
+    have it (the pre-commit fix hook runs in an environment of its own). In a file that already
+    imports xlalint it is safe.
 
     ## Known problems
     Reported only when the loop and its loader are in this file and the loader is a host loader
@@ -1873,6 +1881,7 @@ class GradientAccumulationWithoutBarrier(Rule):
                     optimizer.zero_grad()
                     xm.mark_step()
             """,
+            applicability=Applicability.UNSAFE,
         ),
         Invalid(
             """
@@ -1902,6 +1911,7 @@ class GradientAccumulationWithoutBarrier(Rule):
                     xm.optimizer_step(optimizer, barrier=True)
                     optimizer.zero_grad()
             """,
+            applicability=Applicability.UNSAFE,
         ),
     ]
 

@@ -96,3 +96,16 @@ def test_the_readme_tour_shows_what_check_prints():
     printed = proc.stdout.splitlines()
     assert all(line in printed for line in shown), [line for line in shown if line not in printed]
     assert shown[-3:] == printed[-3:]  # the totals
+
+
+def test_safe_fixes_never_make_the_examples_import_the_linter(tmp_path):
+    """The pre-commit fix hook runs `xlalint fix --write` (safe only) from an environment of its own:
+    what it writes must run where xlalint is not installed."""
+    copy = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, copy)
+    safe = xlalint("fix", "--no-cache", copy)
+    assert safe.returncode == 1 and safe.stdout.startswith("--- a/"), safe.stderr
+    added = [line for line in safe.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert added and not [line for line in added if "xlalint" in line]
+    unsafe = xlalint("fix", "--no-cache", "--unsafe-fixes", copy)
+    assert "+from xlalint.runtime import" in unsafe.stdout  # what the safe run leaves out

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .analysis.context import FileContext
 from .analysis.project import NO_PROJECT, ProjectFacts, ProjectIndex, summarize
-from .diagnostics import Diagnostic, Fix, Location
+from .diagnostics import Applicability, Diagnostic, Fix, Location
 from .noqa import parse_noqa
 from .rule import FixBuilder, Rule
 from .source import SourceError, SourceFile, SourceText, decode_source
@@ -123,7 +123,7 @@ def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, w
     """Run the fix builders of `found` on the file's libcst tree (parsed here, and only here)."""
     if not any(item.builder for item in found):
         return None
-    from .fixing.apply import apply_fixes, text_edits
+    from .fixing.apply import apply_fixes, imports_the_linter, text_edits
     from .fixing.context import CstContext
 
     module = parse_cst(source)
@@ -137,6 +137,9 @@ def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, w
         item.fix = item.builder(cst_ctx)
         if item.fix is None:
             continue
+        if imports_the_linter(cst_ctx, item.fix):
+            # the training environment may not have xlalint (pre-commit installs it on its own)
+            item.fix.applicability = Applicability.UNSAFE
         item.fix_spans = tuple(_cst_span(cst_ctx, node) for node, _ in item.fix.replacements.values())
         if with_edits:
             item.fix.edits = text_edits(original, apply_fixes(cst_ctx, [item.fix]).code)

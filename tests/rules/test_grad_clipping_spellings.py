@@ -82,7 +82,8 @@ def test_positional_foreach_is_dropped_and_trailing_comma_kept():
         )
         """
     ).lstrip()
-    fixed = fix_code(code, [XLA501], unsafe=False)
+    assert fix_code(code, [XLA501], unsafe=False) == code  # it imports xlalint.runtime: unsafe
+    fixed = fix_code(code, [XLA501], unsafe=True)
     assert "clip_grad_norm_(params, 1.0, 2.0, False)\n" in fixed
     assert "clip_grad_norm_(\n    params,\n    max_norm=1.0,\n)\n" in fixed
     assert "True" not in fixed

@@ -60,7 +60,8 @@ def _train(code: str) -> list[torch.Tensor]:
 def test_accumulation_fix_adds_a_barrier_per_micro_batch_and_trains_the_same():
     code = textwrap.dedent(ACCUMULATION).lstrip()
     assert _found(code) == [("XLA404", 19)]
-    fixed = fix_code(code, FAMILY, unsafe=False)
+    assert fix_code(code, FAMILY, unsafe=False) == code  # it imports xlalint.runtime: unsafe
+    fixed = fix_code(code, FAMILY, unsafe=True)
     assert "    loss.backward()\n    sync()\n" in fixed
     assert _found(fixed) == []
     before, after = _train(code), _train(fixed)

@@ -170,7 +170,7 @@ def test_reduced_gradients_still_need_the_barrier(imports, setup, reducer):
     found = lint_code(code, FAMILY, with_edits=True)
     assert [d.code for d in found] == ["XLA401"]
     assert f"{reducer} already reduces the gradients" in found[0].message
-    assert found[0].fix.applicability is Applicability.SAFE
+    assert found[0].fix.applicability is Applicability.UNSAFE  # it imports xlalint.runtime
     fixed = fix_code(code, FAMILY, unsafe=True)
     # the barrier is added; the gradients are not reduced a second time
     assert "optimizer_step" not in fixed and "reduce_gradients" not in fixed
@@ -342,10 +342,10 @@ def test_fix_on_a_shared_line_and_in_a_suite():
     code = textwrap.dedent(REDUCED.format(imports="from torch.nn.parallel import DistributedDataParallel as DDP",
                                           setup="model = DDP(model)")).lstrip()
     shared = code.replace("    optimizer.step()\n", "    optimizer.step(); optimizer.zero_grad()\n")
-    fixed = fix_code(shared, [XLA401], unsafe=False)
+    fixed = fix_code(shared, [XLA401], unsafe=True)
     assert "    optimizer.step(); sync(); optimizer.zero_grad()\n" in fixed
     suite = code.replace("    optimizer.step()\n", "    if stepping: optimizer.step()\n")
-    fixed = fix_code(suite, [XLA401], unsafe=False)
+    fixed = fix_code(suite, [XLA401], unsafe=True)
     assert "    if stepping: optimizer.step(); sync()\n" in fixed
     ast.parse(fixed)
 
@@ -392,3 +392,15 @@ def test_steps_within_one_batch_leave_the_barrier_to_the_caller():
             xm.optimizer_step(opt)
     """
     assert ("XLA403", 6) in _found(flat)
+
+
+def test_a_barrier_fix_is_safe_only_in_a_file_that_already_imports_xlalint():
+    code = textwrap.dedent(REDUCED.format(imports="from torch.nn.parallel import DistributedDataParallel as DDP",
+                                          setup="model = DDP(model)")).lstrip()
+    [finding] = lint_code(code, FAMILY, with_edits=True)
+    assert finding.fix.applicability is Applicability.UNSAFE
+    assert fix_code(code, FAMILY, unsafe=False) == code
+    importing = code.replace("import torch_xla\n", "import torch_xla\nfrom xlalint.runtime import pad_sequences\n")
+    [finding] = lint_code(importing, FAMILY, with_edits=True)
+    assert finding.fix.applicability is Applicability.SAFE
+    assert fix_code(importing, FAMILY, unsafe=False).endswith("    optimizer.step()\n    sync()\n")

@@ -50,6 +50,14 @@ def _already_bound(ctx: CstContext, request: ImportRequest) -> bool:
                                             binding.qualified.split(".")[0] == wanted)
 
 
+def imports_the_linter(ctx: CstContext, fix: Fix) -> bool:
+    """`fix` makes the file import xlalint (`from xlalint.runtime import ...`) where it did not: code
+    that ran without the linter installed would need it at run time. Never a safe fix."""
+    if any(b.qualified.split(".")[0] == "xlalint" for b in ctx.index.import_bindings):
+        return False  # the file already runs with xlalint installed
+    return any(r.module.split(".")[0] == "xlalint" for r in fix.imports)
+
+
 def apply_fixes(ctx: CstContext, fixes: list[Fix]) -> cst.Module:
     """Apply `fixes` (already free of overlaps) to the file's module and return the new module."""
     replacements: dict[int, object] = {}
