@@ -405,3 +405,18 @@ def test_sizes_from_traced_values_raise_under_jit_and_static_or_shape_sizes_comp
     arange, reshaped = load(TracedSize.VALID[1].code)["positions"](jnp.ones(4))
     assert arange.tolist() == [0.0, 1.0, 2.0, 3.0] and reshaped.shape == (2, 2)
     assert load(TracedSize.VALID[2].code)["pool"](jnp.ones(3), jnp.array([0, 0, 1])).tolist() == [2.0, 1.0, 0.0]
+
+
+def test_an_array_grown_in_a_loop_compiles_every_iteration_and_the_list_once():
+    from rules.jax_tracing import ArrayGrownInLoop
+
+    step = jax.jit(lambda x: (x * 2).sum())
+    data = {"batches": [jnp.ones(3) * k for k in range(8)], "params": None, "eval_step": lambda p, b: step(b)}
+    step(data["batches"][0])
+    grown = dict(data)
+    assert compiles(lambda: exec(compile(ArrayGrownInLoop.INVALID[0].code, "example", "exec"), grown)) >= 8  # one per length
+    collected = dict(data)
+    assert compiles(lambda: exec(compile(ArrayGrownInLoop.VALID[0].code, "example", "exec"), collected)) <= 1
+    assert grown["losses"].tolist() == collected["losses"].tolist() == [6.0 * k for k in range(8)]
+    table = load(ArrayGrownInLoop.INVALID[1].code)["collect"]([jnp.ones(3)] * 3)
+    assert table.shape == (3, 3)
