@@ -1151,7 +1151,9 @@ class StaticArgumentPerIteration(Rule):
     Flags a call of a jitted function of the same module, inside a loop, that passes the loop's
     counter or element (or arithmetic on it: `step`, `epoch * n + i`) to a static parameter. Under
     Equinox's `filter_jit` every argument that is not an array is static: a loop counter
-    (`range`, `enumerate`) passed to a parameter not annotated as an array is reported too.
+    (`range`, `enumerate`) passed to a parameter not annotated as an array is reported too, also
+    to a `filter_jit` method of another module of the project (found by its name when no other
+    method of the project has it).
 
     ## Why is this bad?
     Every distinct static value compiles a new program. Passing the loop variable compiles once
@@ -1267,14 +1269,57 @@ class StaticArgumentPerIteration(Rule):
             """,
             line=8,
         ),
+        Invalid(
+            """
+            import jax.numpy as jnp
+            from pages import PageTable
+
+            table = PageTable(jnp.ones(num_slots))
+            for slot in range(num_slots):
+                table = table.free_pages(slot)
+            """,
+            line=6,
+            modules={"pages.py": """
+                import equinox as eqx
+                import jax.numpy as jnp
+
+                class PageTable(eqx.Module):
+                    refs: jnp.ndarray
+
+                    @eqx.filter_jit
+                    def free_pages(self, slot: int) -> "PageTable":
+                        return PageTable(self.refs.at[slot].set(0))
+                """},
+        ),
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
         target = self.ctx.jax_jitted.get(node.func.id) if isinstance(node.func, ast.Name) else None
-        for name, arg in _static_arguments(self.ctx, node, filtered=True):
-            counter = self._loop_variable(arg, node, counters_only=target is not None and target.filtered)
+        passed = list(_static_arguments(self.ctx, node, filtered=True))
+        counters_only = target is not None and target.filtered
+        if not passed:
+            passed, counters_only = list(self._project_method_arguments(node)), True
+        for name, arg in passed:
+            counter = self._loop_variable(arg, node, counters_only=counters_only)
             if counter is not None:
                 self.report(arg, self.summary.format(value=counter, name=name))
+                return
+
+    def _project_method_arguments(self, call: ast.Call):
+        """`table.free_pages(slot)` where `free_pages` is a filter_jit method of the project (the
+        only method of that name there): the arguments it passes to its static parameters."""
+        func = call.func
+        if not self.ctx.project.static_methods or not isinstance(func, ast.Attribute) or has_star_args(call):
+            return
+        root = func.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id in self.ctx.index.imports:
+            return  # `module.func(...)`: a function, not the method
+        for name, params, static in self.ctx.project.static_methods:
+            if name == func.attr:
+                yield from ((p, a) for p, a in zip(params, call.args) if p in static)
+                yield from ((k.arg, k.value) for k in call.keywords if k.arg in static)
                 return
 
     def _loop_variable(self, arg: ast.expr, call: ast.Call, counters_only: bool = False) -> str | None:

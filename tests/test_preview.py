@@ -54,3 +54,16 @@ def test_rules_and_explain_mark_preview_rules(run_cli):
     preview = next(r for r in ALL_RULES if r.preview)
     code, out, _ = run_cli("explain", preview.code)
     assert "Preview: off by default" in out
+
+
+def test_a_filter_jit_method_of_another_module_is_known_cold_and_warm(run_cli, project):
+    from rules.jax_tracing import StaticArgumentPerIteration
+
+    example = StaticArgumentPerIteration.INVALID[-1]
+    project.write("pyproject.toml", "[project]\nname = 'inference'\n")
+    project.write("pages.py", example.modules["pages.py"])
+    project.write("engine.py", example.code)
+    for run in ("cold", "warm"):
+        code, out, _ = run_cli("check", "--preview", "--output-format", "json", project / "engine.py")
+        assert [(d["code"], d["location"]["row"]) for d in json.loads(out)] == [("JAX109", 6)], run
+    assert (project / ".xlalint_cache").is_dir()

@@ -321,15 +321,17 @@ def _read(convert, entry):
 
 def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
     return {path: [sorted(f.steps), sorted(f.called), sorted(f.training_calls),
-                   [[list(at), helper, where, [list(r) for r in reads]] for at, helper, where, reads in f.helper_reads]]
+                   [[list(at), helper, where, [list(r) for r in reads]] for at, helper, where, reads in f.helper_reads],
+                   [[name, list(params), list(static)] for name, params, static in f.static_methods]]
             for path, f in facts.items() if f != NO_PROJECT}
 
 
 def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
     return {path: ProjectFacts(frozenset(steps), frozenset(called), frozenset(tuple(c) for c in calls),
                                tuple((tuple(at), helper, where, tuple(ParamRead(*r) for r in reads))
-                                     for at, helper, where, reads in helper_reads))
-            for path, (steps, called, calls, helper_reads) in data.items()}
+                                     for at, helper, where, reads in helper_reads),
+                               tuple((name, tuple(params), tuple(static)) for name, params, static in static_methods))
+            for path, (steps, called, calls, helper_reads, static_methods) in data.items()}
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:

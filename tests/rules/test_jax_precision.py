@@ -320,7 +320,7 @@ def test_filter_jit_compiles_once_per_python_int_from_a_loop_and_not_per_array()
     pytest.importorskip("equinox")
     from rules.jax_tracing import StaticArgumentPerIteration
 
-    example = StaticArgumentPerIteration.INVALID[-1].code
+    example = StaticArgumentPerIteration.INVALID[-2].code
     data = {"num_slots": 4, "table": jnp.ones(4)}
     assert compiles(lambda: exec(compile(example, "example", "exec"), data)) == 4  # one program per slot
     assert data["table"].tolist() == [0.0] * 4
@@ -376,3 +376,15 @@ def test_reads_in_a_short_written_out_loop_are_a_demonstration_not_training():
     assert rows(three, HostReadPerStep) == []
     many = JITTED_METHOD.replace("for batch in batches:", "for _ in range(1000):\n            batch = next(it)")
     assert rows(many, HostReadPerStep) == [17]
+
+
+def test_a_filter_jit_method_of_another_module_compiles_once_per_slot(tmp_path, monkeypatch):
+    pytest.importorskip("equinox")
+    from rules.jax_tracing import StaticArgumentPerIteration
+
+    example = StaticArgumentPerIteration.INVALID[-1]
+    (tmp_path / "pages.py").write_text(example.modules["pages.py"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = {"num_slots": 4}
+    assert compiles(lambda: exec(compile(example.code, "example", "exec"), data)) >= 4  # one per slot
+    assert data["table"].refs.tolist() == [0.0] * 4

@@ -52,9 +52,13 @@ class ProjectFacts:
     # its calls of functions that read an argument to the host on every call: (line, column) ->
     # (the function as called, the file defining it, what it reads)
     helper_reads: tuple[tuple[tuple[int, int], str, str, tuple[ParamRead, ...]], ...] = ()
+    # methods of the project compiled with Equinox's filter_jit, by a name no other method has:
+    # (name, parameters without self, the static ones) - a call `x.name(...)` runs one of them
+    static_methods: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = ()
 
     def key(self) -> str:
-        return repr((sorted(self.steps), sorted(self.called), sorted(self.training_calls), self.helper_reads))
+        return repr((sorted(self.steps), sorted(self.called), sorted(self.training_calls), self.helper_reads,
+                     self.static_methods))
 
     def moved(self, before: str, after: str) -> "ProjectFacts":
         """These facts for the module's text `after` a fix edited `before`: the calls they name by
@@ -67,7 +71,7 @@ class ProjectFacts:
             self.steps, self.called,
             frozenset((lines[line], column) for line, column in self.training_calls if line in lines),
             tuple(((lines[at[0]], at[1]), helper, path, reads)
-                  for at, helper, path, reads in self.helper_reads if at[0] in lines))
+                  for at, helper, path, reads in self.helper_reads if at[0] in lines), self.static_methods)
 
 
 NO_PROJECT = ProjectFacts()
@@ -95,6 +99,8 @@ class ModuleSummary:
     trains: set[str] = field(default_factory=set)  # run a backward or optimizer step every call
     calls: list[CallSite] = field(default_factory=list)
     reads: dict[str, list[ParamRead]] = field(default_factory=dict)  # qualname -> its arguments' host reads
+    # methods compiled with filter_jit: qualname -> [parameters without self, the static ones]
+    static_jitted: dict[str, list[list[str]]] = field(default_factory=dict)
 
 
 # -- where a file belongs ----------------------------------------------------------------------------
@@ -167,6 +173,10 @@ def summarize(ctx, name: str) -> ModuleSummary:
                     summary.reads[qualified] = reads
     for call in index.calls:
         _summarize_call(ctx, summary, call)
+    if ctx.imports_jax:
+        for key, target in ctx.jax_jitted.items():
+            if key.startswith("self.") and target.filtered:
+                summary.static_jitted[qualname(index, target.func)] = [list(target.params), sorted(target.static)]
     return summary
 
 
@@ -407,9 +417,25 @@ class ProjectIndex:
                 reads = [r for r in reads if r.returned]
             if reads and call.hot:
                 helper_reads[summary.path].add(((call.line, call.column), call.callee, path, tuple(reads)))
+        static = self._static_methods()
         return {path: ProjectFacts(frozenset(steps[path]), frozenset(called[path]), frozenset(training_calls[path]),
-                                   tuple(sorted(helper_reads[path])))
+                                   tuple(sorted(helper_reads[path])), static)
                 for path in self.summaries}
+
+    def _static_methods(self) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+        """filter_jit methods whose name no other method or function of the project has: a call of
+        that name on any receiver runs it."""
+        names: dict[str, int] = defaultdict(int)
+        for s in self.summaries.values():
+            for qualified in s.functions:
+                names[qualified.rpartition(".")[2]] += 1
+        found = []
+        for s in self.summaries.values():
+            for qualified, (params, static) in s.static_jitted.items():
+                name = qualified.rpartition(".")[2]
+                if names[name] == 1 and static:
+                    found.append((name, tuple(params), tuple(static)))
+        return tuple(sorted(found))
 
     def _training(self, resolved) -> set[FunctionRef]:
         """Functions that run a backward or optimizer step every call, through any module."""
@@ -466,11 +492,13 @@ def summary_to_json(s: ModuleSummary) -> dict:
             "step_functions": sorted(s.step_functions), "trains": sorted(s.trains),
             "calls": [[c.caller, c.callee, c.receiver_class, c.hot, c.per_step, c.looped, c.line, c.column]
                       for c in s.calls],
-            "reads": {name: [list(r) for r in reads] for name, reads in s.reads.items()}}
+            "reads": {name: [list(r) for r in reads] for name, reads in s.reads.items()},
+            "static_jitted": s.static_jitted}
 
 
 def summary_from_json(data: dict) -> ModuleSummary:
     return ModuleSummary(data["path"], data["name"], dict(data["imports"]), {k: list(v) for k, v in data["classes"].items()},
                          dict(data["functions"]), set(data["step_functions"]), set(data["trains"]),
                          [CallSite(*c) for c in data["calls"]],
-                         {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()})
+                         {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()},
+                         {name: [list(p), list(st)] for name, (p, st) in data.get("static_jitted", {}).items()})
