@@ -1133,6 +1133,21 @@ class UnhashableStaticArgument(Rule):
             """,
             line=8,
         ),
+        Invalid(
+            """
+            from functools import partial
+
+            import jax
+
+            @partial(jax.jit, static_argnums=1)
+            def reduce(x, axes):
+                return x.sum(axis=axes)
+
+            axes = [0, 1]
+            total = reduce(x, axes)
+            """,
+            line=10,
+        ),
     ]
 
     ARRAYS = {"numpy.array", "numpy.asarray", "numpy.zeros", "numpy.ones", "numpy.arange", "jax.numpy.array",
@@ -1140,10 +1155,14 @@ class UnhashableStaticArgument(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         for name, arg in _static_arguments(self.ctx, node):
-            unhashable = isinstance(arg, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)) or \
-                (isinstance(arg, ast.Call) and self.ctx.qualified_name(arg.func) in self.ARRAYS)
-            if unhashable:
+            # a variable holding one (`dims = [0, 1]; f(x, dims)`): every value that reaches the call
+            values = self.ctx.reaching_values(arg) if isinstance(arg, ast.Name) else [arg]
+            if values and all(self._unhashable(v) for v in values):
                 self.report(arg, self.summary.format(name=name))
+
+    def _unhashable(self, value: ast.expr) -> bool:
+        return isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)) or \
+            (isinstance(value, ast.Call) and self.ctx.qualified_name(value.func) in self.ARRAYS)
 
 
 class StaticArgumentPerIteration(Rule):
@@ -1291,6 +1310,22 @@ class StaticArgumentPerIteration(Rule):
                         return PageTable(self.refs.at[slot].set(0))
                 """},
         ),
+        Invalid(
+            """
+            from functools import partial
+
+            import jax
+
+            @partial(jax.jit, static_argnames="lr")
+            def update(params, grads, lr):
+                return params - lr * grads
+
+            for step in range(1000):
+                lr = 0.1 * 0.99 ** step
+                params = update(params, grads, lr=lr)
+            """,
+            line=11,
+        ),
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -1336,6 +1371,12 @@ class StaticArgumentPerIteration(Rule):
                 return name.id
             if isinstance(name, (ast.Attribute, ast.Subscript, ast.Call)):
                 return None  # `batch.shape[0]`, `len(x)`: a size, not the counter (see the shape rules)
+        if isinstance(arg, ast.Name) and not counters_only:
+            # `lr = schedule(step)` in the loop, then `update(..., lr=lr)`: a new value every step
+            loop = self.ctx.index.enclosing_loop(call)
+            inside = [v for v in self.ctx.reaching_values(arg) if loop is not None and loop in set(self.ctx.index.ancestors(v))]
+            if inside and all(reads_any(self.ctx, v, targets) for v in inside):
+                return arg.id
         return None
 
 

@@ -59,7 +59,7 @@ def test_rules_and_explain_mark_preview_rules(run_cli):
 def test_a_filter_jit_method_of_another_module_is_known_cold_and_warm(run_cli, project):
     from rules.jax_tracing import StaticArgumentPerIteration
 
-    example = StaticArgumentPerIteration.INVALID[-1]
+    example = next(e for e in StaticArgumentPerIteration.INVALID if e.modules)
     project.write("pyproject.toml", "[project]\nname = 'inference'\n")
     project.write("pages.py", example.modules["pages.py"])
     project.write("engine.py", example.code)

@@ -222,6 +222,9 @@ def test_a_loop_variable_as_static_argument_compiles_every_iteration():
     assert compiles(lambda: exec(compile(source, "example", "exec"), dict(data))) == 5
     fixed = StaticArgumentPerIteration.VALID[0].code.replace("range(1000)", "range(5)")
     assert compiles(lambda: exec(compile(fixed, "example", "exec"), dict(data))) == 1
+    through_a_variable = next(e.code for e in StaticArgumentPerIteration.INVALID if "lr = 0.1" in e.code)
+    source = through_a_variable.replace("range(1000)", "range(5)")
+    assert compiles(lambda: exec(compile(source, "example", "exec"), dict(data))) >= 5  # a new lr each step
 
 
 @pytest.mark.parametrize("source, codes", [
