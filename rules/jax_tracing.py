@@ -1399,7 +1399,7 @@ SHORT_LOOP = 10  # iterations: a demonstration, not training
 class HostReadPerStep(Rule):
     """## What it does
     Flags, on a per-step path of a JAX training loop (a loop that calls a jitted function computing
-    gradients, or iterates batches), a read of a device array on the host at every step:
+    gradients, of this module or another of the project, or iterates batches), a read of a device array on the host at every step:
     `float(loss)`, `int(x)`, `x.item()`, `x.tolist()`, `np.asarray(x)`, `jax.device_get(x)`,
     `x.block_until_ready()`, `jax.block_until_ready(x)`, and `print` of an array. Device arrays are
     the results of the module's jitted functions (and of `jax.jit(f)(...)`), jnp/random arrays, and
@@ -1488,6 +1488,32 @@ class HostReadPerStep(Rule):
                 losses.append(float(loss))
             """,
             line=11,
+        ),
+        Invalid(
+            """
+            import jax
+            import numpy as np
+
+            from train_lib import train_step
+
+            params = jax.device_put(params)
+            history = []
+            for batch in batches:
+                params, metrics = train_step(params, batch)
+                history.append(np.asarray(metrics["loss"]))
+            """,
+            line=10,
+            modules={"train_lib.py": """
+                import jax
+
+                def loss_fn(params, batch):
+                    return ((batch * params) ** 2).sum()
+
+                @jax.jit
+                def train_step(params, batch):
+                    loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+                    return params - 0.1 * grads, {"loss": loss}
+                """},
         ),
     ]
 

@@ -388,3 +388,13 @@ def test_a_filter_jit_method_of_another_module_compiles_once_per_slot(tmp_path, 
     data = {"num_slots": 4}
     assert compiles(lambda: exec(compile(example.code, "example", "exec"), data)) >= 4  # one per slot
     assert data["table"].refs.tolist() == [0.0] * 4
+
+
+def test_a_step_loop_over_another_modules_jitted_train_step_reads_each_loss(tmp_path, monkeypatch):
+    example = next(e for e in HostReadPerStep.INVALID if e.modules)
+    (tmp_path / "train_lib.py").write_text(example.modules["train_lib.py"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = {"params": jnp.ones(2), "batches": [jnp.ones(2)] * 3}
+    exec(compile(example.code, "example", "exec"), data)
+    assert [type(h).__module__ for h in data["history"]] == ["numpy"] * 3  # each loss copied to the host
+    assert [round(float(h), 4) for h in data["history"]] == [2.0, 1.28, 0.8192]

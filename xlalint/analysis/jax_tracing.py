@@ -556,9 +556,13 @@ def jitted_trains(ctx: "FileContext", call: ast.Call) -> bool:
     """`call` runs a jitted function of this module that computes gradients or applies them (a JAX
     training step, whatever it is called): the loop calling it is a step loop."""
     target = jitted_target(ctx, call)
-    if target is None:
-        return False
-    for node in ast.walk(target.func):
+    return target is not None and computes_gradients(ctx, target.func)
+
+
+def computes_gradients(ctx: "FileContext", func: ast.AST) -> bool:
+    """`func` computes gradients or applies them: `jax.grad`, `value_and_grad`, `optax.apply_updates`,
+    a TrainState's `apply_gradients`."""
+    for node in ast.walk(func):
         if isinstance(node, ast.Call):
             if (ctx.qualified_name(node.func) or "") in GRADIENTS:
                 return True
@@ -604,8 +608,8 @@ def is_device_array(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
         return is_device_array(ctx, expr.left, depth + 1) or is_device_array(ctx, expr.right, depth + 1)
     if isinstance(expr, ast.Call):
         func = expr.func
-        if jitted_target(ctx, expr) is not None:
-            return True
+        if jitted_target(ctx, expr) is not None or ctx.trains_externally(expr):
+            return True  # a jitted function's results; a training step of another module's
         if isinstance(func, ast.Call) and (ctx.qualified_name(func.func) or "") in COMPILING:
             return True  # `jax.jit(f)(x)`
         name = ctx.qualified_name(func) or ""

@@ -488,7 +488,8 @@ def trains(ctx: "FileContext", func: ast.AST) -> bool:
     cache = ctx.trains_cache
     if func not in cache:
         cache[func] = False  # recursion
-        cache[func] = any(
+        # a jitted JAX step that computes gradients trains, whatever calls it
+        cache[func] = (ctx.imports_jax and func in ctx.jax_staged and jax_tracing.computes_gradients(ctx, func)) or any(
             not _gated(ctx, call, func) and not in_loop_within(ctx, call, func) and (
                 _training_call(ctx, call) or ctx.trains_externally(call)
                 or any(trains(ctx, f) for f in local_callees_of(ctx, call)))
