@@ -1396,6 +1396,15 @@ def _counters(loop: ast.For | ast.AsyncFor) -> list[str]:
 SHORT_LOOP = 10  # iterations: a demonstration, not training
 
 
+def is_test_file(path) -> bool:
+    """A test module: its loops check results, they do not train."""
+    from pathlib import PurePath
+
+    parts = PurePath(str(path)).parts
+    name = parts[-1] if parts else ""
+    return name.startswith("test_") or name.endswith("_test.py") or "tests" in parts[:-1] or "test" in parts[:-1]
+
+
 class HostReadPerStep(Rule):
     """## What it does
     Flags, on a per-step path of a JAX training loop (a loop that calls a jitted function computing
@@ -1546,7 +1555,10 @@ class HostReadPerStep(Rule):
 
     def _per_step(self, node: ast.AST) -> bool:
         """Per step of a loop that runs long enough for the waits to matter: a loop of a few
-        iterations written out (`for _ in range(3):`, a tutorial printing each result) is not."""
+        iterations written out (`for _ in range(3):`, a tutorial printing each result) is not, nor
+        a test's loop of checks on jitted results (`*_test.py`, `test_*.py`, `tests/`)."""
+        if is_test_file(self.ctx.path):
+            return False
         loop = self.ctx.index.enclosing_loop(node)
         if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
                 isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range" and \

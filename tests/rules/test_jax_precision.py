@@ -398,3 +398,14 @@ def test_a_step_loop_over_another_modules_jitted_train_step_reads_each_loss(tmp_
     exec(compile(example.code, "example", "exec"), data)
     assert [type(h).__module__ for h in data["history"]] == ["numpy"] * 3  # each loss copied to the host
     assert [round(float(h), 4) for h in data["history"]] == [2.0, 1.28, 0.8192]
+
+
+def test_a_tests_loop_of_checks_on_jitted_results_is_not_training():
+    from xlalint.testing import lint_code as lint
+
+    source = textwrap.dedent(PERIODIC_PASS).lstrip("\n").replace(
+        "    if step % eval_every == 0:\n        for split, ds in evals.items():\n            print(split, jax.device_get(loss_fn(state, next(ds))))",
+        "    assert float(loss_fn(state, next(train))) < 1.0")
+    assert [d.location.row for d in lint(source, [HostReadPerStep])] == [14]
+    for name in ("train_test.py", "tests/test_train.py", "test_train.py"):
+        assert lint(source, [HostReadPerStep], path=name) == [], name
