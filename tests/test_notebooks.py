@@ -102,3 +102,12 @@ def test_broken_notebooks_are_one_line_errors(run_cli, project):
 def test_standard_input_named_as_a_notebook_is_one(run_cli, project):
     code, out, _ = run_cli("fix", "-", "--stdin-filename", "train.ipynb", cwd=project, input=notebook())
     assert code == 1 and json.loads(out)["cells"][1]["source"][-1] == "device = torch_xla.device()"
+
+
+def test_a_shell_escape_continued_on_indented_lines_is_no_syntax_error(run_cli, project):
+    cells = [{"cell_type": "code", "execution_count": 1, "id": "pip", "metadata": {}, "outputs": [],
+              "source": ["!pip install a \\\n", "    b \\\n", "        c\n", "import torch\n",
+                         "for x in loader:\n", "    %time f(x)  \\\n", "  more\n", "    print(x.item())\n"]}]
+    project.write("train.ipynb", notebook(cells))
+    code, out, err = run_cli("check", "--select", "XLA", "train.ipynb", cwd=project)
+    assert "syntax error" not in err and code in (0, 1), err

@@ -87,9 +87,12 @@ class Notebook:
         parts: list[str] = []
         rows: list[tuple[int, int]] = []
         for cell in self.cells:
+            indent = ""
             for number, line in enumerate(cell.lines):
                 if number in cell.masked:
-                    indent = "" if cell.whole else line[:len(line) - len(line.lstrip())]
+                    # a line continuing an escape (`!pip install a \`) keeps the escape's indent
+                    if not (number - 1 in cell.masked and _continues(cell.lines[number - 1])):
+                        indent = "" if cell.whole else line[:len(line) - len(line.lstrip())]
                     line = f"{indent}{PLACEHOLDER}\n"
                 parts.append(line if line.endswith("\n") else line + "\n")
                 rows.append((cell.index, number + 1))
@@ -209,5 +212,10 @@ def _masks(lines: list[str]) -> dict[int, str]:
     for n, line in enumerate(lines):
         if continued or _MAGIC.match(line.rstrip("\n")):
             masked[n] = line
-            continued = line.rstrip("\n").endswith("\\")  # `!pip install \` goes on
+            continued = _continues(line)
     return masked
+
+
+def _continues(line: str) -> bool:
+    """An IPython line ending in a backslash (`!pip install \`) goes on on the next line."""
+    return line.rstrip("\r\n").endswith("\\")
