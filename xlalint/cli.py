@@ -21,7 +21,8 @@ from .progress import Progress
 from .reporters import FORMATS, WITH_EDITS, printable, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
 from .noqa import add_noqa
-from .source import SourceError, read_source, write_atomic
+from .analysis.project import project_root
+from .source import SourceError, Stamp, decode_source, read_bounded, write_fixed
 from .workspace import Workspace
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -245,6 +246,7 @@ def fix(paths, config, select, extend_select, ignore, preview, force_exclude, as
     failed = missing > 0
     changed_files = fixed = unwritten = 0
     remaining: list[Diagnostic] = []
+    written: set[Path] = set()  # files written, by their real path (a symbolic link and its target: once)
     workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir,
                           progress=_progress(quiet))
     try:
@@ -259,8 +261,12 @@ def fix(paths, config, select, extend_select, ignore, preview, force_exclude, as
         result = outcome.result
         if result.fixed is not None:
             if write:
+                if outcome.path.resolve() in written:
+                    remaining += result.diagnostics
+                    continue
                 try:
-                    write_atomic(outcome.path, result.fixed)
+                    written.add(write_fixed(outcome.path, result.fixed, outcome.stamp,
+                                            project_root(outcome.path, follow=False)))
                 except OSError as exc:
                     _error(f"{outcome.path}: error: cannot write: {exc.strerror or exc}")
                     failed = True
@@ -303,13 +309,14 @@ def _add_noqa(diagnostics: list[Diagnostic], stdin: Stdin) -> int:
     added = failed = 0
     for path, findings in by_path.items():
         try:
-            source = read_source(path)
+            raw, info = read_bounded(path)
+            source = decode_source(path, raw)
             text, count = add_noqa(source.text, findings)
-            if count:
-                write_atomic(path, text.encode(source.encoding))  # "utf-8-sig" writes the BOM back
+            if count:  # "utf-8-sig" writes the BOM back
+                write_fixed(path, text.encode(source.encoding), Stamp.of(raw, info), project_root(path, follow=False))
                 added += count
         except (SourceError, OSError, UnicodeEncodeError) as exc:
-            _error(str(exc) if isinstance(exc, SourceError) else f"{path}: error: cannot write: {exc}")
+            _error(str(exc) if isinstance(exc, SourceError) else f"{path}: error: cannot write: {exc.strerror or exc}")
             failed += 1
     click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
     return failed

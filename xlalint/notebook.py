@@ -24,6 +24,8 @@ from pathlib import Path
 from .source import SourceError, SourceFile
 
 SUFFIX = ".ipynb"
+# outputs (plots) make notebooks large; their code is still checked against the limit for one file
+MAX_NOTEBOOK_BYTES = 128 << 20
 BOUNDARY = "# xlalint: cell boundary"
 PLACEHOLDER = "pass  # xlalint: IPython syntax"
 # `%time f()`, `!pip install x`, `files = !ls`, `x = %who_ls`, `obj?`, `??obj`
@@ -217,5 +219,5 @@ def _masks(lines: list[str]) -> dict[int, str]:
 
 
 def _continues(line: str) -> bool:
-    """An IPython line ending in a backslash (`!pip install \`) goes on on the next line."""
+    """An IPython line ending in a backslash (`!pip install a \\`) goes on on the next line."""
     return line.rstrip("\r\n").endswith("\\")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import os
 import re
@@ -34,9 +35,42 @@ class SourceFile:
     encoding: str  # as PEP 263 / the BOM says, e.g. "utf-8", "utf-8-sig", "latin-1"
 
 
+def too_big(size: int) -> str:
+    return (f"not checked: {size / 2**20:.1f} MiB is over the {MAX_FILE_BYTES >> 20} MiB limit for one file "
+            "(generated code? exclude it)")
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file and its stat at the time, never more than `limit` of them: a
+    FIFO, a device (`x.py -> /dev/zero`) or a socket is refused before a byte is read (opened
+    non-blocking: a FIFO never waits for a writer), a larger file is refused by its size."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a file")
+            raise OSError(errno.EINVAL, f"not a regular file ({kind}); not read", str(path))
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, too_big(info.st_size), str(path))
+        chunks, left = [], limit + 1  # a file growing while read still stops at the limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks), info
+    finally:
+        os.close(fd)
+
+
 def read_source(path: Path) -> SourceFile:
     try:
-        raw = path.read_bytes()
+        raw, _ = read_bounded(path)
     except OSError as exc:
         raise SourceError(path, exc.strerror or str(exc)) from None
     return decode_source(path, raw)
@@ -44,8 +78,7 @@ def read_source(path: Path) -> SourceFile:
 
 def decode_source(path: Path, raw: bytes) -> SourceFile:
     if len(raw) > MAX_FILE_BYTES:
-        raise SourceError(path, f"not checked: {len(raw) / 2**20:.1f} MiB is over the {MAX_FILE_BYTES >> 20} MiB "
-                                "limit for one file (generated code? exclude it)")
+        raise SourceError(path, too_big(len(raw)))
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
@@ -60,9 +93,46 @@ def decode_source(path: Path, raw: bytes) -> SourceFile:
     return SourceFile(path, raw, text, encoding)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+@dataclass(frozen=True)
+class Stamp:
+    """What a file held when it was read (size, mtime, content digest): a fix is written over it
+    only while it still holds that, so edits saved during a run are never overwritten."""
+
+    size: int
+    mtime_ns: int
+    digest: str
+
+    @classmethod
+    def of(cls, raw: bytes, info: os.stat_result) -> "Stamp":
+        return cls(info.st_size, info.st_mtime_ns, hashlib.blake2b(raw, digest_size=16).hexdigest())
+
+    def holds(self, path: Path) -> bool:
+        try:
+            raw, info = read_bounded(path)
+        except OSError:
+            return False
+        return self == Stamp.of(raw, info)
+
+
+def write_fixed(path: Path, data: bytes, read: Stamp, root: Path) -> Path:
+    """Write a fixed file: through a symbolic link to its target when that is inside `root` (the
+    project), never outside it; never over a file with other hard links (the rename would split
+    them); only if the file still holds what was `read`. Returns the file written."""
+    target = path.resolve()
+    if target != path.absolute() and not target.is_relative_to(root.resolve()):
+        raise OSError(errno.EPERM, f"a symbolic link to {target}, outside the project; not written", str(path))
+    links = target.stat().st_nlink
+    if links > 1:
+        raise OSError(errno.EMLINK, f"the file has {links} hard links; not written (a rewrite would split them)",
+                      str(path))
+    write_atomic(target, data, unchanged=read)
+    return target
+
+
+def write_atomic(path: Path, data: bytes, *, unchanged: Stamp | None = None) -> None:
     """Write via a temporary file in the same directory and rename: never a half-written file.
-    A file without its owner's write bit is refused (the rename would replace it regardless)."""
+    A file without its owner's write bit is refused (the rename would replace it regardless), and
+    with `unchanged`, a file that no longer holds what was read (checked last, before the rename)."""
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError:
@@ -77,6 +147,8 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fsync(handle.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
+        if unchanged is not None and not unchanged.holds(path):
+            raise OSError(errno.ESTALE, "the file changed since xlalint read it; not written (run again)", str(path))
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -24,10 +24,10 @@ from .config import Settings
 from .diagnostics import Diagnostic
 from .discovery import discover
 from .engine import MARKERS, FileResult, analyse, fix_source, lint_source
-from .notebook import Notebook, is_notebook
+from .notebook import MAX_NOTEBOOK_BYTES, Notebook, is_notebook
 from .progress import Progress
 from .rules import RULES_BY_CODE
-from .source import SourceError, SourceFile, decode_source
+from .source import SourceError, SourceFile, Stamp, decode_source, read_bounded
 
 MAX_PROJECT_FILES = 20_000
 PARALLEL_MIN = 8  # fewer tasks than this run in-process: starting workers would cost more
@@ -40,6 +40,7 @@ class FileOutcome:
     diagnostics: list[Diagnostic]
     error: str | None = None  # one line: why the file could not be checked
     result: FileResult | None = None  # `fix`: the new bytes
+    stamp: Stamp | None = None  # `fix`: what the file held when read (written only while it still does)
 
 
 def internal_error(path: Path, exc: BaseException) -> str:
@@ -56,7 +57,7 @@ def internal_error(path: Path, exc: BaseException) -> str:
 def _summarize_task(task: tuple[str, str, ProjectFacts]) -> dict | None:
     path, name, facts = task
     try:
-        source = decode_source(Path(path), Path(path).read_bytes())
+        source = decode_source(Path(path), read_bounded(Path(path))[0])
         return summary_to_json(summarize(analyse(source, project=facts), name))
     except (SourceError, OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # the file is reported when it is linted; the index just lacks it
@@ -217,9 +218,9 @@ class Workspace:
             if is_notebook(path):
                 continue  # no module to import from; its cells are checked on their own
             try:
-                raw = path.read_bytes()
+                raw, _ = read_bounded(path)
             except OSError:
-                continue
+                continue  # the file is reported when it is linted; the index just lacks it
             if MARKERS.search(raw):
                 contents[path] = digest(raw)
         cache.keep_only({_relative(p, root) for p in contents})
@@ -283,8 +284,8 @@ class Workspace:
     def fix(self, files: list[Path], *, unsafe: bool, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
         facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
-        tasks, paths = [], []
-        for path, raw in _readable(files, outcomes, given):
+        tasks, paths, stamps = [], [], {}
+        for path, raw in _readable(files, outcomes, given, stamps):
             tasks.append((str(path), raw, self._codes(path), self._options, facts[path], unsafe))
             paths.append(path)
         for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
@@ -292,21 +293,26 @@ class Workspace:
                 result.path = path
                 for d in result.diagnostics:
                     d.path = path
-            outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result)
+            outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result, stamps.get(path))
         return [outcomes[p] for p in files]
 
 
-def _readable(files: list[Path], outcomes: dict[Path, FileOutcome], given: dict[Path, bytes] | None = None):
+def _readable(files: list[Path], outcomes: dict[Path, FileOutcome], given: dict[Path, bytes] | None = None,
+              stamps: dict[Path, Stamp] | None = None):
     """(path, bytes) of each file that can be read (or whose contents are `given`); an unreadable
-    one gets its one-line error."""
+    one (a FIFO, a device, too large) gets its one-line error. `stamps`: what each file held."""
     for path in files:
         if given is not None and path in given:
             yield path, given[path]
             continue
         try:
-            yield path, path.read_bytes()
+            raw, info = read_bounded(path, MAX_NOTEBOOK_BYTES) if is_notebook(path) else read_bounded(path)
         except OSError as exc:
             outcomes[path] = FileOutcome(path, [], f"{path}: error: {exc.strerror or exc}")
+            continue
+        if stamps is not None:
+            stamps[path] = Stamp.of(raw, info)
+        yield path, raw
 
 
 def _read(convert, entry):

@@ -120,10 +120,10 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def project_root(path: Path) -> Path:
+def project_root(path: Path, *, follow: bool = True) -> Path:
     """The nearest folder above `path` with a pyproject.toml, setup.py, setup.cfg or .git; else the
-    file's source root."""
-    start = path.resolve()
+    file's source root. `follow=False`: the project where `path` is, if a symbolic link, not its target's."""
+    start = path.resolve() if follow else path.parent.resolve() / path.name
     for folder in start.parents:
         if any((folder / marker).exists() for marker in PROJECT_MARKERS):
             return folder
