@@ -64,3 +64,100 @@ def test_a_hard_linked_file_is_not_split(run_cli, project):
     assert code == 2
     assert f"{path}: error: cannot write: the file has 2 hard links; not written" in err
     assert path.read_text() == XLA_LOOP and os.stat(path).st_ino == os.stat(project / "twin.txt").st_ino
+
+
+# -- a cloned repository must not hurt the user ------------------------------------------------------
+
+def _cache_file(project):
+    from xlalint.cache import CACHE_DIR_NAME, digest
+
+    return project / CACHE_DIR_NAME / f"{digest(str(project.resolve()).encode())}.json"
+
+
+def test_a_symlinked_cache_gitignore_writes_nothing_outside(run_cli, project, tmp_path_factory):
+    victim = tmp_path_factory.mktemp("home") / ".bashrc"
+    project.write("train.py", TRAIN_LOOP)
+    (project / ".xlalint_cache").mkdir()
+    (project / ".xlalint_cache" / ".gitignore").symlink_to(victim)
+    code, out, err = run_cli("check", project)
+    assert code == 1 and "train.py:10:18: XLA101" in out
+    assert not victim.exists() and not os.path.exists(victim)
+    assert err == f"warning: {project / '.xlalint_cache' / '.gitignore'}: a symbolic link in the cache; " \
+                  "running without a cache\n"
+    assert not _cache_file(project).exists()
+
+
+def test_a_symlinked_cache_folder_receives_nothing(run_cli, project, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    project.write("train.py", TRAIN_LOOP)
+    (project / ".xlalint_cache").symlink_to(elsewhere, target_is_directory=True)
+    code, out, err = run_cli("check", project)
+    assert code == 1 and "XLA101" in out
+    assert list(elsewhere.iterdir()) == [] and "a symbolic link in the cache" in err
+
+
+
+
+def test_a_deeply_nested_cache_file_is_a_corrupt_cache(run_cli, project):
+    project.write("train.py", TRAIN_LOOP)
+    assert run_cli("check", project)[0] == 1  # writes the cache
+    _cache_file(project).write_text("[" * 100_000 + "]" * 100_000)
+    for _ in range(2):  # ignored and rebuilt, then read
+        code, out, err = run_cli("check", project)
+        assert (code, err) == (1, "") and "train.py:10:18: XLA101" in out
+    assert _cache_file(project).read_text().startswith('{"code":')
+    # nested inside a valid cache (a forged entry): ignored too
+    data = _cache_file(project).read_text()
+    _cache_file(project).write_text(data.replace('"results":{', '"results":{"#x":' + "[" * 100_000 + "]" * 100_000 + ",", 1))
+    code, out, err = run_cli("check", project)
+    assert (code, err) == (1, "") and "XLA101" in out
+
+
+def _xlalint_bounded(*args, cwd=None):
+    """The console script with 2 GiB of address space and a time limit: reading `/dev/zero` or
+    waiting on a FIFO fails the test instead of taking the machine."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    proc = subprocess.run([sys.executable, "-m", "xlalint", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=120, preexec_fn=limit)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_a_fifo_module_is_one_line_not_a_hang(project):
+    project.write("z_train.py", TRAIN_LOOP)
+    os.mkfifo(project / "x.py")
+    proc = _xlalint_bounded("check", "--no-cache", project)
+    assert proc.returncode == 2
+    assert [line for line in proc.stderr.splitlines() if ": error:" in line] == [
+        f"{project / 'x.py'}: error: not a regular file (a FIFO); not read"]
+    assert "z_train.py:10:18: XLA101" in proc.stdout
+
+
+def test_files_linked_to_dev_zero_are_never_read(project):
+    project.write("z_train.py", TRAIN_LOOP)
+    for name in ("x.py", "setup.py", "pyproject.toml", "requirements.txt"):
+        (project / name).symlink_to("/dev/zero")
+    # one other file: the project index skips them
+    proc = _xlalint_bounded("check", project / "z_train.py")
+    assert (proc.returncode, proc.stderr) == (1, "") and "z_train.py:10:18: XLA101" in proc.stdout
+    # the whole tree: each module is one line
+    proc = _xlalint_bounded("check", project)
+    assert proc.returncode == 2
+    assert sorted(line for line in proc.stderr.splitlines() if ": error:" in line) == [
+        f"{project / name}: error: not a regular file (a character device); not read" for name in ("setup.py", "x.py")]
+    assert "z_train.py:10:18: XLA101" in proc.stdout
+
+
+def test_a_cache_file_linked_to_dev_zero_is_not_read(project):
+    project.write("train.py", TRAIN_LOOP)
+    _cache_file(project).parent.mkdir()
+    _cache_file(project).symlink_to("/dev/zero")
+    proc = _xlalint_bounded("check", project)
+    assert proc.returncode == 1 and "XLA101" in proc.stdout
+    assert proc.stderr == f"warning: {_cache_file(project)}: a symbolic link in the cache; running without a cache\n"

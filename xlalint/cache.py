@@ -5,21 +5,27 @@ root), holding only entries for files that still exist, so it stays the size of 
 never pickle: a cache folder can arrive with a cloned repository, and loading it must not run
 code. Writes go to a temporary file renamed over the old one, so concurrent runs never see a torn
 file (the last writer wins; a lost entry is only recomputed). Any unreadable cache is ignored.
+A cloned repository may also commit the cache folder, its `.gitignore` or its file as symbolic
+links (to make a run write anywhere, or read `/dev/zero`): then the cache is not used at all.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 from functools import lru_cache
 
 from . import __version__
-from .source import write_atomic
+from .source import read_bounded, write_atomic
 
 CACHE_DIR_NAME = ".xlalint_cache"
 FORMAT = 1
+MAX_CACHE_BYTES = 512 << 20  # a project of 20,000 files stays far below
+IGNORE_FILE = ".gitignore"
 
 
 def digest(data: bytes) -> str:
@@ -54,13 +60,19 @@ class ProjectCache:
         self.summaries: dict[str, list] = {}
         self.results: dict[str, list] = {}
         self.dirty = False
+        self.warning: str | None = None  # why the cache is not used, in one line
         if self.file is not None:
-            self._load()
+            link = next((p for p in (folder, folder / IGNORE_FILE, self.file) if _is_link(p)), None)
+            if link is not None:
+                self.warning = f"{link}: a symbolic link in the cache; running without a cache"
+                self.file = None
+            else:
+                self._load()
 
     def _load(self) -> None:
         try:
-            data = json.loads(self.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(read_bounded(self.file, MAX_CACHE_BYTES, follow=False)[0].decode("utf-8"))
+        except (OSError, ValueError, RecursionError):  # `[[[[...]]]]` nested past the parser's depth
             return
         if not isinstance(data, dict) or data.get("code") != code_fingerprint():
             return
@@ -98,11 +110,20 @@ class ProjectCache:
             return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            ignore = self.folder / ".gitignore"
-            if not ignore.exists():
-                ignore.write_text("# Automatically created by xlalint.\n*\n", encoding="utf-8")
+            if _is_link(self.folder):
+                return
+            ignore = self.folder / IGNORE_FILE
+            if not os.path.lexists(ignore):  # created exclusively, without following links, then renamed
+                write_atomic(ignore, b"# Automatically created by xlalint.\n*\n")
             payload = json.dumps({"code": code_fingerprint(), "summaries": self.summaries, "results": self.results},
                                  separators=(",", ":"))
             write_atomic(self.file, payload.encode("utf-8"))  # concurrent runs: the last complete write wins
-        except OSError:
-            pass  # a read-only tree: run without a cache
+        except (OSError, ValueError, RecursionError):
+            pass  # a read-only tree (or entries too deep to write back): run without a cache
+
+
+def _is_link(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False

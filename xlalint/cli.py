@@ -95,6 +95,12 @@ def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume
     return settings, settings.selected_rules(ALL_RULES), files, len(missing)
 
 
+def _close(workspace: Workspace) -> None:
+    workspace.close()
+    for warning in workspace.warnings:
+        click.echo(printable(f"warning: {warning}"), err=True)
+
+
 def _progress(quiet: bool) -> Progress | None:
     """A progress line on standard error when it is a terminal (never when piped or quiet)."""
     stream = sys.stderr
@@ -199,7 +205,7 @@ def check(ctx, paths, config, select, extend_select, ignore, preview, force_excl
     try:
         outcomes = workspace.check(files, given={stdin.path: stdin.raw} if stdin.wanted else None)
     finally:
-        workspace.close()
+        _close(workspace)
     diagnostics: list[Diagnostic] = []
     failed = missing  # files that could not be checked
     for outcome in outcomes:
@@ -252,7 +258,7 @@ def fix(paths, config, select, extend_select, ignore, preview, force_exclude, as
     try:
         outcomes = workspace.fix(files, unsafe=unsafe)
     finally:
-        workspace.close()
+        _close(workspace)
     for outcome in outcomes:
         if outcome.error:
             _error(outcome.error)
@@ -361,7 +367,7 @@ def _fix_stdin(stdin: Stdin, settings, rules, files, *, unsafe, diff, quiet, job
     try:
         (outcome,) = workspace.fix(files, unsafe=unsafe, given={stdin.path: stdin.raw})
     finally:
-        workspace.close()
+        _close(workspace)
     if outcome.error:
         _error(outcome.error)
         sys.exit(EXIT_ERROR)

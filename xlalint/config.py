@@ -13,6 +13,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .rule import Rule
+from .source import read_bounded
 
 CONFIG_FILES = ("xlalint.toml", ".xlalint.toml", "pyproject.toml")
 KNOWN_KEYS = {
@@ -119,12 +120,11 @@ def find_config(start: Path) -> tuple[Path, dict] | None:
 
 def load_toml(path: Path) -> dict:
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        return tomllib.loads(read_bounded(path)[0].decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: error: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: error: invalid TOML: {exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{path}: error: invalid TOML: {exc if not isinstance(exc, RecursionError) else 'nested too deep'}") from None
 
 
 def _string_list(value, key: str, where: str) -> list[str]:
@@ -196,8 +196,8 @@ def pinned_torch_xla(root: Path) -> tuple[str, Path] | None:
     and the file, when one does."""
     found: list[tuple[tuple[int, ...], str, Path]] = []
     for path in sorted(root.glob("requirements*.txt")) + [root / "pyproject.toml", root / "setup.py"]:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+        try:  # a FIFO or `requirements.txt -> /dev/zero` is never read
+            text = read_bounded(path)[0].decode("utf-8", errors="replace")
         except OSError:
             continue
         text = re.sub(r"(?m)#.*$", "", text) if path.suffix == ".txt" else text

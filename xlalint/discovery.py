@@ -10,6 +10,7 @@ from pathlib import Path
 import pathspec
 
 from .config import Settings
+from .source import read_bounded
 
 
 class MissingPath(Exception):
@@ -78,7 +79,7 @@ class _Excluder:
             spec = None
             if ignore.is_file():
                 try:
-                    lines = ignore.read_text(encoding="utf-8", errors="replace").splitlines()
+                    lines = read_bounded(ignore)[0].decode("utf-8", errors="replace").splitlines()
                     spec = pathspec.GitIgnoreSpec.from_lines(lines)
                 except OSError:
                     spec = None

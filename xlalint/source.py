@@ -44,11 +44,13 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, 
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, os.stat_result]:
+def read_bounded(path: Path, limit: int = MAX_FILE_BYTES, *, follow: bool = True) -> tuple[bytes, os.stat_result]:
     """The bytes of a regular file and its stat at the time, never more than `limit` of them: a
     FIFO, a device (`x.py -> /dev/zero`) or a socket is refused before a byte is read (opened
-    non-blocking: a FIFO never waits for a writer), a larger file is refused by its size."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    non-blocking: a FIFO never waits for a writer), a larger file is refused by its size.
+    `follow=False`: a symbolic link is refused too."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -131,12 +133,15 @@ def write_fixed(path: Path, data: bytes, read: Stamp, root: Path) -> Path:
 
 def write_atomic(path: Path, data: bytes, *, unchanged: Stamp | None = None) -> None:
     """Write via a temporary file in the same directory and rename: never a half-written file.
-    A file without its owner's write bit is refused (the rename would replace it regardless), and
-    with `unchanged`, a file that no longer holds what was read (checked last, before the rename)."""
+    A file without its owner's write bit is refused (the rename would replace it regardless), so
+    is a symbolic link, and with `unchanged`, a file that no longer holds what was read (checked last, before the rename)."""
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
+        info = os.lstat(path)
     except OSError:
-        mode = None
+        info = None
+    if info is not None and stat.S_ISLNK(info.st_mode):  # callers write links through (write_fixed) or not at all
+        raise OSError(errno.ELOOP, "a symbolic link; not written", str(path))
+    mode = stat.S_IMODE(info.st_mode) if info is not None else None
     if mode is not None and not mode & stat.S_IWUSR:
         raise PermissionError(errno.EACCES, "the file is read-only", str(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".xlalint-tmp", dir=path.parent)

@@ -139,6 +139,7 @@ class Workspace:
         self.cache_dir = cache_dir
         self._pool: ProcessPoolExecutor | None = None
         self._caches: dict[Path, ProjectCache] = {}
+        self.warnings: list[str] = []  # one line each, for the user (a cache that is not used)
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _map(self, func, tasks: list):
@@ -174,6 +175,8 @@ class Workspace:
             if self.use_cache:
                 folder = self.cache_dir if self.cache_dir is not None else root / CACHE_DIR_NAME
             self._caches[root] = ProjectCache(folder, root)
+            if self._caches[root].warning:
+                self.warnings.append(self._caches[root].warning)
         return self._caches[root]
 
     @property
@@ -321,7 +324,7 @@ def _read(convert, entry):
         return None
     try:
         return convert(entry)
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
         return None
 
 
