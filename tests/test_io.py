@@ -161,3 +161,57 @@ def test_a_cache_file_linked_to_dev_zero_is_not_read(project):
     proc = _xlalint_bounded("check", project)
     assert proc.returncode == 1 and "XLA101" in proc.stdout
     assert proc.stderr == f"warning: {_cache_file(project)}: a symbolic link in the cache; running without a cache\n"
+
+
+# -- folders that cannot be read (simulated: the tests run as root, whom permission bits never stop) ---
+
+def _deny(monkeypatch, folder, *, listing):
+    """Act as a user who may not search `folder` (stat or open what is in it) and, unless `listing`,
+    not list it either: the calls raise PermissionError as the kernel would."""
+    import errno
+
+    inside = str(folder) + os.sep
+
+    def guard(real, under_only=True):
+        def call(path, *args, **kwargs):
+            text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
+            if text.startswith(inside) or (not under_only and text == str(folder)):
+                raise PermissionError(errno.EACCES, "Permission denied", text)
+            return real(path, *args, **kwargs)
+        return call
+
+    for name in ("stat", "lstat", "open"):
+        monkeypatch.setattr(os, name, guard(getattr(os, name)))
+    if not listing:
+        monkeypatch.setattr(os, "scandir", guard(os.scandir, under_only=False))
+
+
+def _errors(err):
+    return [line for line in err.splitlines() if ": error:" in line]
+
+
+def test_an_unreadable_folder_in_the_tree_is_one_line_and_not_checked(run_cli, project, monkeypatch):
+    project.write("z_train.py", TRAIN_LOOP)
+    project.write("secret/train.py", TRAIN_LOOP)
+    _deny(monkeypatch, project / "secret", listing=False)
+    code, out, err = run_cli("check", "--no-cache", project)
+    assert _errors(err) == [f"{project / 'secret'}: error: cannot read folder: Permission denied"]
+    assert code == 2 and "z_train.py:10:18: XLA101" in out and "1 file could not be checked." in out
+
+
+def test_a_folder_readable_but_not_searchable_is_one_line_per_file(run_cli, project, monkeypatch):
+    project.write("z_train.py", TRAIN_LOOP)
+    project.write("locked/train.py", TRAIN_LOOP)
+    _deny(monkeypatch, project / "locked", listing=True)
+    code, out, err = run_cli("check", "--no-cache", project)
+    assert _errors(err) == [f"{project / 'locked' / 'train.py'}: error: Permission denied"]
+    assert code == 2 and "z_train.py:10:18: XLA101" in out
+
+
+def test_a_named_file_under_an_unsearchable_folder_is_one_line(run_cli, project, monkeypatch):
+    project.write("z_train.py", TRAIN_LOOP)
+    path = project.write("locked/train.py", TRAIN_LOOP)
+    _deny(monkeypatch, project / "locked", listing=False)
+    code, out, err = run_cli("check", "--no-cache", path, project / "z_train.py")
+    assert _errors(err) == [f"{path}: error: Permission denied"]
+    assert code == 2 and "z_train.py:10:18: XLA101" in out

@@ -13,7 +13,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .rule import Rule
-from .source import read_bounded
+from .source import is_dir, is_file, read_bounded, stat_or_none
 
 CONFIG_FILES = ("xlalint.toml", ".xlalint.toml", "pyproject.toml")
 KNOWN_KEYS = {
@@ -103,10 +103,10 @@ def validate_selectors(selectors: list[str], all_rules: list[type[Rule]], where:
 def find_config(start: Path) -> tuple[Path, dict] | None:
     """The nearest xlalint.toml, or pyproject.toml with a [tool.xlalint] table, from `start` upwards."""
     start = start.resolve()
-    for folder in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
+    for folder in [start, *start.parents] if is_dir(start) else [start.parent, *start.parent.parents]:
         for name in CONFIG_FILES:
             candidate = folder / name
-            if not candidate.is_file():
+            if not is_file(candidate):
                 continue
             data = load_toml(candidate)
             if name == "pyproject.toml":
@@ -210,12 +210,12 @@ def pinned_torch_xla(root: Path) -> tuple[str, Path] | None:
 
 def load_settings(config: Path | None, paths: list[Path], all_rules: list[type[Rule]]) -> Settings:
     if config is not None:
-        if not config.is_file():
+        if not is_file(config):
             raise ConfigError(f"{config}: error: config file not found")
         data = load_toml(config)
         table = data.get("tool", {}).get("xlalint", {}) if config.name == "pyproject.toml" else data
         return settings_from_table(table, config.resolve().parent, config.resolve(), all_rules)
-    for start in [*(p for p in paths[:1] if p.exists()), Path.cwd()]:
+    for start in [*(p for p in paths[:1] if stat_or_none(p) is not None), Path.cwd()]:
         found = find_config(start)
         if found:
             file, table = found

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from fnmatch import fnmatch
 from pathlib import Path
 
 import pathspec
 
 from .config import Settings
-from .source import read_bounded
+from .source import is_dir, is_file, read_bounded, stat_or_none
 
 
 class MissingPath(Exception):
@@ -67,9 +68,9 @@ class _Excluder:
             spec = self._spec(folder)
             if spec is not None:
                 relative = resolved.relative_to(folder).as_posix()
-                if spec.match_file(relative + ("/" if path.is_dir() else "")):
+                if spec.match_file(relative + ("/" if is_dir(path) else "")):
                     return True
-            if (folder / ".git").exists():
+            if stat_or_none(folder / ".git") is not None:
                 break  # .gitignore files above the repository root do not apply
         return False
 
@@ -77,7 +78,7 @@ class _Excluder:
         if folder not in self.gitignores:
             ignore = folder / ".gitignore"
             spec = None
-            if ignore.is_file():
+            if is_file(ignore):
                 try:
                     lines = read_bounded(ignore)[0].decode("utf-8", errors="replace").splitlines()
                     spec = pathspec.GitIgnoreSpec.from_lines(lines)
@@ -95,25 +96,36 @@ def is_excluded(path: Path, settings: Settings) -> bool:
 def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = False,
              missing: list[str] | None = None) -> list[Path]:
     """Python files and notebooks under `paths`, sorted. Files named explicitly are kept unless
-    `force_exclude`. A path that does not exist raises `MissingPath`, or with `missing` given, is
+    `force_exclude`. A path that does not exist or cannot be read (a folder that may not be listed,
+    a file under one that may not be searched) raises `MissingPath`, or with `missing` given, is
     described there and skipped (the other paths are still checked)."""
     excluder = _Excluder(settings)
     found: set[Path] = set()
+    problems: list[str] = []
+
+    def unreadable(exc: OSError) -> None:  # a folder inside the tree that cannot be listed
+        problems.append(f"{exc.filename}: error: cannot read folder: {exc.strerror or exc}")
+
     for path in paths:
-        if not path.exists():
-            if missing is None:
-                raise MissingPath(path)
-            missing.append(missing_message(path))
+        try:
+            info = path.stat()
+        except (OSError, ValueError) as exc:
+            denied = isinstance(exc, PermissionError)  # a folder above it may not be searched
+            problems.append(f"{path}: error: {exc.strerror}" if denied else missing_message(path))
             continue
-        if path.is_file():
+        if not stat.S_ISDIR(info.st_mode):
             if force_exclude and excluder.excluded_with_parents(path):
                 continue
             found.add(path)
             continue
-        for folder, dirs, files in os.walk(path):
+        for folder, dirs, files in os.walk(path, onerror=unreadable):
             base = Path(folder)
             dirs[:] = sorted(d for d in dirs if not excluder.excluded(base / d))
             for name in files:
                 if name.endswith((".py", ".pyi", ".ipynb")) and not excluder.excluded(base / name):
                     found.add(base / name)
+    if problems:
+        if missing is None:
+            raise MissingPath(Path(problems[0].partition(": error: ")[0]), problems[0].partition(": error: ")[2])
+        missing.extend(problems)
     return sorted(found)

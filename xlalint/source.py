@@ -70,6 +70,25 @@ def read_bounded(path: Path, limit: int = MAX_FILE_BYTES, *, follow: bool = True
         os.close(fd)
 
 
+def stat_or_none(path: Path) -> os.stat_result | None:
+    """`path`'s stat, or None when there is none to have: missing, or under a folder that may not be
+    searched (where Path.exists() and is_file() raise PermissionError)."""
+    try:
+        return os.stat(path)
+    except (OSError, ValueError):
+        return None
+
+
+def is_file(path: Path) -> bool:
+    info = stat_or_none(path)
+    return info is not None and stat.S_ISREG(info.st_mode)
+
+
+def is_dir(path: Path) -> bool:
+    info = stat_or_none(path)
+    return info is not None and stat.S_ISDIR(info.st_mode)
+
+
 def read_source(path: Path) -> SourceFile:
     try:
         raw, _ = read_bounded(path)

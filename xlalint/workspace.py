@@ -27,7 +27,7 @@ from .engine import MARKERS, FileResult, analyse, fix_source, lint_source
 from .notebook import MAX_NOTEBOOK_BYTES, Notebook, is_notebook
 from .progress import Progress
 from .rules import RULES_BY_CODE
-from .source import SourceError, SourceFile, Stamp, decode_source, read_bounded
+from .source import SourceError, SourceFile, Stamp, decode_source, is_dir, read_bounded
 
 MAX_PROJECT_FILES = 20_000
 PARALLEL_MIN = 8  # fewer tasks than this run in-process: starting workers would cost more
@@ -190,10 +190,11 @@ class Workspace:
     # -- the project-wide index ---------------------------------------------------------------------
     def _members(self, root: Path, targets: list[Path]) -> list[Path]:
         """The project's Python files, as discovery sees them (excludes and .gitignore apply)."""
-        members = discover([root], self.settings)
+        # a folder that cannot be read is reported where it is checked; the index just lacks it
+        members = discover([root], self.settings, missing=[])
         if len(members) > MAX_PROJECT_FILES:  # a huge tree: the folders of the files asked for
             roots = sorted({source_root(t.resolve()) for t in targets})
-            members = discover(roots, self.settings)[:MAX_PROJECT_FILES]
+            members = discover(roots, self.settings, missing=[])[:MAX_PROJECT_FILES]
         return members
 
     def facts(self, files: list[Path]) -> dict[Path, ProjectFacts]:
@@ -203,7 +204,7 @@ class Workspace:
             by_root.setdefault(project_root(path), []).append(path)
         result: dict[Path, ProjectFacts] = {}
         for root, targets in by_root.items():
-            if not root.is_dir():  # a `--stdin-filename` in a folder that does not exist: no project
+            if not is_dir(root):  # a `--stdin-filename` in a folder that does not exist: no project
                 result.update((path, NO_PROJECT) for path in targets)
                 continue
             facts = self._project_facts(root, targets)

@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..source import is_file, stat_or_none
 from .index import FUNCTIONS
 from .names import dotted_name, last_part
 from .reads import ParamRead, host_read, parameter_reads
@@ -108,7 +109,7 @@ class ModuleSummary:
 def source_root(path: Path) -> Path:
     """The folder above the top of the `__init__.py` chain (the file's own folder for a script)."""
     folder = path.parent
-    while (folder / "__init__.py").is_file() and folder.parent != folder:
+    while is_file(folder / "__init__.py") and folder.parent != folder:
         folder = folder.parent
     return folder
 
@@ -125,7 +126,7 @@ def project_root(path: Path, *, follow: bool = True) -> Path:
     file's source root. `follow=False`: the project where `path` is, if a symbolic link, not its target's."""
     start = path.resolve() if follow else path.parent.resolve() / path.name
     for folder in start.parents:
-        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+        if any(stat_or_none(folder / marker) is not None for marker in PROJECT_MARKERS):
             return folder
     return source_root(start)
 
