@@ -23,9 +23,10 @@ from .rules import ALL_RULES, RULES_BY_CODE
 from .noqa import add_noqa
 from .analysis.project import project_root
 from .source import SourceError, Stamp, decode_source, read_bounded, write_fixed
-from .workspace import Workspace
+from .workspace import Workspace, crash_report
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
 
 def _error(message: str) -> None:
@@ -135,7 +136,7 @@ def _selection_options(func):
                               "rules also fire in files that do not import torch_xla or torchax."),
             click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only: no hints, no summary."),
             click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-                         help="Processes to check files with (default: one per core)."),
+                         help="Processes to check files with (default: one per core; never more than cores or files)."),
             click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
             click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
                          help="Where to keep the cache (default: .xlalint_cache in each project's root)."),
@@ -155,7 +156,25 @@ def _selection_options(func):
     return func
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Guarded(click.Group):
+    """A crash is one line naming a file with its traceback, exit 2 (never "findings remain"); Ctrl-C
+    is exit 130 and nothing more (the workers ignore it; the parent stops them)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            sys.exit(EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug in xlalint
+            if os.environ.get("XLALINT_DEBUG"):
+                raise
+            _error(f"internal error ({type(exc).__name__}: {exc}); {crash_report(exc)}")
+            sys.exit(EXIT_ERROR)
+
+
+@click.group(cls=_Guarded, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="xlalint")
 def main() -> None:
     """xlalint: find and fix PyTorch/XLA and JAX performance hazards before they burn TPU hours."""

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import tempfile
+import traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +52,30 @@ def internal_error(path: Path, exc: BaseException) -> str:
         raise exc
     if isinstance(exc, RecursionError):
         return f"{path}: error: cannot analyse: nesting too deep"
-    return f"{path}: error: internal error in xlalint ({type(exc).__name__}: {exc}); please report it"
+    return f"{path}: error: internal error in xlalint ({type(exc).__name__}: {exc}); {crash_report(exc)}"
+
+
+def crash_report(exc: BaseException) -> str:
+    """Write `exc`'s traceback to a new file in the temporary folder; the sentence that names it."""
+    try:
+        fd, name = tempfile.mkstemp(prefix="xlalint-crash-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(f"xlalint {__version__}\n" + "".join(traceback.format_exception(exc)))
+    except OSError:
+        return "please report it (XLALINT_DEBUG=1 shows the traceback)"
+    return f"please report it with the traceback in {name}"
+
+
+def worker_count(jobs: int | None, tasks: int) -> int:
+    """Processes worth starting: never more than asked, than tasks, or than cores (`--jobs 5000`
+    on three files starts no thousands of processes)."""
+    cores = os.cpu_count() or 1
+    return max(1, min(jobs or cores, tasks, cores))
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them: no traceback from each."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # -- work done in worker processes (module-level functions: they are pickled by reference) ------------
@@ -134,38 +160,59 @@ class Workspace:
         # the text edits of each fix (JSON output); without them a fix is only built, never applied
         self.with_edits = with_edits
         self.rules = rules
-        self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self.jobs = jobs  # None: one process per core
         self.use_cache = cache
         self.cache_dir = cache_dir
         self._pool: ProcessPoolExecutor | None = None
+        self._pool_size = 0
         self._caches: dict[Path, ProjectCache] = {}
         self.warnings: list[str] = []  # one line each, for the user (a cache that is not used)
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _map(self, func, tasks: list):
-        if self.jobs == 1 or len(tasks) < PARALLEL_MIN:
+        workers = worker_count(self.jobs, len(tasks))
+        if workers == 1 or len(tasks) < PARALLEL_MIN:
             results = (func(t) for t in tasks)
         else:
-            if self._pool is None:
+            if self._pool_size < workers:
+                self._stop_pool()
                 method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-                self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context(method))
-            results = self._pool.map(func, tasks, chunksize=max(1, len(tasks) // (self.jobs * 8)))
-        if self.progress is None:
-            return list(results)
-        bar = self.progress.step(STEP_LABELS.get(func.__name__, ""), len(tasks))
-        found = []
+                self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
+                                                 initializer=_ignore_interrupts)
+                self._pool_size = workers
+            results = self._pool.map(func, tasks, chunksize=max(1, len(tasks) // (workers * 8)))
         try:
-            for result in results:
-                found.append(result)
-                bar.update()
-        finally:
-            bar.close()
-        return found
+            if self.progress is None:
+                return list(results)
+            bar = self.progress.step(STEP_LABELS.get(func.__name__, ""), len(tasks))
+            found = []
+            try:
+                for result in results:
+                    found.append(result)
+                    bar.update()
+            finally:
+                bar.close()
+            return found
+        except BaseException:  # Ctrl-C, or a worker that died: stop the others now, not after their tasks
+            self._stop_pool(terminate=True)
+            raise
+
+    def _stop_pool(self, *, terminate: bool = False) -> None:
+        pool, self._pool, self._pool_size = self._pool, None, 0
+        if pool is None:
+            return
+        if terminate:
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.join()
+        else:
+            pool.shutdown()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        self._stop_pool()
         for cache in self._caches.values():
             cache.save()
 
