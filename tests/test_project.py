@@ -145,3 +145,31 @@ def test_editing_a_rule_invalidates_the_cache():
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
         code_fingerprint.cache_clear()
     assert code_fingerprint() == old
+
+
+def _findings(run_cli, project, *extra):
+    code, out, err = run_cli("check", "--output-format", "json", *extra, project)
+    assert code in (0, 1), err
+    return sorted((d["filename"], d["location"]["row"], d["code"]) for d in json.loads(out))
+
+
+@pytest.mark.parametrize("layout", ["package", "src"])
+def test_a_warm_run_after_adding_or_removing_an_init_is_a_cold_run(run_cli, package, layout):
+    init = package / "pkg" / "__init__.py"
+    if layout == "src":  # `from utils.metrics import ...` in scripts/: resolved only while utils/ is a package
+        init = package / "src" / "utils" / "__init__.py"
+        package.write("src/utils/metrics.py", METRICS)
+        package.write("scripts/train.py", TRAIN.replace("pkg.metrics", "utils.metrics"))
+    for step in ("remove", "add", "remove", "add"):
+        if step == "add":
+            init.write_text("")
+        elif init.exists():
+            init.unlink()
+        warm = _findings(run_cli, package)
+        cold = _findings(run_cli, package, "--no-cache")
+        assert warm == cold, step
+
+
+def test_a_namespace_package_import_is_resolved(run_cli, package):
+    (package / "pkg" / "__init__.py").unlink()
+    assert rows(run_cli("check", "--output-format", "json", "--no-cache", package)[1], "metrics.py") == [9, 13, 14]

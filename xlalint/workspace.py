@@ -275,7 +275,10 @@ class Workspace:
             if MARKERS.search(raw):
                 contents[path] = digest(raw)
         cache.keep_only({_relative(p, root) for p in contents})
-        # an unchanged project has unchanged facts: one entry keyed by every member's content
+        # what module resolution reads besides contents: each member's name, which the `__init__.py`
+        # files above it decide (an empty one has no marker, so it is no member)
+        contents = {p: digest(f"{c} {module_name(p, source_root(p))}".encode()) for p, c in contents.items()}
+        # an unchanged project has unchanged facts: one entry keyed by every member's content and name
         key = digest(repr(sorted((_relative(p, root), c) for p, c in contents.items())).encode())
         cached = _read(_facts_from_json, cache.result(FACTS_SLOT, key))
         if cached is not None:

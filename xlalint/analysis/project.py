@@ -271,11 +271,23 @@ class ProjectIndex:
     def module(self, qualified: str, near: ModuleSummary) -> ModuleSummary | None:
         candidates = self.by_name.get(qualified)
         if not candidates:
-            return None
+            return self.namespace_module(qualified, near)
         if len(candidates) == 1:
             return candidates[0]
         here = Path(near.path).parent  # same name in two source roots: the importer's neighbour
         return min(candidates, key=lambda s: (Path(s.path).parent != here, s.path))
+
+    def namespace_module(self, qualified: str, near: ModuleSummary) -> ModuleSummary | None:
+        """`pkg.helpers` where `pkg` has no `__init__.py` (a namespace package, PEP 420): the file
+        `pkg/helpers.py` (or `pkg/helpers/__init__.py`) in the nearest folder above the importer
+        that has it, as when that folder is on `sys.path`."""
+        relative = Path(*qualified.split("."))
+        for folder in Path(near.path).parents:
+            for candidate in (folder / relative.with_suffix(".py"), folder / relative / "__init__.py"):
+                found = self.summaries.get(str(candidate))
+                if found is not None and found is not near:
+                    return found
+        return None
 
     def symbol(self, qualified: str, near: ModuleSummary) -> tuple[ModuleSummary, str] | None:
         """`pkg.mod.f` -> (the summary of pkg.mod, "f"); also `pkg.mod.Cls.m`."""
