@@ -192,3 +192,58 @@ def test_unused_import_is_dropped_but_never_its_comments():
     assert "    # TPU support\n    import torch_xla.core.xla_model as xm\n    import torch_xla\n" in out
     trailing = "import torch_xla.core.xla_model as xm  # keep for TPUs\n\nxm.mark_step()\n"
     assert "# keep for TPUs" in fix(trailing, [RenameAndDropImport]).fixed.decode()
+
+
+# -- each fix's edits (JSON, SARIF): the same as diffing the whole module, in linear time --------------
+
+def _edits_per_fix(source):
+    """(the edits the engine gives each fix, what diffing the whole fixed module gives)."""
+    from xlalint import engine
+    from xlalint.fixing.apply import apply_fixes
+    from xlalint.rules import ALL_RULES
+
+    ctx = engine.analyse(source)
+    found = engine._keep(source, engine._run_rules(ctx, ALL_RULES))
+    cst_ctx = engine._build_fixes(source, ctx, found, with_edits=True)
+    fixes = [item.fix for item in found if item.fix is not None]
+    return ([f.edits for f in fixes],
+            [text_edits(cst_ctx.module.code, apply_fixes(cst_ctx, [f]).code) for f in fixes])
+
+
+EXAMPLES = sorted(Path(__file__).resolve().parent.parent.glob("examples/**/*.py"))
+
+
+def test_each_fix_s_edits_are_those_of_the_whole_module_diff():
+    header = '"""Doc."""\n# a comment\nimport torch\nimport torch_xla.core.xla_model as xm\n\n'
+    sources = [read_source(p).text for p in EXAMPLES] + [
+        header + "def f():\n    xm.mark_step()\n\n\ndef g():\n    xm.mark_step()",  # no final newline
+        "import torch_xla.core.xla_model as xm\nxm.mark_step()\nx = 1\nxm.mark_step()\n",
+        "# licence\n\nimport torch_xla.core.xla_model as xm\n\nclass T:\n    def s(self):\n        xm.mark_step()\n",
+    ]
+    checked = 0
+    for text in sources:
+        engine_edits, whole = _edits_per_fix(decode_source(Path("t.py"), text.encode()))
+        assert engine_edits == whole
+        checked += len(whole)
+    assert checked > 20  # the examples have fixes of every kind (imports added, replaced, removed)
+
+
+def test_the_edits_of_many_fixes_diff_each_statement_once(monkeypatch):
+    from xlalint.fixing import apply
+
+    text = "import torch\nimport torch_xla.core.xla_model as xm\n\n" + "".join(
+        f"def f{i}():\n    xm.mark_step()\n\n" for i in range(400))
+    diffed = []
+    real = apply.text_edits
+
+    def counting(before, after):
+        diffed.append(len(before))
+        return real(before, after)
+
+    monkeypatch.setattr(apply, "text_edits", counting)
+    from xlalint.rules import RULES_BY_CODE
+
+    found = lint_source(decode_source(Path("t.py"), text.encode()), [RULES_BY_CODE["XLA602"]], with_edits=True)
+    assert len(found) == 400 and all(d.fix.edits for d in found)
+    # each fix diffs its own statement and the import block, never the whole file: linear in all
+    assert sum(diffed) < 3 * len(text)

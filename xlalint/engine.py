@@ -123,14 +123,14 @@ def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, w
     """Run the fix builders of `found` on the file's libcst tree (parsed here, and only here)."""
     if not any(item.builder for item in found):
         return None
-    from .fixing.apply import apply_fixes, imports_the_linter, text_edits
+    from .fixing.apply import FixEdits, imports_the_linter
     from .fixing.context import CstContext
 
     module = parse_cst(source)
     if module is None:
         return None  # findings stay, without fixes
     cst_ctx = CstContext(module, ctx.text)
-    original = module.code if with_edits else ""  # generated once, not once per fix
+    edits = FixEdits(cst_ctx) if with_edits else None
     for item in found:
         if item.builder is None:
             continue
@@ -141,8 +141,8 @@ def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, w
             # the training environment may not have xlalint (pre-commit installs it on its own)
             item.fix.applicability = Applicability.UNSAFE
         item.fix_spans = tuple(_cst_span(cst_ctx, node) for node, _ in item.fix.replacements.values())
-        if with_edits:
-            item.fix.edits = text_edits(original, apply_fixes(cst_ctx, [item.fix]).code)
+        if edits is not None:
+            item.fix.edits = edits.of(item.fix)
     return cst_ctx
 
 

@@ -13,13 +13,15 @@ from .cst_names import dotted_name
 
 
 class _ReplaceNodes(cst.CSTTransformer):
-    def __init__(self, replacements: dict[int, object]) -> None:
+    def __init__(self, replacements: dict[int, object], ancestors: set[int]) -> None:
         super().__init__()
         self.replacements = replacements
+        self.ancestors = ancestors  # the nodes above a replaced one: the only subtrees worth visiting
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        # don't visit children of a node we are about to replace
-        return id(node) not in self.replacements and super().on_visit(node)
+        # don't visit children of a node we are about to replace, nor of one without a replacement
+        # below it (kept as it is, the same object: what `FixEdits` compares by)
+        return id(node) not in self.replacements and id(node) in self.ancestors and super().on_visit(node)
 
     def on_leave(self, original_node, updated_node):
         replacement = self.replacements.get(id(original_node))
@@ -60,6 +62,35 @@ def imports_the_linter(ctx: CstContext, fix: Fix) -> bool:
 
 def apply_fixes(ctx: CstContext, fixes: list[Fix]) -> cst.Module:
     """Apply `fixes` (already free of overlaps) to the file's module and return the new module."""
+    replacements, top_level = _plan(ctx, fixes)
+    ancestors = {id(a) for key in replacements for a in _ancestors(ctx, key)}
+    transformer = _ReplaceNodes(replacements, ancestors)
+    body: list = []
+    for statement in ctx.module.body:  # only the statements holding a replacement are visited
+        if id(statement) not in ancestors and id(statement) not in replacements:
+            body.append(statement)
+            continue
+        new = statement.visit(transformer)
+        if isinstance(new, cst.FlattenSentinel):
+            body.extend(new.nodes)
+        elif not isinstance(new, cst.RemovalSentinel):
+            body.append(new)
+    module = ctx.module.with_changes(body=body)
+    if top_level:
+        module = _add_imports(module, top_level)
+    return module
+
+
+def _ancestors(ctx: CstContext, key: int):
+    node = ctx.index.parents.get(key)
+    while node is not None:
+        yield node
+        node = ctx.parent(node)
+
+
+def _plan(ctx: CstContext, fixes: list[Fix]) -> tuple[dict[int, object], list[ImportRequest]]:
+    """The node replacements of `fixes` (imports placed beside an existing one included, unused ones
+    dropped), and the imports to add at the top of the module."""
     replacements: dict[int, object] = {}
     for fix in fixes:
         for key, (_, replacement) in fix.replacements.items():
@@ -83,17 +114,44 @@ def apply_fixes(ctx: CstContext, fixes: list[Fix]) -> cst.Module:
                 top_level.append(request)
     for request in {r for fix in fixes for r in fix.removed_imports}:
         _remove_if_unused(ctx, request, replacements)
-    module = ctx.module.visit(_ReplaceNodes(replacements))
-    if top_level:
-        from libcst.codemod import CodemodContext  # libcst's codemods cost 0.4 s to import: only here
-        from libcst.codemod.visitors import AddImportsVisitor
+    return replacements, top_level
 
-        # AddImportsVisitor needs no metadata: visit it directly (a Codemod would deep-copy the tree)
-        context = CodemodContext()
-        for request in top_level:
-            AddImportsVisitor.add_needed_import(context, request.module, request.obj, request.asname)
-        module = module.visit(AddImportsVisitor(context))
-    return module
+
+def _add_imports(module: cst.Module, requests: list[ImportRequest]) -> cst.Module:
+    """`module` with `requests` imported, by libcst's AddImportsVisitor. It reads and changes only the
+    module's first statements (a docstring, the import block, the statement after it), so it is
+    given only those: the rest of the module is neither visited nor rebuilt."""
+    from libcst.codemod import CodemodContext  # libcst's codemods cost 0.4 s to import: only here
+    from libcst.codemod.visitors import AddImportsVisitor
+
+    body = list(module.body)
+    start = 1 if body and _is_docstring(body[0]) else 0
+    end = start
+    while end < len(body) and _is_import(body[end]):
+        end += 1
+    head = module.with_changes(body=body[: end + 1])
+    # AddImportsVisitor needs no metadata: visit it directly (a Codemod would deep-copy the tree)
+    context = CodemodContext()
+    for request in requests:
+        AddImportsVisitor.add_needed_import(context, request.module, request.obj, request.asname)
+    head = head.visit(AddImportsVisitor(context))
+    return module.with_changes(body=[*head.body, *body[end + 1:]])
+
+
+def _is_import(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+        statement.body[0], (cst.Import, cst.ImportFrom))
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    """What libcst's AddImportsVisitor never inserts before: a docstring or a `__strict__` flag."""
+    if not isinstance(statement, cst.SimpleStatementLine) or not statement.body:
+        return False
+    first = statement.body[0]
+    if isinstance(first, cst.Expr):
+        return isinstance(first.value, (cst.SimpleString, cst.ConcatenatedString))
+    return isinstance(first, cst.Assign) and any(
+        isinstance(t.target, cst.Name) and t.target.value == "__strict__" for t in first.targets)
 
 
 def _remove_if_unused(ctx: CstContext, request: ImportRequest, replacements: dict[int, object]) -> None:
@@ -113,14 +171,20 @@ def _remove_if_unused(ctx: CstContext, request: ImportRequest, replacements: dic
     if any(re.search(rf"(?<![\w.]){re.escape(local)}\b", code) for code in replaced_code):  # not `torch_xla.compile`
         return
     scopes = {id(b.scope) for b in bindings}
-    uses: dict[int, list[bool]] = {}  # binding scope -> replaced? per use it serves
+    unused = set(scopes)  # binding scopes whose every use met so far is replaced
+    served: set[int] = set()  # binding scopes with a use
     for use in ctx.index.name_uses.get(local, ()):
-        scope = next((a for a in ctx.index.ancestors(use) if id(a) in scopes), None)
-        replaced = id(use) in replacements or any(id(a) in replacements for a in ctx.index.ancestors(use))
-        uses.setdefault(id(scope), []).append(replaced)
+        scope = id(next((a for a in ctx.index.ancestors(use) if id(a) in scopes), None))
+        if scope not in unused:
+            continue
+        served.add(scope)
+        if not (id(use) in replacements or any(id(a) in replacements for a in ctx.index.ancestors(use))):
+            unused.discard(scope)
+            if not unused:  # every import stays: stop at the first use kept, not after every use of the file
+                return
     for binding in bindings:
-        served = uses.get(id(binding.scope), [])
-        if served and all(served) and sum(b.scope is binding.scope for b in bindings) == 1:
+        scope = id(binding.scope)
+        if scope in unused and scope in served and sum(b.scope is binding.scope for b in bindings) == 1:
             _drop_binding(ctx, binding, local, replacements)
 
 
@@ -168,6 +232,65 @@ def _has_own_comments(ctx: CstContext, request: ImportRequest) -> bool:
         ):
             return True
     return False
+
+
+class FixEdits:
+    """Each fix's text edits (JSON and SARIF show them), in time linear in the file.
+
+    Generating the whole fixed module and diffing it with the original once per fix cost minutes
+    for a file with hundreds of fixes. A fix rebuilds only the top-level statements holding its
+    nodes (and the import block): the others stay the same objects (see `_ReplaceNodes`). So only
+    the statements that changed are generated and diffed, at their rows; the result is the same as
+    diffing the whole module, which is still done where this cannot be used (a module without a
+    final newline, statements out of order)."""
+
+    def __init__(self, ctx: CstContext) -> None:
+        self.ctx = ctx
+        module = ctx.module
+        self.original = module.code
+        self.texts = [module.code_for_node(statement) for statement in module.body]
+        self.header = "".join(module.code_for_node(line) for line in module.header)
+        self.footer = "".join(module.code_for_node(line) for line in module.footer)
+        self.index = {id(statement): i for i, statement in enumerate(module.body)}
+        self.rows = [1 + self.header.count("\n")]  # the row each statement starts on, and the end's
+        for text in self.texts:
+            self.rows.append(self.rows[-1] + len(text.splitlines()))
+        self.usable = self.header + "".join(self.texts) + self.footer == self.original and all(
+            text.endswith(("\n", "\r")) for text in self.texts)
+
+    def of(self, fix: Fix) -> tuple[Edit, ...]:
+        new = apply_fixes(self.ctx, [fix])
+        windows = self._windows(new) if self.usable else None
+        if windows is None:
+            return text_edits(self.original, new.code)
+        edits: list[Edit] = []
+        for (i1, i2), (j1, j2) in windows:
+            before = "".join(self.texts[i1:i2])
+            after = "".join(new.code_for_node(statement) for statement in new.body[j1:j2])
+            shift = self.rows[i1] - 1
+            edits += [Edit(Location(e.location.row + shift, e.location.column),
+                           Location(e.end_location.row + shift, e.end_location.column), e.content)
+                      for e in text_edits(before, after)]
+        return tuple(edits)
+
+    def _windows(self, new: cst.Module) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
+        """The runs of statements between those `new` shares with the original: (old range, new range)."""
+        if "".join(new.code_for_node(line) for line in new.header) != self.header or \
+                "".join(new.code_for_node(line) for line in new.footer) != self.footer:
+            return None
+        anchors = [(-1, -1)]
+        for j, statement in enumerate(new.body):
+            i = self.index.get(id(statement))
+            if i is not None:
+                if i <= anchors[-1][0]:
+                    return None
+                anchors.append((i, j))
+        anchors.append((len(self.texts), len(new.body)))
+        windows = [((i0 + 1, i1), (j0 + 1, j1)) for (i0, j0), (i1, j1) in zip(anchors, anchors[1:])
+                   if i1 > i0 + 1 or j1 > j0 + 1]
+        if not new.has_trailing_newline and windows and windows[-1][1][1] == len(new.body):
+            return None  # the module drops the last statement's newline: diff the whole of it
+        return windows
 
 
 def text_edits(before: str, after: str) -> tuple[Edit, ...]:
