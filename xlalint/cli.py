@@ -218,7 +218,7 @@ def check(ctx, paths, config, select, extend_select, ignore, preview, force_excl
         click.echo(show_settings_text(settings, rules, files) if show_settings
                    else "".join(f"{printable(str(f))}\n" for f in files), nl=False)
         sys.exit(EXIT_ERROR if missing else EXIT_OK)
-    # only JSON and SARIF show each fix's edits: computing them regenerates the file once per fix
+    # only JSON and SARIF show each fix's edits: computing them generates each fix's statements again
     workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir,
                           with_edits=output_format in WITH_EDITS and not show_statistics, progress=_progress(quiet))
     try:
