@@ -480,15 +480,17 @@ def _in_compat_fallback(ctx: FileContext, node: ast.AST, entry: Migration | None
                 return True
             if field == "body" and any(_catches_missing_api(h) and _falls_back(h) for h in anc.handlers):
                 return True
-        if isinstance(child, ast.stmt):
-            for earlier in getattr(anc, field):
-                if earlier is child:
-                    break
-                if isinstance(earlier, ast.If) and not earlier.orelse and exits_block(earlier.body):
-                    polarity = _version_polarity(earlier.test)
-                    if polarity is not None and polarity != OLD:
-                        return True  # `if new_xla: ...; return` then the old path
+        if isinstance(child, ast.stmt) and ctx.index.after_in_block(child, "new-xla-exit", _new_xla_exit):
+            return True  # `if new_xla: ...; return` then the old path
         child = anc
+    return False
+
+
+def _new_xla_exit(earlier: ast.stmt) -> bool:
+    """`if new_xla: ...; return`: the statements after it run on old torch_xla only."""
+    if isinstance(earlier, ast.If) and not earlier.orelse and exits_block(earlier.body):
+        polarity = _version_polarity(earlier.test)
+        return polarity is not None and polarity != OLD
     return False
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left, bisect_right
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,14 @@ class FileContext:
         self.tensors = TensorInference(self)
         self.step_loop_cache: dict[ast.AST, bool] = {}
         self.trains_cache: dict[ast.AST, bool] = {}
+        self.gradients_cache: dict[ast.AST, bool] = {}  # see jax_tracing.computes_gradients
+        self.if_gate_cache: dict[tuple[ast.AST, str | None], bool] = {}  # see steps.gated_by
+        self.loop_counter_cache: dict[ast.AST, frozenset[str]] = {}  # see steps._loop_counters
+        # (scope, name) -> the source positions of the values assigned to it, when they come in
+        # source order (else None): a use finds the last one before it by bisection
+        self._value_positions: dict[tuple[ast.AST, str], list[int] | None] = {}
+        # (parent, field) of a block -> its statements' positions, and `x = ...` positions by target
+        self._block_assignments: dict[tuple[ast.AST, str], tuple[dict[int, int], dict[str, list[int]]]] = {}
         self._calls_within: dict[ast.AST, list[ast.Call]] = {}
 
     # -- source ----------------------------------------------------------------------------------
@@ -106,6 +115,53 @@ class FileContext:
             found.sort(key=self.index.order.__getitem__)
             self._calls_within[owner] = found
         return found
+
+    @cached_property
+    def _calls_by_callee(self) -> dict[str, list[ast.Call]]:
+        """Every call of the module by its callee as written (`f`, `self.f`, `mod.f`), in source order."""
+        found: dict[str, list[ast.Call]] = {}
+        for call in self.index.calls:
+            name = dotted_name(call.func)
+            if name:
+                found.setdefault(name, []).append(call)
+        return found
+
+    def calls_of(self, name: str) -> list[ast.Call]:
+        """The calls `name(...)`, `self.name(...)`, `cls.name(...)` of this module, in source order."""
+        by_callee = self._calls_by_callee
+        found = [c for callee in (name, f"self.{name}", f"cls.{name}") for c in by_callee.get(callee, ())]
+        found.sort(key=self.index.order.__getitem__)
+        return found
+
+    @cached_property
+    def _loops_by_function(self) -> dict[ast.AST | None, list[ast.AST]]:
+        found: dict[ast.AST | None, list[ast.AST]] = {}
+        for loop in self.index.loops:
+            found.setdefault(self.index.enclosing_function(loop), []).append(loop)
+        return found
+
+    def loops_of(self, func: ast.AST) -> list[ast.AST]:
+        """The loops whose innermost enclosing `def` is `func`, in source order."""
+        return self._loops_by_function.get(func, [])
+
+    @cached_property
+    def _functions_by_scope(self) -> dict[str, dict[ast.AST, list[ast.AST]]]:
+        """Function name -> scope (module, function or lambda) -> the functions (not methods) of that
+        name defined directly in it, in source order."""
+        found: dict[str, dict[ast.AST, list[ast.AST]]] = {}
+        for name, defs in self.index.functions.items():
+            for func in defs:
+                if not isinstance(self.index.parent(func), ast.ClassDef):
+                    found.setdefault(name, {}).setdefault(self.index.scope_of(func), []).append(func)
+        return found
+
+    def functions_in_scope(self, name: str, scope: ast.AST) -> list[ast.AST]:
+        """The functions (not methods) named `name` defined directly in `scope`."""
+        return self._functions_by_scope.get(name, {}).get(scope, [])
+
+    def defines_function(self, name: str) -> bool:
+        """Some function (not a method) of this module is named `name`."""
+        return name in self._functions_by_scope
 
     # -- step closures ------------------------------------------------------------------------
     @cached_property
@@ -273,17 +329,32 @@ class FileContext:
         position = order.get(name, 0)
         # a value precedes the use unless the use is inside it (`x = x.cpu()` reads the old x)
         inside = set(self.index.ancestors(name))
-        before = [v for v in values if order.get(v, 0) < position and v not in inside]
-        if not before:
+        positions = self._positions_of(scope, name.id, values)
+        # the values before the use: by bisection when they are in source order (a name assigned
+        # at every line of a long function must not make each of its uses read them all)
+        end = bisect_left(positions, position) if positions is not None else len(values)
+        reaching: list[ast.expr] = []
+        for i in range(end - 1, -1, -1):  # newest first; no copy of the values
+            value = values[i]
+            if (positions is None and order.get(value, 0) >= position) or value in inside:
+                continue
+            if reaching and reaching[-1] not in self.index.augmented:
+                break
+            reaching.append(value)
+        if not reaching:
             # a parameter, or the target of a loop around the use, is the reaching definition;
             # otherwise a loop may carry a later assignment round
             return [] if self.parameter(name) is not None or self._loop_target(name, scope) else values
-        reaching = [before[-1]]
-        for value in reversed(before[:-1]):
-            if reaching[-1] not in self.index.augmented:
-                break
-            reaching.append(value)
         return reaching
+
+    def _positions_of(self, scope: ast.AST, name: str, values: list[ast.expr]) -> list[int] | None:
+        key = (scope, name)
+        if key not in self._value_positions:
+            order = self.index.order
+            positions = [order.get(v, 0) for v in values]
+            ordered = all(a <= b for a, b in zip(positions, positions[1:]))
+            self._value_positions[key] = positions if ordered else None
+        return self._value_positions[key]
 
     def same_binding(self, first: ast.Name, second: ast.Name) -> bool:
         """`first` and `second` read one binding of the same variable: one scope, nothing binds the
@@ -329,14 +400,22 @@ class FileContext:
 
     def bindings_of(self, scope: ast.AST, name: str):
         """The nodes that bind `name` in `scope`: stores and deletions, definitions, imports, handlers."""
+        return iter(self._bindings.get((scope, name), ()))
+
+    @cached_property
+    def _bindings(self) -> dict[tuple[ast.AST, str], list[ast.AST]]:
+        """(scope, name) -> what `bindings_of` yields, found in one pass over the module rather than
+        one per question (asked at every use of a deprecated API)."""
+        found: dict[tuple[ast.AST, str], list[ast.AST]] = {}
         for node in self.index.by_type.get(ast.Name, ()):
-            if node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)) and self.index.scope_of(node) is scope:
-                yield node
+            if isinstance(node.ctx, (ast.Store, ast.Del)):
+                found.setdefault((self.index.scope_of(node), node.id), []).append(node)
         for kind in (*FUNCTIONS, ast.ClassDef, ast.ExceptHandler, ast.alias):
             for node in self.index.by_type.get(kind, ()):
                 bound = (node.asname or node.name.partition(".")[0]) if isinstance(node, ast.alias) else node.name
-                if bound == name and self.index.scope_of(node) is scope:
-                    yield node
+                if bound is not None:  # an `except E:` binds nothing
+                    found.setdefault((self.index.scope_of(node), bound), []).append(node)
+        return found
 
     def only_when_not_none(self, name: str, node: ast.AST) -> bool:
         """`node` runs only when `name` is not None: under `if name is not None:` (or `if name:`), in the
@@ -352,13 +431,9 @@ class FileContext:
                 wanted = 1 if isinstance(anc.op, ast.And) else -1
                 if any(_none_test(v, name) == wanted for v in anc.values[:anc.values.index(child)]):
                     return True
-            if isinstance(child, ast.stmt) and isinstance(getattr(anc, field or "", None), list):
-                for earlier in getattr(anc, field):
-                    if earlier is child:
-                        break
-                    if isinstance(earlier, ast.If) and not earlier.orelse and guards.exits_block(earlier.body) \
-                            and _none_test(earlier.test, name) == -1:
-                        return True
+            if isinstance(child, ast.stmt) and self.index.after_in_block(
+                    child, f"none-exit:{name}", lambda earlier: _none_exit(earlier, name)):
+                return True
             if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
                 return False
             child = anc
@@ -409,15 +484,36 @@ class FileContext:
         statement = self.index.parent(value)
         if not isinstance(statement, ast.Assign) or statement.value is not value:
             return False
-        parent = self.index.parent(statement)
-        block = getattr(parent, self.index.field_of(statement) or "", None)
-        if not isinstance(block, list):
+        later = self._next_assignment(statement, name)
+        if later is None:
             return False
-        for later in block[block.index(statement) + 1:]:
-            if isinstance(later, ast.Assign) and len(later.targets) == 1 and dotted_name(later.targets[0]) == name:
-                reads = any(dotted_name(n) == name for n in ast.walk(later.value))
-                return not reads or _moves_to_host(later.value)
-        return False
+        reads = any(dotted_name(n) == name for n in ast.walk(later.value))
+        return not reads or _moves_to_host(later.value)
+
+    def _next_assignment(self, statement: ast.stmt, name: str) -> ast.Assign | None:
+        """The first later statement of `statement`'s block that is `name = ...` (one target).
+        Each block is read once: a method assigning hundreds of `self.x` must not read the rest of
+        its block for each of them."""
+        parent = self.index.parent(statement)
+        field = self.index.field_of(statement) or ""
+        block = getattr(parent, field, None)
+        if not isinstance(block, list):
+            return None
+        key = (parent, field)
+        found = self._block_assignments.get(key)
+        if found is None:
+            positions = {id(s): i for i, s in reversed(list(enumerate(block)))}  # the first, as list.index
+            by_name: dict[str, list[int]] = {}
+            for i, later in enumerate(block):
+                if isinstance(later, ast.Assign) and len(later.targets) == 1:
+                    target = dotted_name(later.targets[0])
+                    if target:
+                        by_name.setdefault(target, []).append(i)
+            found = self._block_assignments[key] = (positions, by_name)
+        positions, by_name = found
+        candidates = by_name.get(name, [])
+        at = bisect_right(candidates, positions[id(statement)])
+        return block[candidates[at]] if at < len(candidates) else None
 
     def attribute_values(self, dotted: str) -> list[ast.expr]:
         """Values assigned to `self.x`-style targets anywhere in the file."""
@@ -447,14 +543,14 @@ class FileContext:
         position = params.index(param) if param in params else None
         if position is not None and params[0].arg in ("self", "cls"):
             position -= 1
-        found: list[ast.expr | None] = []
-        for call in self.index.calls:
-            if dotted_name(call.func) not in (func.name, f"self.{func.name}", f"cls.{func.name}"):
-                continue
-            found.append(argument(call, position, param.arg))
-            if len(found) >= MAX_CALL_SITES:
-                break
-        return found
+        return [argument(call, position, param.arg) for call in self.calls_of(func.name)[:MAX_CALL_SITES]]
+
+
+def _none_exit(earlier: ast.stmt, name: str) -> bool:
+    """`if name is None: return` (or raise/continue/break): what follows runs only when it is not None."""
+    return isinstance(earlier, ast.If) and not earlier.orelse and guards.exits_block(earlier.body) \
+        and _none_test(earlier.test, name) == -1
+
 
 def _none_test(test: ast.expr, name: str) -> int:
     """1 if `test` holds only when `name` is not None (`name is not None`, `name`), -1 if only when it

@@ -41,14 +41,13 @@ def resolve_function(ctx: "FileContext", name: ast.Name) -> list[ast.AST]:
     """The functions a bare name refers to where it is used: those defined in the innermost
     enclosing scope that defines one of that name (a local `update_fn` in one test is not the
     `update_fn` another test jits); methods are never reached by a bare name."""
-    defs = [d for d in ctx.index.functions.get(name.id, ()) if not isinstance(ctx.index.parent(d), ast.ClassDef)]
-    if not defs:
+    if not ctx.defines_function(name.id):
         return []
     for scope in ctx.index.ancestors(name):
         if isinstance(scope, (*FUNCTIONS, ast.Lambda, ast.Module)):
-            here = [d for d in defs if ctx.index.scope_of(d) is scope]
+            here = ctx.functions_in_scope(name.id, scope)  # not every `def body` of the module
             if here:
-                return here
+                return list(here)
     return []
 
 
@@ -78,12 +77,12 @@ def traced_functions(ctx: "FileContext") -> set[ast.AST]:
         elif isinstance(expr, ast.Name):
             traced.update(resolve_function(ctx, expr))
 
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, FUNCTIONS) and any(_is_tracing(ctx, d) for d in node.decorator_list):
+    for node in (*ctx.index.by_type.get(ast.FunctionDef, ()), *ctx.index.by_type.get(ast.AsyncFunctionDef, ())):
+        if any(_is_tracing(ctx, d) for d in node.decorator_list):
             traced.add(node)
-        elif isinstance(node, ast.Call):
-            for target in _staging_targets(ctx, node):
-                add(target)
+    for node in ctx.index.calls:  # the index's lists: no second walk of the module
+        for target in _staging_targets(ctx, node):
+            add(target)
     # what a traced function calls in this module runs traced too, and so do functions defined in it
     pending = list(traced)
     while pending:
@@ -235,6 +234,8 @@ def staged_functions(ctx: "FileContext") -> dict[ast.AST, list[ast.Call]]:
     """The functions JAX stages out directly (not the helpers they call), each with the decorators
     and calls that stage it (a `jax.jit` call's keywords give the static arguments; a control-flow
     primitive's call, how many arguments it passes)."""
+    if not ctx.jax_traced:
+        return {}  # only traced functions are staged: no walk of a module that traces nothing
     by_function: dict[ast.AST, list[ast.Call]] = {}  # function -> the `jax.jit(f, ...)` calls naming it
     staged_lambdas: set[ast.AST] = set()
     for node in ast.walk(ctx.tree):
@@ -541,7 +542,7 @@ def is_bound_method(ctx: "FileContext", attribute: ast.Attribute, loop: ast.AST)
     for value in ctx.reaching_values(owner):
         if loop in set(ctx.index.ancestors(value)) and isinstance(value, ast.Call) and \
                 isinstance(value.func, ast.Name):
-            classes = [c for c in ast.walk(ctx.tree) if isinstance(c, ast.ClassDef) and c.name == value.func.id]
+            classes = [c for c in ctx.index.by_type.get(ast.ClassDef, ()) if c.name == value.func.id]
             if any(isinstance(f, FUNCTIONS) and f.name == attribute.attr for c in classes for f in c.body):
                 inside.add(value)
     return bool(inside)
@@ -561,14 +562,14 @@ def jitted_trains(ctx: "FileContext", call: ast.Call) -> bool:
 
 def computes_gradients(ctx: "FileContext", func: ast.AST) -> bool:
     """`func` computes gradients or applies them: `jax.grad`, `value_and_grad`, `optax.apply_updates`,
-    a TrainState's `apply_gradients`."""
-    for node in ast.walk(func):
-        if isinstance(node, ast.Call):
-            if (ctx.qualified_name(node.func) or "") in GRADIENTS:
-                return True
-            if isinstance(node.func, ast.Attribute) and node.func.attr == "apply_gradients":
-                return True  # flax's TrainState
-    return False
+    a TrainState's `apply_gradients` (read once per function, asked at every call of it)."""
+    cache = ctx.gradients_cache
+    if func not in cache:
+        cache[func] = any(
+            isinstance(node, ast.Call) and ((ctx.qualified_name(node.func) or "") in GRADIENTS or (
+                isinstance(node.func, ast.Attribute) and node.func.attr == "apply_gradients"))  # flax's TrainState
+            for node in ast.walk(func))
+    return cache[func]
 
 
 def is_numpy_function(ctx: "FileContext", func: ast.expr) -> bool:

@@ -263,6 +263,7 @@ class ProjectIndex:
         self.summaries = {s.path: s for s in summaries}
         self._resolved: list | None = None
         self._defining: dict[str, list[ModuleSummary]] | None = None
+        self._namespace: dict[tuple[str, str], list[ModuleSummary]] = {}  # see namespace_module
         self.by_name: dict[str, list[ModuleSummary]] = defaultdict(list)
         for s in summaries:
             self.by_name[s.name].append(s)
@@ -281,13 +282,16 @@ class ProjectIndex:
         """`pkg.helpers` where `pkg` has no `__init__.py` (a namespace package, PEP 420): the file
         `pkg/helpers.py` (or `pkg/helpers/__init__.py`) in the nearest folder above the importer
         that has it, as when that folder is on `sys.path`."""
-        relative = Path(*qualified.split("."))
-        for folder in Path(near.path).parents:
-            for candidate in (folder / relative.with_suffix(".py"), folder / relative / "__init__.py"):
-                found = self.summaries.get(str(candidate))
-                if found is not None and found is not near:
-                    return found
-        return None
+        folder = str(Path(near.path).parent)
+        key = (qualified, folder)
+        found = self._namespace.get(key)
+        if found is None:  # asked for every call of every module: once per (name, folder)
+            relative = Path(*qualified.split("."))
+            found = self._namespace[key] = [
+                summary for above in (Path(folder), *Path(folder).parents)
+                for candidate in (above / relative.with_suffix(".py"), above / relative / "__init__.py")
+                if (summary := self.summaries.get(str(candidate))) is not None][:2]
+        return next((s for s in found if s is not near), None)
 
     def symbol(self, qualified: str, near: ModuleSummary) -> tuple[ModuleSummary, str] | None:
         """`pkg.mod.f` -> (the summary of pkg.mod, "f"); also `pkg.mod.Cls.m`."""

@@ -152,8 +152,8 @@ def overrides_model_hook(ctx: "FileContext", func: ast.AST) -> bool:
 
 
 def owns_loader_loop(ctx: "FileContext", func: ast.AST) -> bool:
-    return any(isinstance(loop, (ast.For, ast.AsyncFor)) and ctx.index.enclosing_function(loop) is func
-               and iterates_batches(ctx, loop.iter) for loop in ctx.index.loops)
+    return any(isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter)
+               for loop in ctx.loops_of(func))
 
 
 def loop_reachable_functions(ctx: "FileContext") -> set[ast.AST]:
@@ -203,23 +203,32 @@ def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
     caller opts into an option."""
     field = ctx.index.field_of(child)
     if isinstance(parent, ast.If):
-        polarity = periodic_polarity(parent.test)
-        if field == "body" and (polarity == EVERY_N or opt_in(ctx, parent) or _counter_bounded(ctx, parent)
-                                or _leaves_loop(ctx, parent) or _lazily_initialised(ctx, parent)):
+        key = (parent, field)
+        gates = ctx.if_gate_cache.get(key)
+        if gates is None:  # asked for every node below the `if`: its blocks are read once
+            gates = ctx.if_gate_cache[key] = _if_gates(ctx, parent, field)
+        if gates:
             return True
-        if field in ("body", "orelse") and _latched(parent, field):
-            return True
-        if field == "body" and isinstance(parent.body[-1], ast.Raise):
-            return True  # `if bad: print(t); raise ValueError(...)`: runs once, when failing
-        if field == "orelse" and polarity == ALMOST_ALWAYS:
-            return True  # the `else` of `if step % N:`
-        if field == _EVAL_ONLY_FIELD.get(_training_test(parent.test)):
-            return True  # `if not self.training:` / the `else` of `if self.training:`: inference only
     elif isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And) and after_periodic_operand(parent, child):
         return True  # `step % N == 0 and loss.item() > x`
     elif isinstance(parent, ast.ExceptHandler) and field == "body":
         return True  # runs when the step failed: recovery, not the step
     return isinstance(child, ast.stmt) and _after_gating_exit(ctx, child)
+
+
+def _if_gates(ctx: "FileContext", parent: ast.If, field: str | None) -> bool:
+    """What `gated_by` says of the `field` block of an `if`, whatever node of it is asked about."""
+    polarity = periodic_polarity(parent.test)
+    if field == "body" and (polarity == EVERY_N or opt_in(ctx, parent) or _counter_bounded(ctx, parent)
+                            or _leaves_loop(ctx, parent) or _lazily_initialised(ctx, parent)):
+        return True
+    if field in ("body", "orelse") and _latched(parent, field):
+        return True
+    if field == "body" and isinstance(parent.body[-1], ast.Raise):
+        return True  # `if bad: print(t); raise ValueError(...)`: runs once, when failing
+    if field == "orelse" and polarity == ALMOST_ALWAYS:
+        return True  # the `else` of `if step % N:`
+    return field == _EVAL_ONLY_FIELD.get(_training_test(parent.test))  # `if not self.training:`: inference only
 
 
 def _leaves_loop(ctx: "FileContext", node: ast.If) -> bool:
@@ -325,14 +334,24 @@ def _loop_counters(ctx: "FileContext", node: ast.AST) -> set[str]:
     for anc in ctx.index.ancestors(node):
         if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
             break
-        if isinstance(anc, (ast.For, ast.AsyncFor)):
-            counters |= {name for name, iterable in loop_bindings(anc.target, anc.iter)
-                         if isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range"}
         if isinstance(anc, LOOPS):
-            counters |= {n.target.id for stmt in anc.body for n in ast.walk(stmt)
-                         if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
-                         and isinstance(n.target, ast.Name) and is_constant(n.value, 1)}
+            counters |= _counted_by(ctx, anc)
     return counters
+
+
+def _counted_by(ctx: "FileContext", loop: ast.For | ast.AsyncFor | ast.While) -> frozenset[str]:
+    """The names one loop counts its iterations in (its body is walked once, not once per `if` in it)."""
+    found = ctx.loop_counter_cache.get(loop)
+    if found is None:
+        counters: set[str] = set()
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            counters |= {name for name, iterable in loop_bindings(loop.target, loop.iter)
+                         if isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range"}
+        counters |= {n.target.id for stmt in loop.body for n in ast.walk(stmt)
+                     if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
+                     and isinstance(n.target, ast.Name) and is_constant(n.value, 1)}
+        found = ctx.loop_counter_cache[loop] = frozenset(counters)
+    return found
 
 
 def after_periodic_operand(boolop: ast.BoolOp, operand: ast.AST) -> bool:
@@ -644,8 +663,7 @@ def compute_per_call_functions(ctx: "FileContext") -> set[ast.AST]:
 
 
 def _call_sites(ctx: "FileContext", func: ast.AST) -> list[ast.Call]:
-    name = func.name
-    return [c for c in ctx.index.calls if (dotted_name(c.func) or "") in (name, f"self.{name}", f"cls.{name}")]
+    return ctx.calls_of(func.name)
 
 
 def runs_hot(ctx: "FileContext", node: ast.AST, depth: int = 0) -> bool:
