@@ -641,9 +641,11 @@ class BooleanMaskOfTracer(Rule):
     ## Fix safety
     Two rewrites are offered when the mask evidently has the array's shape (a comparison of the
     array itself with numbers, `jnp.isnan(x)`-like tests of it, and `~`, `&`, `|` of those):
-    `x[m].sum()` -> `jnp.where(m, x, 0).sum()` and `x.at[m].set(c)` -> `jnp.where(m, c, x)` for a
-    number `c`. Both are exact, and safe, for an integer `c`; for a float `c` the rewrite is unsafe:
-    `.at[].set` casts `c` to an integer array's dtype, `jnp.where` promotes the array to float. A
+    `x[m].sum()` -> `jnp.where(m, x, 0).sum()` and `x.at[m].set(c)` ->
+    `jnp.where(m, c, x).astype(x.dtype)` for a number `c` (`.at[].set` keeps the array's dtype; the
+    cast undoes `where`'s promotion of a bool array to int32). Both are exact, and safe, for an
+    integer `c`; for a float `c` the rewrite is unsafe: `.at[].set` casts `c` to an integer array's
+    dtype, `jnp.where` computes in float first (int32 values above 2**24 lose digits). A
     row mask (`x[valid]` with `valid` of shape `(n,)` and `x` of shape `(n, d)`) is not elementwise
     and gets no fix.
 
@@ -705,7 +707,7 @@ class BooleanMaskOfTracer(Rule):
 
             @jax.jit
             def clean(x):
-                x = jnp.where(jnp.isnan(x), 0, x)
+                x = jnp.where(jnp.isnan(x), 0, x).astype(x.dtype)
                 return jnp.where(x > 0, x, 0).sum()
             """,
         ),
@@ -772,8 +774,10 @@ class BooleanMaskOfTracer(Rule):
             parts = lambda seg: (seg(mask), seg(array), "0")  # noqa: E731
         if not elementwise_of(self.ctx, mask, array):
             return None
+        # `.at[].set` keeps the array's dtype (it casts the fill); `where` promotes a bool array
+        # filled with an int to int32: cast back, exact for every integer fill and every dtype
         return lambda cctx: _where(cctx, call, parts(cctx.text.segment), safe,
-                                   tail=".sum()" if method == "sum" else "")
+                                   tail=".sum()" if method == "sum" else f".astype({cctx.text.segment(array)}.dtype)")
 
 
 def _where(cctx, node: ast.Call, arguments: tuple[str, str, str], safe: bool, tail: str):

@@ -423,3 +423,17 @@ def test_an_array_grown_in_a_loop_compiles_every_iteration_and_the_list_once():
     assert grown["losses"].tolist() == collected["losses"].tolist() == [6.0 * k for k in range(8)]
     table = load(ArrayGrownInLoop.INVALID[1].code)["collect"]([jnp.ones(3)] * 3)
     assert table.shape == (3, 3)
+
+
+def test_the_at_set_rewrite_keeps_the_arrays_dtype_bool_included():
+    source = "import jax\nimport jax.numpy as jnp\n\n@jax.jit\ndef clear(x):\n    return x.at[x == 1].set(0)\n"
+    fixed = fix_code(source, [BooleanMaskOfTracer], unsafe=False)
+    assert ".astype(x.dtype)" in fixed
+    before, after = load(source)["clear"], load(fixed)["clear"]
+    for x in (jnp.array([True, False, True]), jnp.array([1, 2, 1], jnp.int8), jnp.array([1.0, 2.0], jnp.float16)):
+        with warnings.catch_warnings(), jax.disable_jit():  # the original runs eagerly only
+            warnings.simplefilter("ignore", FutureWarning)  # JAX warns on casting an int fill to bool
+            expected = before(x)
+        assert after(x).dtype == expected.dtype == x.dtype and after(x).tolist() == expected.tolist()
+    without_cast = fixed.replace(".astype(x.dtype)", "")
+    assert load(without_cast)["clear"](jnp.array([True, False])).dtype == jnp.int32  # what the cast is for

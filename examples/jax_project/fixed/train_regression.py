@@ -1,7 +1,7 @@
 """Robust linear regression in JAX, written for `jit` (the fixed form of ../train_regression.py).
 
 What changed, hazard by hazard (`xlalint check` reports each one in the original):
-- JAX105: `err.at[jnp.isnan(err)].set(0)` -> `jnp.where(jnp.isnan(err), 0, err)` (`xlalint fix`);
+- JAX105: `err.at[jnp.isnan(err)].set(0)` -> `jnp.where(jnp.isnan(err), 0, err).astype(err.dtype)` (`xlalint fix`);
   `err[err > threshold].sum()` -> `jnp.where(err > threshold, err, 0).sum()` (by hand: the
   threshold's shape is not evident to the linter, it is a scalar here).
 - JAX104: `print` of a tracer -> `jax.debug.print` (`xlalint fix`).
@@ -30,7 +30,7 @@ def make_data(key, n=256, d=8):
 @jax.jit
 def loss_fn(w, x, y):
     err = x @ w - y
-    err = jnp.where(jnp.isnan(err), 0, err)  # missing targets count as exact predictions
+    err = jnp.where(jnp.isnan(err), 0, err).astype(err.dtype)  # missing targets count as exact predictions
     return jnp.mean(err**2)
 
 
