@@ -1172,7 +1172,8 @@ class UnhashableStaticArgument(Rule):
 class StaticArgumentPerIteration(Rule):
     """## What it does
     Flags a call of a jitted function of the same module, inside a loop, that passes the loop's
-    counter or element (or arithmetic on it: `step`, `epoch * n + i`) to a static parameter. Under
+    counter (or what is computed from it: `step`, `epoch * n + i`, `lr = schedule(step)`) to a
+    static parameter. A loop's items are not reported: they may repeat (a mask's two values). Under
     Equinox's `filter_jit` every argument that is not an array is static: a loop counter
     (`range`, `enumerate`) passed to a parameter not annotated as an array is reported too, also
     to a `filter_jit` method of another module of the project (found by its name when no other
@@ -1335,11 +1336,12 @@ class StaticArgumentPerIteration(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         target = self.ctx.jax_jitted.get(node.func.id) if isinstance(node.func, ast.Name) else None
         passed = list(_static_arguments(self.ctx, node, filtered=True))
-        counters_only = target is not None and target.filtered
-        if not passed:
-            passed, counters_only = list(self._project_method_arguments(node)), True
+        # static by declaration, a value computed from the counter is new each step too; static
+        # by type (filter_jit), only a plain counter is evidently a Python int
+        declared = bool(passed) and not (target is not None and target.filtered)
+        passed = passed or list(self._project_method_arguments(node))
         for name, arg in passed:
-            counter = self._loop_variable(arg, node, counters_only=counters_only)
+            counter = self._loop_variable(arg, node, derived=declared)
             if counter is not None:
                 self.report(arg, self.summary.format(value=counter, name=name))
                 return
@@ -1361,21 +1363,18 @@ class StaticArgumentPerIteration(Rule):
                 yield from ((k.arg, k.value) for k in call.keywords if k.arg in static)
                 return
 
-    def _loop_variable(self, arg: ast.expr, call: ast.Call, counters_only: bool = False) -> str | None:
-        """The name of a loop variable (of a loop around `call`) that `arg` is computed from; with
-        `counters_only`, only a counter (`range(...)`, `enumerate`'s index): a Python int, where
-        the loop's items may be arrays (which `filter_jit` traces)."""
+    def _loop_variable(self, arg: ast.expr, call: ast.Call, derived: bool = True) -> str | None:
+        """The name of a loop counter (`range(...)`, `enumerate`'s index, of a loop around `call`)
+        that `arg` is computed from: a new value every iteration. A loop's items may repeat
+        (`for trainable in mask_leaves`: two values) or be arrays (which `filter_jit` traces)."""
         loops = [a for a in self.ctx.index.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor))]
-        if counters_only:
-            targets = {n for loop in loops for n in _counters(loop)} - sweep_variables(self.ctx, call)
-        else:
-            targets = {n for loop in loops for n in target_names(loop.target)} - sweep_variables(self.ctx, call)
+        targets = {n for loop in loops for n in _counters(loop)} - sweep_variables(self.ctx, call)
         for name in ast.walk(arg):
             if isinstance(name, ast.Name) and name.id in targets:
                 return name.id
             if isinstance(name, (ast.Attribute, ast.Subscript, ast.Call)):
                 return None  # `batch.shape[0]`, `len(x)`: a size, not the counter (see the shape rules)
-        if isinstance(arg, ast.Name) and not counters_only:
+        if isinstance(arg, ast.Name) and derived:
             # `lr = schedule(step)` in the loop, then `update(..., lr=lr)`: a new value every step
             loop = self.ctx.index.enclosing_loop(call)
             inside = [v for v in self.ctx.reaching_values(arg) if loop is not None and loop in set(self.ctx.index.ancestors(v))]
@@ -1533,6 +1532,10 @@ class HostReadPerStep(Rule):
     CONVERSIONS = {"float", "int", "bool"}
     READS = {"numpy.asarray", "numpy.array", "jax.device_get", "jax.block_until_ready"}
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._reads: set[tuple] = set()  # (loop, name, its binding) already read: see _read_before
+
     @classmethod
     def applies(cls, ctx) -> bool:
         return ctx.imports_jax
@@ -1554,8 +1557,22 @@ class HostReadPerStep(Rule):
             operands, what = list(positional(node)), self.ctx.code(func) + "()"
         if not operands or enclosing_traced(self.ctx, node) is not None:
             return
-        if any(is_device_array(self.ctx, o) for o in operands) and self._per_step(node):
+        if any(is_device_array(self.ctx, o) for o in operands) and self._per_step(node) and \
+                not self._read_before(operands, node):
             self.report(node, self.summary.format(what=what))
+
+    def _read_before(self, operands: list[ast.expr], node: ast.AST) -> bool:
+        """The same array was already read in this iteration (`losses.append(loss.item())`, then
+        `pbar.set_postfix(loss=loss.item())`): the value is on the host now (a jax.Array keeps
+        its host copy), so only the first read waits."""
+        if len(operands) != 1 or not isinstance(operands[0], ast.Name):
+            return False
+        name = operands[0]
+        key = (self.ctx.index.enclosing_loop(node), name.id, tuple(map(id, self.ctx.reaching_values(name))))
+        if key in self._reads:
+            return True
+        self._reads.add(key)
+        return False
 
     def _per_step(self, node: ast.AST) -> bool:
         """Per step of a loop that runs long enough for the waits to matter: a loop of a few

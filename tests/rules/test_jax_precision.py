@@ -409,3 +409,35 @@ def test_a_tests_loop_of_checks_on_jitted_results_is_not_training():
     assert [d.location.row for d in lint(source, [HostReadPerStep])] == [14]
     for name in ("train_test.py", "tests/test_train.py", "test_train.py"):
         assert lint(source, [HostReadPerStep], path=name) == [], name
+
+
+def test_a_second_read_of_the_same_array_in_a_step_is_not_another_wait():
+    source = textwrap.dedent(NUMPY_READS).replace(
+        '    log(f"loss {loss:.3f}")', '    history.append(loss.item())\n    bar.set_postfix(loss=loss.item())')
+    assert rows(source, HostReadPerStep) == [12, 13]  # np.append, then the first .item() only
+    rebound = source.replace("    bar.set_postfix", "    params, loss = train_step(params, batch)\n    bar.set_postfix")
+    assert rows(rebound, HostReadPerStep) == [12, 13, 15]  # a new loss: a new wait
+
+
+ITEMS_AS_STATIC = """
+from functools import partial
+
+import jax
+
+@partial(jax.jit, static_argnums=1)
+def maybe_cast(x, trainable):
+    return x.astype("float32") if trainable else x
+
+for idx, trainable in enumerate(mask_leaves):
+    params[idx] = maybe_cast(params[idx], trainable)
+"""
+
+
+def test_a_loops_items_as_a_static_argument_compile_per_distinct_value_not_per_iteration():
+    from rules.jax_tracing import StaticArgumentPerIteration
+
+    assert rows(ITEMS_AS_STATIC, StaticArgumentPerIteration) == []
+    data = {"mask_leaves": [True, False] * 3, "params": [jnp.ones(2, "bfloat16")] * 6}
+    assert compiles(lambda: exec(compile(textwrap.dedent(ITEMS_AS_STATIC), "example", "exec"), data)) == 2
+    by_counter = ITEMS_AS_STATIC.replace("maybe_cast(params[idx], trainable)", "maybe_cast(params[idx], idx)")
+    assert rows(by_counter, StaticArgumentPerIteration) == [10]
