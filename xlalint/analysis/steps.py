@@ -609,12 +609,17 @@ def is_per_step(ctx: "FileContext", node: ast.AST, *, periodic: bool = False) ->
             if ctx.is_step_closure(anc):
                 return False
             return isinstance(anc, FUNCTIONS) and is_step_function(ctx, anc)
-        if isinstance(anc, (ast.For, ast.AsyncFor)) and field == "body" and is_step_loop(ctx, anc):
-            return periodic or not _periodic_pass(ctx, anc)
-        if isinstance(anc, ast.While) and field in ("body", "test") and is_step_loop(ctx, anc):
+        if _runs_each_iteration(ctx, anc, field):
             return periodic or not _periodic_pass(ctx, anc)
         child = anc
     return False
+
+
+def _runs_each_iteration(ctx: "FileContext", loop: ast.AST, field: str | None) -> bool:
+    """`loop` is a step loop, and its `field` (the body; a `while`'s test too) runs every step."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        return field == "body" and is_step_loop(ctx, loop)
+    return isinstance(loop, ast.While) and field in ("body", "test") and is_step_loop(ctx, loop)
 
 
 def _periodic_pass(ctx: "FileContext", loop: ast.AST) -> bool:
@@ -692,20 +697,10 @@ def _in_step_loop_within(ctx: "FileContext", node: ast.AST, func: ast.AST) -> bo
         if anc is func:
             return False
         field = ctx.index.field_of(child)
-        if isinstance(anc, (ast.For, ast.AsyncFor)) and field == "body" and is_step_loop(ctx, anc):
-            return not _periodic_pass(ctx, anc)
-        if isinstance(anc, ast.While) and field in ("body", "test") and is_step_loop(ctx, anc):
+        if _runs_each_iteration(ctx, anc, field):
             return not _periodic_pass(ctx, anc)
         child = anc
     return False
-
-
-def _periodic_pass(ctx: "FileContext", loop: ast.AST) -> bool:
-    """`loop` runs inside a gate of an outer loop (`if step % eval_every == 0:`) and does not
-    iterate batches: a pass over a few things every N steps (`for split, ds in evals.items():`),
-    not an evaluation loop over a loader, whose iterations are steps of their own."""
-    if isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter):
-        return False
     child = loop
     for anc in ctx.index.ancestors(loop):
         if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
