@@ -19,6 +19,7 @@ from xlalint.analysis.jax_tracing import (
     sweep_variables,
 )
 from xlalint.analysis.names import has_star_args, is_number, keyword, positional
+from xlalint.analysis.steps import is_test_module, loop_counters
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.rule import Invalid, Rule, Valid
 
@@ -1368,7 +1369,7 @@ class StaticArgumentPerIteration(Rule):
         that `arg` is computed from: a new value every iteration. A loop's items may repeat
         (`for trainable in mask_leaves`: two values) or be arrays (which `filter_jit` traces)."""
         loops = [a for a in self.ctx.index.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor))]
-        targets = {n for loop in loops for n in _counters(loop)} - sweep_variables(self.ctx, call)
+        targets = {n for loop in loops for n in loop_counters(self.ctx, loop)} - sweep_variables(self.ctx, call)
         for name in ast.walk(arg):
             if isinstance(name, ast.Name) and name.id in targets:
                 return name.id
@@ -1383,29 +1384,7 @@ class StaticArgumentPerIteration(Rule):
         return None
 
 
-def _counters(loop: ast.For | ast.AsyncFor) -> list[str]:
-    """The names a loop binds to Python ints: `for i in range(n)`, `for i, x in enumerate(xs)`."""
-    iterable, target = loop.iter, loop.target
-    if not isinstance(iterable, ast.Call) or not isinstance(iterable.func, ast.Name):
-        return []
-    if iterable.func.id == "range" and isinstance(target, ast.Name):
-        return [target.id]
-    if iterable.func.id == "enumerate" and isinstance(target, ast.Tuple) and target.elts and \
-            isinstance(target.elts[0], ast.Name):
-        return [target.elts[0].id]
-    return []
-
-
 SHORT_LOOP = 10  # iterations: a demonstration, not training
-
-
-def is_test_file(path) -> bool:
-    """A test module: its loops check results, they do not train."""
-    from pathlib import PurePath
-
-    parts = PurePath(str(path)).parts
-    name = parts[-1] if parts else ""
-    return name.startswith("test_") or name.endswith("_test.py") or "tests" in parts[:-1] or "test" in parts[:-1]
 
 
 class HostReadPerStep(Rule):
@@ -1578,7 +1557,7 @@ class HostReadPerStep(Rule):
         """Per step of a loop that runs long enough for the waits to matter: a loop of a few
         iterations written out (`for _ in range(3):`, a tutorial printing each result) is not, nor
         a test's loop of checks on jitted results (`*_test.py`, `test_*.py`, `tests/`)."""
-        if is_test_file(self.ctx.path):
+        if is_test_module(self.ctx.path):
             return False
         loop = self.ctx.index.enclosing_loop(node)
         if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \

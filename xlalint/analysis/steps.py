@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from . import jax_tracing
@@ -335,11 +336,11 @@ def _loop_counters(ctx: "FileContext", node: ast.AST) -> set[str]:
         if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
             break
         if isinstance(anc, LOOPS):
-            counters |= _counted_by(ctx, anc)
+            counters |= loop_counters(ctx, anc)
     return counters
 
 
-def _counted_by(ctx: "FileContext", loop: ast.For | ast.AsyncFor | ast.While) -> frozenset[str]:
+def loop_counters(ctx: "FileContext", loop: ast.For | ast.AsyncFor | ast.While) -> frozenset[str]:
     """The names one loop counts its iterations in (its body is walked once, not once per `if` in it)."""
     found = ctx.loop_counter_cache.get(loop)
     if found is None:
@@ -748,3 +749,11 @@ def _site_excluded(ctx: "FileContext", node: ast.AST) -> bool:
             break
         child = anc
     return False
+
+
+def is_test_module(path) -> bool:
+    """A test module (`test_*.py`, `*_test.py`, under `tests/`): its loops check results, they do
+    not train."""
+    parts = PurePath(str(path)).parts
+    name = parts[-1] if parts else ""
+    return name.startswith("test_") or name.endswith("_test.py") or bool({"tests", "test"} & set(parts[:-1]))
