@@ -15,6 +15,7 @@ from xlalint.analysis.jax_tracing import (
     is_bound_method,
     is_numpy_function,
     is_traced_value,
+    jitted_target,
     reads_any,
     sweep_variables,
 )
@@ -450,8 +451,23 @@ class PythonBranchOnTracer(Rule):
             return True
         if isinstance(expr, ast.Name) and depth < 4:
             values = self.ctx.reaching_values(expr)  # none: a parameter (`if training:`), reported
-            return bool(values) and all(self._optional_field(v, depth + 1) for v in values)
+            if not values:  # ... unless it defaults to None (`existing_prefix=None`): a None test
+                return self._defaults_to_none(expr)
+            return all(self._optional_field(v, depth + 1) for v in values)
         return False
+
+    def _defaults_to_none(self, name: ast.Name) -> bool:
+        param = self.ctx.parameter(name)
+        if param is None:
+            return False
+        func = self.ctx.index.parent(self.ctx.index.parent(param))
+        arguments = getattr(func, "args", None)
+        if arguments is None:
+            return False
+        positional = [*arguments.posonlyargs, *arguments.args]
+        pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+        pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
+        return any(a is param and isinstance(d, ast.Constant) and d.value is None for a, d in pairs)
 
 
 class PrintOfTracer(Rule):
@@ -1044,7 +1060,7 @@ def _static_arguments(ctx, call: ast.Call, *, filtered: bool = False):
     `filtered`, also to the non-array parameters of a `filter_jit` function, static by type)."""
     if not isinstance(call.func, ast.Name) or has_star_args(call):
         return
-    target = ctx.jax_jitted.get(call.func.id)
+    target = jitted_target(ctx, call)
     if target is None or not target.static or ctx.index.scope_of(call.func) is target.func or \
             (target.filtered and not filtered):
         return
@@ -1335,7 +1351,7 @@ class StaticArgumentPerIteration(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
-        target = self.ctx.jax_jitted.get(node.func.id) if isinstance(node.func, ast.Name) else None
+        target = jitted_target(self.ctx, node) if isinstance(node.func, ast.Name) else None
         passed = list(_static_arguments(self.ctx, node, filtered=True))
         # static by declaration, a value computed from the counter is new each step too; static
         # by type (filter_jit), only a plain counter is evidently a Python int
@@ -1667,7 +1683,7 @@ class PythonScalarBecomesArray(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         if not isinstance(node.func, ast.Name) or has_star_args(node):
             return
-        target = self.ctx.jax_jitted.get(node.func.id)
+        target = jitted_target(self.ctx, node)
         loop = self.ctx.index.enclosing_loop(node)
         if target is None or loop is None:
             return

@@ -441,3 +441,61 @@ def test_a_loops_items_as_a_static_argument_compile_per_distinct_value_not_per_i
     assert compiles(lambda: exec(compile(textwrap.dedent(ITEMS_AS_STATIC), "example", "exec"), data)) == 2
     by_counter = ITEMS_AS_STATIC.replace("maybe_cast(params[idx], trainable)", "maybe_cast(params[idx], idx)")
     assert rows(by_counter, StaticArgumentPerIteration) == [10]
+
+
+# -- what a caller passes decides -----------------------------------------------------------------
+DEFAULTS = """
+import jax
+from jax.sharding import PartitionSpec as P
+
+@jax.jit
+def gather(x, prefix=None, *, row_chunk: int = 16):
+    if prefix:
+        raise ValueError("no prefix handling")
+    assert row_chunk / 8 == 2
+    return x * row_chunk
+
+def sharded(x, mesh, cp_size):
+    def body(a, n):
+        if n > 1:
+            return a * 2
+        return a
+    return jax.shard_map(body, mesh=mesh, in_specs=(P(), None), out_specs=P())(x, cp_size)
+"""
+
+
+def test_defaults_none_tests_and_unsharded_arguments_are_python_values():
+    assert rows(DEFAULTS, PythonBranchOnTracer) == []
+    namespace = load(DEFAULTS)
+    assert namespace["gather"](jnp.ones(2)).tolist() == [16.0, 16.0]  # the defaults bind while tracing
+    mesh = jax.make_mesh((1,), ("x",))
+    assert namespace["sharded"](jnp.ones(2), mesh, 3).tolist() == [2.0, 2.0]  # cp_size arrives as an int
+    passed = DEFAULTS + "\ny = gather(x, row_chunk=16)\n"
+    assert rows(passed, PythonBranchOnTracer) == [8]  # a caller passes it: a tracer
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        namespace["gather"](jnp.ones(2), row_chunk=16)
+
+
+TWO_FORWARDS = """
+from functools import partial
+
+import jax
+
+def test_a(model, x):
+    @jax.jit
+    def forward(model, x):
+        return model(x)
+    return forward(model, x)
+
+def test_b(model, x):
+    @partial(jax.jit, static_argnames=["seqlen"])
+    def forward(model, x, seqlen):
+        return model(x)[:seqlen]
+    return forward(model, x, seqlen=[4])
+"""
+
+
+def test_a_jitted_name_is_the_function_defined_where_it_is_called():
+    from rules.jax_tracing import UnhashableStaticArgument
+
+    assert rows(TWO_FORWARDS, UnhashableStaticArgument) == [15]  # test_b's own call, not test_a's

@@ -41,6 +41,7 @@ class FileContext:
         self.step_loop_cache: dict[ast.AST, bool] = {}
         self.trains_cache: dict[ast.AST, bool] = {}
         self.gradients_cache: dict[ast.AST, bool] = {}  # see jax_tracing.computes_gradients
+        self.jitted_cache: dict[ast.AST, JittedCallable] = {}  # see jax_tracing._decorated
         self.if_gate_cache: dict[tuple[ast.AST, str | None], bool] = {}  # see steps.gated_by
         self.loop_counter_cache: dict[ast.AST, frozenset[str]] = {}  # see steps._loop_counters
         # (scope, name) -> the source positions of the values assigned to it, when they come in

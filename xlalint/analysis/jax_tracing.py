@@ -30,6 +30,7 @@ TRACING = {"jax.jit", "jax.pmap", "jax.vmap", "jax.checkpoint", "jax.remat", "ja
 # Equinox's filtered transformations trace only the arrays they are given: any other argument (a
 # Python number, a bool, a function, a module's static field) is static, a compile-time constant
 FILTERED = {"equinox.filter_jit", "equinox.filter_vmap", "equinox.filter_pmap", "equinox.filter_checkpoint"}
+SHARD_MAPS = {"jax.shard_map", "jax.experimental.shard_map.shard_map", "flax.nnx.shard_map"}
 # control-flow primitives: (qualified name, positions of the functions they trace)
 CONTROL_FLOW = {"jax.lax.scan": (0,), "jax.lax.fori_loop": (2,), "jax.lax.while_loop": (0, 1),
                 "jax.lax.cond": (1, 2), "jax.lax.map": (0,), "jax.lax.associative_scan": (0,)}
@@ -170,8 +171,30 @@ def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
             any(_transformation(ctx, c) in FILTERED for c in specs):
         return {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)
                 if a.arg in names and _annotated_array(a)}
-    static = _static_names(func, specs) | _unmapped(ctx, func, specs)
+    static = _static_names(func, specs) | _unmapped(ctx, func, specs) | _defaults_kept(ctx, func)
     return {n for n in names if n not in static}
+
+
+def _defaults_kept(ctx: "FileContext", func: ast.AST) -> set[str]:
+    """Parameters with a Python literal default (`*, row_chunk_size: int = 16`) that no call of
+    the function in this module passes: `jit` binds the default while tracing, a Python value.
+    (A caller that passes one makes it a tracer: then it counts as traced.)"""
+    if not isinstance(func, FUNCTIONS):
+        return set()
+    positional = [*func.args.posonlyargs, *func.args.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(func.args.defaults):]], func.args.defaults))
+    defaults.update({a.arg: d for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults) if d is not None})
+    kept = {name for name, value in defaults.items() if isinstance(value, ast.Constant)}
+    if not kept:
+        return set()
+    order = [a.arg for a in positional]
+    if order and order[0] in ("self", "cls"):
+        order = order[1:]
+    for call in ctx.calls_of(func.name):
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return set()  # `f(*args, **kw)`: anything may be passed
+        kept -= {k.arg for k in call.keywords} | set(order[:len(call.args)])
+    return kept
 
 
 def _annotated_array(arg: ast.arg) -> bool:
@@ -183,17 +206,23 @@ def _annotated_array(arg: ast.arg) -> bool:
 
 
 def _unmapped(ctx: "FileContext", func: ast.AST, specs: list[ast.Call]) -> set[str]:
-    """The parameters a `vmap` passes through unmapped (`in_axes` None at their position): their
-    Python values reach the function as they are."""
+    """The parameters a `vmap` passes through unmapped (`in_axes` None at their position), or a
+    `shard_map` does not shard (`in_specs` None): their Python values reach the function as they
+    are (a config value, `cp_size`)."""
     params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
     unmapped: set[str] = set()
     for spec in specs:
-        if _transformation(ctx, spec) not in ("jax.vmap", "flax.nnx.vmap"):
+        transformation = _transformation(ctx, spec)
+        if transformation in SHARD_MAPS:
+            axes = keyword(spec, "in_specs")
+            value = axes.value if axes is not None else None
+        elif transformation in ("jax.vmap", "flax.nnx.vmap"):
+            axes = keyword(spec, "in_axes")
+            value = axes.value if axes is not None else None
+            if value is None and not _is_partial_of_tracing(ctx, spec) and len(spec.args) > 1:
+                value = spec.args[1]
+        else:
             continue
-        axes = keyword(spec, "in_axes")
-        value = axes.value if axes is not None else None
-        if value is None and not _is_partial_of_tracing(ctx, spec) and len(spec.args) > 1:
-            value = spec.args[1]
         if isinstance(value, (ast.Tuple, ast.List)):
             unmapped |= {params[i] for i, e in enumerate(value.elts)
                          if i < len(params) and isinstance(e, ast.Constant) and e.value is None}
@@ -248,7 +277,7 @@ def staged_functions(ctx: "FileContext") -> dict[ast.AST, list[ast.Call]]:
             elif isinstance(target, ast.Lambda):
                 staged_lambdas.add(target)
     staged: dict[ast.AST, list[ast.Call]] = {}
-    for func in ctx.jax_traced:
+    for func in sorted(ctx.jax_traced, key=lambda f: ctx.index.order.get(f, 0)):  # source order: the last wins
         if isinstance(func, ast.Lambda):
             if func in staged_lambdas:
                 staged[func] = []  # a lambda given to a primitive or to jax.jit
@@ -445,14 +474,26 @@ def jitted_callables(ctx: "FileContext") -> dict[str, JittedCallable]:
             params = params[1:]
         traced = traced_parameters(ctx, func)
         if any(_is_tracing(ctx, d) for d in func.decorator_list):
-            decorators = [d for d in func.decorator_list if _is_tracing(ctx, d)]
             method = isinstance(ctx.index.parent(func), ast.ClassDef)
-            found[f"self.{func.name}" if method else func.name] = _callable(ctx, func, params, decorators, traced)
+            found[f"self.{func.name}" if method else func.name] = _decorated(ctx, func)
         for call in staging:
             parent = ctx.index.parent(call)
             if call not in func.decorator_list and isinstance(parent, ast.Assign) and len(parent.targets) == 1 \
                     and isinstance(parent.targets[0], ast.Name) and ctx.qualified_name(call.func) in COMPILING:
                 found[parent.targets[0].id] = _callable(ctx, func, params, [call], traced)
+    return found
+
+
+def _decorated(ctx: "FileContext", func: ast.AST) -> JittedCallable:
+    """What calling a `@jax.jit`-decorated function runs (computed once per function)."""
+    cached = ctx.jitted_cache.get(func)
+    if cached is not None:
+        return cached
+    params = tuple(a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs))
+    if params and params[0] in ("self", "cls"):
+        params = params[1:]
+    decorators = [d for d in func.decorator_list if _is_tracing(ctx, d)]
+    found = ctx.jitted_cache[func] = _callable(ctx, func, params, decorators, traced_parameters(ctx, func))
     return found
 
 
@@ -469,7 +510,14 @@ def jitted_target(ctx: "FileContext", call: ast.Call) -> JittedCallable | None:
     inside the class whose method `update` is jitted."""
     func = call.func
     if isinstance(func, ast.Name):
-        return ctx.jax_jitted.get(func.id)
+        defined = resolve_function(ctx, func)  # the `forward` defined here, not another test's
+        for candidate in defined:
+            if candidate in ctx.jax_staged and any(_is_tracing(ctx, d) for d in candidate.decorator_list):
+                return _decorated(ctx, candidate)
+        target = ctx.jax_jitted.get(func.id)
+        if target is not None and getattr(target.func, "name", None) == func.id and target.func not in defined:
+            return None
+        return target
     name = dotted_name(func) or ""
     head, _, attr = name.partition(".")
     if head not in ("self", "cls") or "." in attr:
