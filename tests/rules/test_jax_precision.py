@@ -3,6 +3,7 @@ Python value (the code runs under JAX as written), and still report the traced t
 
 import textwrap
 
+import numpy as np
 import pytest
 
 from rules.jax_tracing import HostConversionOfTracer, HostReadPerStep, JitRebuiltInLoop, PythonBranchOnTracer
@@ -499,3 +500,27 @@ def test_a_jitted_name_is_the_function_defined_where_it_is_called():
     from rules.jax_tracing import UnhashableStaticArgument
 
     assert rows(TWO_FORWARDS, UnhashableStaticArgument) == [15]  # test_b's own call, not test_a's
+
+
+HOST_BRANCH = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+@jax.jit
+def concatenate(parts):
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts)
+    return jnp.concatenate(parts)
+"""
+
+
+def test_a_branch_for_numpy_arrays_is_never_reached_by_a_tracer():
+    assert rows(HOST_BRANCH, HostConversionOfTracer) == []
+    out = load(HOST_BRANCH)["concatenate"]([np.ones(2), np.ones(2)])  # host arrays in: tracers inside
+    assert out.tolist() == [1.0] * 4 and type(out).__module__.startswith("jax")
+    unguarded = HOST_BRANCH.replace("    if isinstance(parts[0], np.ndarray):\n        return np.concatenate(parts)\n", "")
+    unguarded = unguarded.replace("return jnp.concatenate(parts)", "return np.concatenate(parts)")
+    assert rows(unguarded, HostConversionOfTracer) == [7]
+    with pytest.raises(jax.errors.TracerArrayConversionError):
+        load(unguarded)["concatenate"]([np.ones(2), np.ones(2)])

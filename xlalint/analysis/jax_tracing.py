@@ -125,14 +125,28 @@ def _transformation(ctx: "FileContext", spec: ast.expr) -> str:
 
 
 def enclosing_traced(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
-    """The innermost traced function or lambda around `node`, if any."""
+    """The innermost traced function or lambda around `node`, if any; None also where a tracer
+    never goes: the body of `if isinstance(x, np.ndarray):` (true only for host arrays)."""
     traced = ctx.jax_traced
+    child = node
     for anc in ctx.index.ancestors(node):
+        if isinstance(anc, ast.If) and ctx.index.field_of(child) == "body" and _tests_host_array(ctx, anc.test):
+            return None
         if anc in traced:
             return anc
         if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
             return None
+        child = anc
     return None
+
+
+def _tests_host_array(ctx: "FileContext", test: ast.expr) -> bool:
+    """`isinstance(x, np.ndarray)` (or a tuple of NumPy types): never true of a tracer."""
+    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
+            and len(test.args) == 2):
+        return False
+    kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+    return all((ctx.qualified_name(k) or "").startswith("numpy.") for k in kinds)
 
 
 
