@@ -702,14 +702,6 @@ def _in_step_loop_within(ctx: "FileContext", node: ast.AST, func: ast.AST) -> bo
             return not _periodic_pass(ctx, anc)
         child = anc
     return False
-    child = loop
-    for anc in ctx.index.ancestors(loop):
-        if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
-            return False
-        if gated_by(ctx, child, anc):
-            return any(isinstance(a, LOOPS) for a in ctx.index.ancestors(anc))
-        child = anc
-    return False
 
 
 def _excluded_here(ctx: "FileContext", node: ast.AST) -> bool:
