@@ -19,7 +19,7 @@ from xlalint.analysis.jax_tracing import (
     reads_any,
     sweep_variables,
 )
-from xlalint.analysis.names import has_star_args, is_number, keyword, positional
+from xlalint.analysis.names import has_star_args, is_number, keyword, param_default, positional
 from xlalint.analysis.steps import is_test_module, loop_counters
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.rule import Invalid, Rule, Valid
@@ -458,16 +458,11 @@ class PythonBranchOnTracer(Rule):
 
     def _defaults_to_none(self, name: ast.Name) -> bool:
         param = self.ctx.parameter(name)
-        if param is None:
+        func = self.ctx.index.parent(self.ctx.index.parent(param)) if param is not None else None
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return False
-        func = self.ctx.index.parent(self.ctx.index.parent(param))
-        arguments = getattr(func, "args", None)
-        if arguments is None:
-            return False
-        positional = [*arguments.posonlyargs, *arguments.args]
-        pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
-        pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
-        return any(a is param and isinstance(d, ast.Constant) and d.value is None for a, d in pairs)
+        default = param_default(func, param)
+        return isinstance(default, ast.Constant) and default.value is None
 
 
 class PrintOfTracer(Rule):

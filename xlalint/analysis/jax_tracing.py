@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS, target_names
-from .names import dotted_name, is_number, keyword, positional
+from .names import dotted_name, is_number, keyword, param_default, positional
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -196,9 +196,7 @@ def _defaults_kept(ctx: "FileContext", func: ast.AST) -> set[str]:
     if not isinstance(func, FUNCTIONS):
         return set()
     positional = [*func.args.posonlyargs, *func.args.args]
-    defaults = dict(zip([a.arg for a in positional[len(positional) - len(func.args.defaults):]], func.args.defaults))
-    defaults.update({a.arg: d for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults) if d is not None})
-    kept = {name for name, value in defaults.items() if isinstance(value, ast.Constant)}
+    kept = {a.arg for a in (*positional, *func.args.kwonlyargs) if isinstance(param_default(func, a), ast.Constant)}
     if not kept:
         return set()
     order = [a.arg for a in positional]
