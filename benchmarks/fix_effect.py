@@ -24,7 +24,7 @@ pinned to another release); ``--build-env`` does these steps when the ``--python
 
     python3 -m venv /tmp/xla-venv
     /tmp/xla-venv/bin/pip install torch==2.9.0 torch_xla==2.9.0   # ~7 GB
-    /tmp/xla-venv/bin/pip install --no-deps -e .                   # the fixed code imports xlalint.runtime
+    /tmp/xla-venv/bin/pip install -e .     # the fixed code imports xlalint.runtime; the audit runs the linter
 
 Run from the repository root (this process needs only the standard library)::
 
@@ -122,7 +122,9 @@ def build_env(venv: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     subprocess.run([*pip, f"torch=={TORCH_XLA}", f"torch_xla=={TORCH_XLA}"], check=True)
-    subprocess.run([*pip, "--no-deps", "-e", str(REPO)], check=True)  # the fixed code imports xlalint.runtime
+    # whole, with its dependencies: the fixed code imports xlalint.runtime, and the audit runs the
+    # linter there (without libcst and click it reported no findings to cross-reference)
+    subprocess.run([*pip, "-e", str(REPO)], check=True)
 
 
 def main() -> None:

@@ -17,8 +17,17 @@ cross-references `xlalint check` on the same files:
   list for rules, or a hazard written in a form the rules do not know).
 
 Reads of a value the last barrier already computed need a device-to-host transfer but no
-execution, so torch_xla's analysis has no block for them: the report gives the run's transfer count
-(torch_xla's metrics) beside the lines.
+execution, so torch_xla's analysis has no block for them: the audit also counts every read of an
+XLA tensor's value through Python (`.item()`, `.tolist()`, `.cpu()`, `float(t)`, `if t:`, `print(t)`)
+at its line, and gives the run's transfer count (torch_xla's metrics) beside the lines.
+
+Structural hazards (a missing barrier, a boolean mask, a ragged last batch) cost compilations at
+other lines: the barrier or the read that cuts the graph. A line that compiled more than one graph
+with no finding of its own is attributed to the structural findings of the loop (else the
+function) that holds it, and such a finding counts as seen when its loop recompiled.
+
+Per-step rates need the number of steps: `--steps`, else the barriers of one line that ran at
+least twice (a barrier per step). A run without such a barrier has no per-step rates, and says so.
 
 It needs torch_xla (any PJRT device: `PJRT_DEVICE=CPU` works) and lets the script import it, after
 setting the debug environment. The linter runs as a subprocess (`--xlalint`, default this
@@ -28,6 +37,7 @@ interpreter's `-m xlalint`, else `xlalint` on PATH): the runtime never imports l
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import runpy
@@ -37,6 +47,8 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from ._hostreads import HostReadRecorder
 
 # the prefixes torch_xla/csrc/debug_util.cpp writes before every line of an analysis block
 PREFIXES = {"Compilation Analysis: ": "compile", "Execution Analysis: ": "execute",
@@ -76,6 +88,8 @@ class LineReport:
     barriers: int = 0
     graphs: set[str] = field(default_factory=set)
     findings: list[dict] = field(default_factory=list)
+    reads: int = 0  # reads of a tensor's value through Python, whether or not they ran a graph
+    explained_by: list[dict] = field(default_factory=list)  # structural findings its recompiles come from
 
 
 def parse_debug_output(text: str) -> list[Event]:
@@ -130,9 +144,14 @@ def user_frame(event: Event, roots: list[Path]) -> Frame | None:
     return None
 
 
-def by_line(events: list[Event], roots: list[Path]) -> tuple[dict[tuple[str, int], LineReport], int]:
-    """Events grouped by the user line they are attributed to, and how many had no user frame."""
+def by_line(events: list[Event], roots: list[Path], reads: list[dict] = ()) -> \
+        tuple[dict[tuple[str, int], LineReport], int]:
+    """Events (and the recorder's host reads) grouped by the user line they are attributed to, and
+    how many events had no user frame."""
     lines: dict[tuple[str, int], LineReport] = {}
+    for read in reads:
+        key = (str(Path(read["file"]).resolve()), int(read["line"]))
+        lines.setdefault(key, LineReport(key[0], key[1], read["function"])).reads += int(read["count"])
     unattributed = 0
     for event in events:
         frame = user_frame(event, roots)
@@ -159,7 +178,51 @@ RUNTIME_CATEGORIES = {"item_sync", "control_flow_on_tensor", "dynamic_shape", "v
 def is_hazard(report: LineReport) -> bool:
     """The line read a value on the host, or compiled more than once (a graph's first compilation
     is the normal cost; a second one at the same line is a recompilation)."""
-    return report.host_reads > 0 or report.compiles > 1
+    return report.host_reads > 0 or report.reads > 0 or report.compiles > 1
+
+
+# findings whose cost shows at other lines: the graph they make is compiled where it is cut
+STRUCTURAL_CATEGORIES = {"optimizer_step", "dynamic_shape", "varying_shape"}
+
+
+def _scopes(file: str) -> list[tuple[int, int]]:
+    """The (first, last) lines of the loops and functions of `file`, innermost last for nested ones."""
+    try:
+        tree = ast.parse(Path(file).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    kinds = (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef)
+    return sorted(((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree) if isinstance(n, kinds)),
+                  key=lambda span: span[1] - span[0], reverse=True)
+
+
+def _scope_of(spans: list[tuple[int, int]], line: int) -> tuple[int, int] | None:
+    """The innermost loop or function holding `line`."""
+    inner = [s for s in spans if s[0] <= line <= s[1]]
+    return inner[-1] if inner else None
+
+
+def attribute_structural(lines: dict[tuple[str, int], LineReport], findings: list[dict]) -> list[dict]:
+    """Give each structural finding the recompiles of the lines in its loop (else its function):
+    a mask or an unsynced loop is compiled at the barrier or read that cuts the graph. Returns the
+    findings that got some."""
+    seen = []
+    scopes: dict[str, list[tuple[int, int]]] = {}
+    for finding in findings:
+        if finding.get("category") not in STRUCTURAL_CATEGORIES:
+            continue
+        path = str(Path(finding["filename"]).resolve())
+        spans = scopes.setdefault(path, _scopes(path))
+        scope = _scope_of(spans, finding["location"]["row"])
+        if scope is None:
+            continue
+        recompiling = [r for (file, line), r in lines.items()
+                       if file == path and scope[0] <= line <= scope[1] and r.compiles > 1]
+        for report in recompiling:
+            report.explained_by.append(finding)
+        if recompiling:
+            seen.append(finding)
+    return seen
 
 
 def cross_reference(lines: dict[tuple[str, int], LineReport], findings: list[dict]) -> dict[str, list]:
@@ -170,14 +233,18 @@ def cross_reference(lines: dict[tuple[str, int], LineReport], findings: list[dic
             continue
         path = str(Path(finding["filename"]).resolve())
         first, last = finding["location"]["row"], finding["end_location"]["row"]
-        hits = [r for (file, line), r in lines.items() if file == path and first <= line <= last]
+        hits = [r for (file, line), r in lines.items() if file == path and first <= line <= last and is_hazard(r)]
         for report in hits:
             report.findings.append(finding)
         if not hits:
             not_seen.append(finding)
+    structural = attribute_structural(lines, not_seen)
+    not_seen = [f for f in not_seen if not any(f is s for s in structural)]
     hazards = [r for r in lines.values() if is_hazard(r)]
-    return {"confirmed": [r for r in hazards if r.findings], "not_seen": not_seen,
-            "unpredicted": [r for r in hazards if not r.findings]}
+    return {"confirmed": [r for r in hazards if r.findings],
+            "explained": [r for r in hazards if not r.findings and r.explained_by],
+            "structural": structural, "not_seen": not_seen,
+            "unpredicted": [r for r in hazards if not r.findings and not r.explained_by]}
 
 
 def run_xlalint(files: list[str], command: list[str] | None) -> tuple[list[dict], str | None]:
@@ -197,30 +264,47 @@ def run_xlalint(files: list[str], command: list[str] | None) -> tuple[list[dict]
     return json.loads(proc.stdout or "[]"), None
 
 
-def audit(events: list[Event], roots: list[Path], findings: list[dict], steps_hint: int | None = None) -> dict:
+def steps_from_barriers(lines: dict[tuple[str, int], LineReport]) -> int | None:
+    """The steps a run took, from its barriers: the most barriers one line ran, when it ran at least
+    two (a barrier per step). One barrier (at the end of an epoch, of the run) counts no steps."""
+    most = max((r.barriers for r in lines.values()), default=0)
+    return most if most >= 2 else None
+
+
+def audit(events: list[Event], roots: list[Path], findings: list[dict], steps_hint: int | None = None,
+          reads: list[dict] = ()) -> dict:
     """The whole report as data: totals, per-step rates, and the cross-reference."""
-    lines, unattributed = by_line(events, roots)
+    lines, unattributed = by_line(events, roots, reads)
     crossed = cross_reference(lines, findings)
     barriers = sum(1 for e in events if e.kind == "execute" and e.cause == "barrier")
-    steps = steps_hint or barriers or None
+    steps = steps_hint or steps_from_barriers(lines)
     totals = {"compiles": sum(e.kind == "compile" for e in events),
               "host_reads": sum(e.kind == "execute" and e.cause == "host_read" for e in events),
-              "barriers": barriers, "unattributed": unattributed, "steps": steps}
+              "barriers": barriers, "unattributed": unattributed, "steps": steps,
+              "steps_from": "--steps" if steps_hint else ("barriers" if steps else None)}
+    if reads:
+        totals["python_reads"] = sum(int(r["count"]) for r in reads)
     if steps:
         totals["host_reads_per_step"] = round(totals["host_reads"] / steps, 3)
     def line(r: LineReport) -> dict:  # noqa: E306
         row = asdict(r)
         row["graphs"] = len(r.graphs)
         row["findings"] = [f"{f['code']} {f['name']}" for f in r.findings]
+        row["explained_by"] = [f"{f['code']} {f['name']} (line {f['location']['row']})" for f in r.explained_by]
         # events per step: 1 or more is a per-step hazard; less, an occasional cost (logging, the end)
-        row["per_step"] = round(max(r.host_reads, r.compiles) / steps, 3) if steps else None
+        row["per_step"] = round(max(r.host_reads, r.reads, r.compiles) / steps, 3) if steps else None
         return row
+
+    def finding(f: dict) -> dict:
+        return {"file": f["filename"], "row": f["location"]["row"], "code": f["code"], "message": f["message"]}
     return {"totals": totals,
             "lines": [line(r) for r in sorted(lines.values(), key=lambda r: (r.file, r.line))],
             "confirmed": [line(r) for r in crossed["confirmed"]],
-            "not_seen": [{"file": f["filename"], "row": f["location"]["row"], "code": f["code"],
-                          "message": f["message"]} for f in crossed["not_seen"]],
-            "unpredicted": [line(r) for r in sorted(crossed["unpredicted"], key=lambda r: -(r.host_reads + r.compiles))]}
+            "structural": [finding(f) for f in crossed["structural"]],
+            "explained": [line(r) for r in crossed["explained"]],
+            "not_seen": [finding(f) for f in crossed["not_seen"]],
+            "unpredicted": [line(r) for r in sorted(crossed["unpredicted"],
+                                                    key=lambda r: -(r.host_reads + r.reads + r.compiles))]}
 
 
 def render(report: dict, root: Path) -> str:
@@ -231,21 +315,31 @@ def render(report: dict, root: Path) -> str:
 
     t = report["totals"]
     per_step = f" ({t['host_reads_per_step']} per step)" if "host_reads_per_step" in t else ""
+    python_reads = f", {t['python_reads']} reads of tensor values" if "python_reads" in t else ""
     out = [f"xlalint audit: {t['steps'] or 'unknown'} steps (barriers {t['barriers']}), "
-           f"{t['compiles']} compilations, {t['host_reads']} host reads{per_step}"]
+           f"{t['compiles']} compilations, {t['host_reads']} host reads{per_step}{python_reads}"]
+    if not t["steps"]:
+        out.append("no per-step rates: no line ran a barrier every step (pass --steps N)")
     if "transfers" in t:
         rate = f" ({t['transfers_per_step']} per step)" if "transfers_per_step" in t else ""
+        lines_note = "each is counted at its line below" if "python_reads" in t else "they have no line below"
         out.append(f"device-to-host transfers: {t['transfers']}{rate}; reads of values a barrier already "
-                   "computed cost a transfer but no execution, and have no line below")
+                   f"computed cost a transfer but no execution: {lines_note}")
     for title, rows in (("Confirmed by the run (finding and run-time event on the same line)", report["confirmed"]),
+                        ("Recompiles caused by a structural finding in the same loop", report["explained"]),
                         ("Run-time events no rule predicted", report["unpredicted"])):
         out.append(f"\n{title}:" if rows else f"\n{title}: none")
         for r in rows:
-            codes = f"  [{', '.join(r['findings'])}]" if r["findings"] else ""
+            codes = f"  [{', '.join(r['findings'] or r['explained_by'])}]" if r["findings"] or r["explained_by"] else ""
             rate = "" if r["per_step"] is None else \
                 (" - every step" if r["per_step"] >= 1 else f" - {r['per_step']} per step")
+            reads = f", {r['reads']} reads of values" if r["reads"] else ""
             out.append(f"  {where(r['file'], r['line'])} in {r['function']}: {r['compiles']} compiles "
-                       f"({r['graphs']} graphs), {r['host_reads']} host reads{rate}{codes}")
+                       f"({r['graphs']} graphs), {r['host_reads']} host reads{reads}{rate}{codes}")
+    if report["structural"]:
+        out.append("\nStructural findings seen as recompiles in their loop:")
+        for f in report["structural"]:
+            out.append(f"  {where(f['file'], f['row'])} {f['code']} {f['message']}")
     out.append("\nFindings not seen at run time:" if report["not_seen"] else "\nFindings not seen at run time: none")
     for f in report["not_seen"]:
         out.append(f"  {where(f['file'], f['row'])} {f['code']} {f['message']}")
@@ -276,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         if "torch_xla" in sys.modules:
             return _fail("torch_xla is already imported: run the audit as its own process")
         log = options.keep_log or Path(tempfile.mkstemp(prefix="xlalint-audit-", suffix=".log")[1])
-        status = _run(options.script, options.args, log)
+        status = _run(options.script, options.args, log, (options.root or options.script.parent).resolve())
         if status is None:
             return _fail("the script never imported torch_xla: nothing ran on an XLA device")
     root = (options.root or options.script.parent).resolve()
@@ -288,7 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         findings, why = json.loads(options.findings.read_text()), None
     else:
         findings, why = run_xlalint(sorted(files), options.xlalint.split() if options.xlalint else None)
-    report = audit(events, [root], findings, options.steps)
+    reads_file = Path(f"{log}.reads.json")
+    reads = json.loads(reads_file.read_text()) if reads_file.is_file() else []
+    report = audit(events, [root], findings, options.steps, reads)
     metrics = Path(f"{log}.metrics.json")
     if metrics.is_file():
         counts = json.loads(metrics.read_text())
@@ -301,8 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     if options.json:
         options.json.write_text(json.dumps(report, indent=2) + "\n")
     if options.from_log is None and options.keep_log is None:
-        log.unlink(missing_ok=True)
-        metrics.unlink(missing_ok=True)
+        for path in (log, metrics, reads_file):
+            path.unlink(missing_ok=True)
     return status
 
 
@@ -311,9 +407,10 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _run(script: Path, args: list[str], log: Path) -> int | None:
-    """Run `script` as `__main__` with torch_xla's analysis written to `log`; its exit status, or
-    None when it never imported torch_xla."""
+def _run(script: Path, args: list[str], log: Path, root: Path) -> int | None:
+    """Run `script` as `__main__` with torch_xla's analysis written to `log` and the host reads of
+    XLA tensors' values under `root` to `<log>.reads.json`; its exit status, or None when it never
+    imported torch_xla."""
     log.write_text("")
     # read by torch_xla once, at its first graph: set before the script imports it
     os.environ.update(PT_XLA_DEBUG_LEVEL="2", PT_XLA_DEBUG_FILE=str(log))
@@ -321,12 +418,15 @@ def _run(script: Path, args: list[str], log: Path) -> int | None:
     script = script.resolve()  # absolute frames in the log, whatever the working directory
     saved_argv, sys.argv = sys.argv, [str(script), *args]
     status = 0
+    recorder = HostReadRecorder([root], device_types=("xla",))
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        with recorder:  # imports torch (not torch_xla: the debug environment is read at its first graph)
+            runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exit_:
         status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     finally:
         sys.argv = saved_argv
+    Path(f"{log}.reads.json").write_text(json.dumps(recorder.rows()) + "\n")
     if "torch_xla" not in sys.modules:
         return None
     _save_metrics(log)

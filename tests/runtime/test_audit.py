@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from xlalint.runtime.audit import audit, by_line, parse_debug_output
+from xlalint.runtime.audit import Event, Frame, audit, by_line, parse_debug_output
 
 DATA = Path(__file__).parent / "data" / "audit"
 RECORDED = "/RECORDED/xla_project"  # the example's folder in the recorded files
 STEPS = 4
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "xla_project" / "train_classifier.py"
 
 
 def recorded(name: str, tmp_path: Path) -> tuple[Path, list[dict], Path]:
@@ -26,6 +28,9 @@ def recorded(name: str, tmp_path: Path) -> tuple[Path, list[dict], Path]:
     log.write_text((DATA / f"{name}.log").read_text().replace(RECORDED, str(root)))
     (tmp_path / f"{name}.log.metrics.json").write_text((DATA / f"{name}.log.metrics.json").read_text())
     findings = json.loads((DATA / f"{name}.findings.json").read_text().replace(RECORDED, str(root)))
+    # the script itself, for the loops structural findings sit in (the recording's lines are today's)
+    root.mkdir(exist_ok=True)
+    shutil.copy(EXAMPLE, root / EXAMPLE.name)
     return log, findings, root
 
 
@@ -52,8 +57,10 @@ def test_before_the_fix_each_host_sync_rule_is_confirmed_at_every_step(tmp_path)
         assert confirmed[code]["host_reads"] >= STEPS and confirmed[code]["per_step"] >= 1, code
     # what no rule predicts is occasional: a read at step 0 of a log-every-N block, one after training
     assert all(row["per_step"] < 1 for row in report["unpredicted"])
-    # the unsynced loop (XLA401) has no line of its own: its cost is the graph every read recompiles
-    assert "XLA401" in {f["code"] for f in report["not_seen"]}
+    # the unsynced loop (XLA401) has no line of its own: its cost is the graph every read of its loop
+    # recompiles, so it is seen there, as a structural finding
+    assert "XLA401" in {f["code"] for f in report["structural"]}
+    assert "XLA401" not in {f["code"] for f in report["not_seen"]}
     assert report["totals"]["compiles"] > 4 * STEPS
 
 
@@ -106,3 +113,80 @@ def test_a_script_that_never_uses_torch_xla_is_an_error(tmp_path):
     assert proc.returncode == 2 and proc.stdout == "no xla here\n"
     assert proc.stderr.strip().splitlines() == [
         "xlalint audit: error: the script never imported torch_xla: nothing ran on an XLA device"]
+
+
+def test_without_steps_a_run_whose_only_barrier_ends_the_epoch_has_no_per_step_rates(tmp_path):
+    log, findings, root = recorded("classifier_before", tmp_path)
+    report = audit(parse_debug_output(log.read_text()), [root], findings)
+    assert report["totals"]["barriers"] == 1 and report["totals"]["steps"] is None
+    assert "host_reads_per_step" not in report["totals"]
+    assert all(row["per_step"] is None for row in report["lines"])
+    proc = run_audit("--from-log", log, "--root", root, "--findings", _dump(findings, tmp_path))
+    assert "no per-step rates" in proc.stderr and "pass --steps N" in proc.stderr
+
+
+def test_a_barrier_every_step_counts_the_steps(tmp_path):
+    log, findings, root = recorded("classifier_after", tmp_path)
+    report = audit(parse_debug_output(log.read_text()), [root], findings)
+    assert report["totals"]["steps"] == STEPS and report["totals"]["steps_from"] == "barriers"
+
+
+LOOP = """\
+import torch
+def train(loader, model, xm):
+    for x, m in loader:
+        y = model(x)[m]
+        loss = y.sum()
+        xm.mark_step()
+def evaluate(x, xm):
+    xm.mark_step()
+"""
+
+
+def _event(path, line, function, graph, kind="compile", cause="barrier"):
+    return Event(kind, cause, graph, (Frame(function, str(path), line),))
+
+
+def _finding(path, line, code, category):
+    return {"filename": str(path), "location": {"row": line, "column": 1}, "end_location": {"row": line, "column": 9},
+            "code": code, "name": code.lower(), "message": code, "category": category}
+
+
+def _dump(findings, tmp_path):
+    out = tmp_path / "findings.json"
+    out.write_text(json.dumps(findings))
+    return out
+
+
+def test_recompiles_at_the_barrier_are_attributed_to_the_mask_in_its_loop(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LOOP)
+    events = [_event(script, 6, "train", f"g{i}") for i in range(5)]  # 5 masks, 5 shapes, 5 graphs
+    events += [_event(script, 8, "evaluate", f"e{i}") for i in range(3)]  # another function's recompiles
+    findings = [_finding(script, 4, "XLA301", "dynamic_shape")]
+    report = audit(events, [tmp_path], findings, steps_hint=5)
+    assert [f["code"] for f in report["structural"]] == ["XLA301"] and report["not_seen"] == []
+    assert [(r["line"], r["explained_by"]) for r in report["explained"]] == [(6, ["XLA301 xla301 (line 4)"])]
+    # the other function's recompiles stay unpredicted: no structural finding in their scope
+    assert [r["line"] for r in report["unpredicted"]] == [8]
+
+
+def test_a_mask_whose_loop_compiled_once_is_not_seen(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LOOP)
+    events = [_event(script, 6, "train", "g0")] + [_event(script, 6, "train", "g0", kind="execute")] * 4
+    report = audit(events, [tmp_path], [_finding(script, 4, "XLA301", "dynamic_shape")], steps_hint=5)
+    assert [f["code"] for f in report["not_seen"]] == ["XLA301"] and report["structural"] == []
+
+
+def test_reads_without_an_execution_are_counted_at_their_line(tmp_path):
+    log, findings, root = recorded("classifier_after", tmp_path)
+    script = root / "train_classifier.py"
+    item = next(f for f in findings if f["code"] == "XLA101")
+    row = item["location"]["row"]
+    reads = [{"file": str(script), "line": row, "function": "train", "kind": "item", "count": STEPS}]
+    report = audit(parse_debug_output(log.read_text()), [root], findings, STEPS, reads)
+    confirmed = {code.split()[0]: r for r in report["confirmed"] for code in r["findings"]}
+    assert confirmed["XLA101"]["reads"] == STEPS and confirmed["XLA101"]["per_step"] == 1
+    assert "XLA101" not in {f["code"] for f in report["not_seen"]}
+    assert report["totals"]["python_reads"] == STEPS
