@@ -154,6 +154,7 @@ def test_the_audit_attributes_each_per_step_read_of_the_example_to_its_line(tmp_
     item_line = next(i for i, text in enumerate(example.read_text().splitlines(), 1) if "loss.item()" in text)
     lines = {row["line"]: row for row in json.loads(report.read_text())["lines"]}
     assert lines[item_line]["host_reads"] == 3  # one execution forced by `.item()` per step
+    assert lines[item_line]["reads"] == 3  # and the recorder saw the read itself at that line
 
 
 # -- nonzero_static, masked reductions, DeviceAccumulator, bucketing -----------------------------
