@@ -738,3 +738,17 @@ def test_a_loop_target_is_the_value_before_its_rebinding_in_the_body():
     before, after = (call_named(ctx, "check").args[0], call_named(ctx, "use").args[0])
     assert ctx.tensor_kind(before) == Kind.CPU
     assert ctx.tensor_kind(after) == Kind.DEVICE
+
+
+@pytest.mark.parametrize("statement, kind", [
+    ("v = masked_mean(model(batch), mask)", Kind.DEVICE),
+    ("v = rt.masked_sum(model(batch), mask, dim=1)", Kind.DEVICE),
+    ("v = rt.clip_grad_norm_(model.parameters(), 1.0)", Kind.TENSOR),
+    ("v = masked_mean(torch.ones(3), torch.ones(3) > 0)", Kind.CPU),
+    ("v = rt.optimizer_step(opt)", Kind.NOT_TENSOR),
+])
+def test_what_the_runtime_returns_is_a_tensor_on_its_argument_device(statement, kind):
+    ctx = context("import torch\nimport xlalint.runtime as rt\nfrom xlalint.runtime import masked_mean\n"
+                  f"def run(model, batch, mask, opt):\n    {statement}\n    use(v)\n")
+    assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind
+

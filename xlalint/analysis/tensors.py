@@ -64,6 +64,9 @@ FACTORIES = {
     "eye", "rand", "randn", "randint", "randperm", "normal", "bernoulli", "tril_indices", "triu_indices",
     "empty_strided", "scalar_tensor", "from_numpy", "frombuffer",
 }
+# what the fixes rewrite code to call (xlalint.runtime) and that returns a tensor of its argument's device
+RUNTIME_TENSOR_FUNCTIONS = {f"xlalint.runtime.{name}" for name in (
+    "masked_sum", "masked_mean", "masked_max", "masked_min", "masked_count", "nonzero_static", "clip_grad_norm_")}
 LIKE_FACTORIES = {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
 HOST_METHODS = {
     "item", "tolist", "numpy", "size", "dim", "ndimension", "numel", "nelement", "element_size", "data_ptr",
@@ -356,6 +359,11 @@ class TensorInference:
                     not any(p.startswith("__") and p.endswith("__") for p in head.split(".")):
                 # (`torch.__version__.split(".")` is a method of a string, no torch op)
                 return self._torch_call(node, qualified, head, tail)
+            if qualified in RUNTIME_TENSOR_FUNCTIONS:
+                # xlalint.runtime's masked reductions and clipping: tensors on their argument's device
+                kinds = [self.kind(a) for a in positional(node)]
+                result = combine(*kinds) if kinds else Kind.TENSOR
+                return result if result >= Kind.CPU else Kind.TENSOR
             if root == "torch_xla" and tail in XLA_COLLECTIVES:
                 kinds = [self.kind(a) for a in node.args]
                 return Kind.DEVICE if any(k >= Kind.CPU for k in kinds) or not kinds else Kind.TENSOR
