@@ -57,7 +57,7 @@ def test_rules_and_explain_mark_preview_rules(run_cli):
 
 
 def test_a_filter_jit_method_of_another_module_is_known_cold_and_warm(run_cli, project):
-    from rules.jax_tracing import StaticArgumentPerIteration
+    from xlalint.rules.jax_tracing.static_argument_per_iteration import StaticArgumentPerIteration
 
     example = next(e for e in StaticArgumentPerIteration.INVALID if e.modules)
     project.write("pyproject.toml", "[project]\nname = 'inference'\n")

@@ -130,7 +130,7 @@ def test_editing_a_rule_invalidates_the_cache():
     """Rules live outside xlalint/ in a source checkout: their edits must still change the key."""
     import os
 
-    import xlalint.rules.host_sync as family
+    import xlalint.rules.host_sync.item_in_step as family
     from xlalint.cache import code_fingerprint
 
     path = family.__file__

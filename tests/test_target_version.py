@@ -5,7 +5,7 @@ import json
 import pytest
 
 from xlalint.config import parse_target, pinned_torch_xla
-from rules.deprecated_api import TABLE
+from xlalint.rules.deprecated_api import TABLE
 
 CODE = """\
 import os

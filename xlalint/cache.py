@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 from functools import lru_cache
@@ -34,13 +35,17 @@ def digest(data: bytes) -> str:
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """The version plus the size and mtime of every module of the installed package and of its
-    rules (a folder of their own in a source checkout): a cache written by other code (an edited
-    checkout, another install) is never read."""
-    from . import rules  # installed as xlalint.rules; outside xlalint/ in an editable checkout
+    """The version plus the size and mtime of every source and data file under the folders of the
+    xlalint packages loaded (the rules included: they decide the findings): a cache written by
+    other code (an edited checkout, another install) is never read. Folders of loaded packages,
+    not a list of them: the same code in a wheel and in a source checkout, whatever its layout."""
+    import xlalint.rules  # noqa: F401  (the rules decide the findings: make sure their packages count)
 
+    folders = {Path(module.__file__).resolve().parent for name, module in list(sys.modules.items())
+               if name.partition(".")[0] == "xlalint" and hasattr(module, "__path__") and getattr(module, "__file__", None)}
+    roots = sorted(f for f in folders if not any(parent in folders for parent in f.parents))
     stats = []
-    for package in sorted({Path(__file__).resolve().parent, Path(rules.__file__).resolve().parent}):
+    for package in roots:
         for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.toml")):
             try:
                 info = path.stat()

@@ -1,8 +1,11 @@
 """Cases beyond the rule examples: call-site judgement of helpers, per-call functions, evidence."""
 
 from xlalint.testing import lint_code
-from rules.control_flow import PythonValueFromTensors, TensorCondition
-from rules.dynamic_shapes import BooleanMaskAssign, DataDependentShapeOp, TrainLoaderWithoutDropLast
+from xlalint.rules.control_flow.python_value_from_tensors import PythonValueFromTensors
+from xlalint.rules.control_flow.tensor_condition import TensorCondition
+from xlalint.rules.dynamic_shapes.boolean_mask_assign import BooleanMaskAssign
+from xlalint.rules.dynamic_shapes.data_dependent_shape_op import DataDependentShapeOp
+from xlalint.rules.varying_shapes.train_loader_without_drop_last import TrainLoaderWithoutDropLast
 
 
 def codes(src, rules):

@@ -4,7 +4,8 @@ import textwrap
 
 import pytest
 
-from xlalint.rules.deprecated_api import DeprecatedXlaApi, RemovedXlaApi
+from xlalint.rules.deprecated_api.deprecated_xla_api import DeprecatedXlaApi
+from xlalint.rules.deprecated_api.removed_xla_api import RemovedXlaApi
 from xlalint.testing import fix_code, lint_code
 
 RULES = [RemovedXlaApi, DeprecatedXlaApi]

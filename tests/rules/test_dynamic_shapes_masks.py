@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from xlalint.rules.dynamic_shapes import BooleanMaskAssign
+from xlalint.rules.dynamic_shapes.boolean_mask_assign import BooleanMaskAssign
 from xlalint.testing import lint_code
 
 

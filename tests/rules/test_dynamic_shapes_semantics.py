@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from xlalint.diagnostics import Applicability
-from xlalint.rules.dynamic_shapes import BooleanMaskAssign, BooleanMaskIndex
+from xlalint.rules.dynamic_shapes.boolean_mask_assign import BooleanMaskAssign
+from xlalint.rules.dynamic_shapes.boolean_mask_index import BooleanMaskIndex
 from xlalint.testing import fix_code, lint_code
 
 

@@ -2,9 +2,13 @@
 element-wise builtins against their look-alikes, and where evidence of a device is required."""
 
 from xlalint.testing import lint_code
-from rules.control_flow import PythonValueFromTensors
-from rules.host_sync import (AnomalyDetectionInStep, HostCollectiveInStep, ItemInStep, PrintTensorInStep,
-                             PythonBuiltinOverTensor, WaitDeviceOpsInStep)
+from xlalint.rules.control_flow.python_value_from_tensors import PythonValueFromTensors
+from xlalint.rules.host_sync.anomaly_detection_in_step import AnomalyDetectionInStep
+from xlalint.rules.host_sync.host_collective_in_step import HostCollectiveInStep
+from xlalint.rules.host_sync.item_in_step import ItemInStep
+from xlalint.rules.host_sync.print_tensor_in_step import PrintTensorInStep
+from xlalint.rules.host_sync.python_builtin_over_tensor import PythonBuiltinOverTensor
+from xlalint.rules.host_sync.wait_device_ops_in_step import WaitDeviceOpsInStep
 
 
 def findings(src, rules, path="example.py"):

@@ -6,7 +6,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from rules.jax_tracing import HostConversionOfTracer, HostReadPerStep, JitRebuiltInLoop, PythonBranchOnTracer
+from xlalint.rules.jax_tracing.host_conversion_of_tracer import HostConversionOfTracer
+from xlalint.rules.jax_tracing.host_read_per_step import HostReadPerStep
+from xlalint.rules.jax_tracing.jit_rebuilt_in_loop import JitRebuiltInLoop
+from xlalint.rules.jax_tracing.python_branch_on_tracer import PythonBranchOnTracer
 from xlalint.testing import lint_code
 
 from jax_helpers import compiles, load  # noqa: E402  (tests/rules/jax_helpers.py)
@@ -319,7 +322,7 @@ def test_numpy_functions_and_f_strings_of_device_arrays_are_host_reads():
 
 def test_filter_jit_compiles_once_per_python_int_from_a_loop_and_not_per_array():
     pytest.importorskip("equinox")
-    from rules.jax_tracing import StaticArgumentPerIteration
+    from xlalint.rules.jax_tracing.static_argument_per_iteration import StaticArgumentPerIteration
 
     example = next(e.code for e in StaticArgumentPerIteration.INVALID if "def free(" in e.code)
     data = {"num_slots": 4, "table": jnp.ones(4)}
@@ -381,7 +384,7 @@ def test_reads_in_a_short_written_out_loop_are_a_demonstration_not_training():
 
 def test_a_filter_jit_method_of_another_module_compiles_once_per_slot(tmp_path, monkeypatch):
     pytest.importorskip("equinox")
-    from rules.jax_tracing import StaticArgumentPerIteration
+    from xlalint.rules.jax_tracing.static_argument_per_iteration import StaticArgumentPerIteration
 
     example = next(e for e in StaticArgumentPerIteration.INVALID if e.modules)
     (tmp_path / "pages.py").write_text(example.modules["pages.py"])
@@ -435,7 +438,7 @@ for idx, trainable in enumerate(mask_leaves):
 
 
 def test_a_loops_items_as_a_static_argument_compile_per_distinct_value_not_per_iteration():
-    from rules.jax_tracing import StaticArgumentPerIteration
+    from xlalint.rules.jax_tracing.static_argument_per_iteration import StaticArgumentPerIteration
 
     assert rows(ITEMS_AS_STATIC, StaticArgumentPerIteration) == []
     data = {"mask_leaves": [True, False] * 3, "params": [jnp.ones(2, "bfloat16")] * 6}
@@ -497,7 +500,7 @@ def test_b(model, x):
 
 
 def test_a_jitted_name_is_the_function_defined_where_it_is_called():
-    from rules.jax_tracing import UnhashableStaticArgument
+    from xlalint.rules.jax_tracing.unhashable_static_argument import UnhashableStaticArgument
 
     assert rows(TWO_FORWARDS, UnhashableStaticArgument) == [15]  # test_b's own call, not test_a's
 

@@ -5,19 +5,17 @@ import warnings
 
 import pytest
 
-from rules.jax_tracing import (
-    BooleanMaskOfTracer,
-    HostConversionOfTracer,
-    HostReadPerStep,
-    JitRebuiltInLoop,
-    NonzeroWithoutSize,
-    PrintOfTracer,
-    PythonBranchOnTracer,
-    PythonLoopOverTracedRange,
-    PythonScalarBecomesArray,
-    StaticArgumentPerIteration,
-    UnhashableStaticArgument,
-)
+from xlalint.rules.jax_tracing.boolean_mask_of_tracer import BooleanMaskOfTracer
+from xlalint.rules.jax_tracing.host_conversion_of_tracer import HostConversionOfTracer
+from xlalint.rules.jax_tracing.host_read_per_step import HostReadPerStep
+from xlalint.rules.jax_tracing.jit_rebuilt_in_loop import JitRebuiltInLoop
+from xlalint.rules.jax_tracing.nonzero_without_size import NonzeroWithoutSize
+from xlalint.rules.jax_tracing.print_of_tracer import PrintOfTracer
+from xlalint.rules.jax_tracing.python_branch_on_tracer import PythonBranchOnTracer
+from xlalint.rules.jax_tracing.python_loop_over_traced_range import PythonLoopOverTracedRange
+from xlalint.rules.jax_tracing.python_scalar_becomes_array import PythonScalarBecomesArray
+from xlalint.rules.jax_tracing.static_argument_per_iteration import StaticArgumentPerIteration
+from xlalint.rules.jax_tracing.unhashable_static_argument import UnhashableStaticArgument
 from xlalint.testing import fix_code, lint_code
 
 from jax_helpers import compiles, load  # noqa: E402  (tests/rules/jax_helpers.py)
@@ -394,7 +392,7 @@ def test_a_fix_spells_jax_numpy_by_an_import_that_reaches_it():
 
 
 def test_sizes_from_traced_values_raise_under_jit_and_static_or_shape_sizes_compile():
-    from rules.jax_tracing import TracedSize
+    from xlalint.rules.jax_tracing.traced_size import TracedSize
 
     first_n = load(TracedSize.INVALID[0].code)["first_n"]
     kept = load(TracedSize.INVALID[1].code)["kept"]
@@ -411,7 +409,7 @@ def test_sizes_from_traced_values_raise_under_jit_and_static_or_shape_sizes_comp
 
 
 def test_an_array_grown_in_a_loop_compiles_every_iteration_and_the_list_once():
-    from rules.jax_tracing import ArrayGrownInLoop
+    from xlalint.rules.jax_tracing.array_grown_in_loop import ArrayGrownInLoop
 
     step = jax.jit(lambda x: (x * 2).sum())
     data = {"batches": [jnp.ones(3) * k for k in range(8)], "params": None, "eval_step": lambda p, b: step(b)}

@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from xlalint.rules.varying_shapes import DataDependentSize, PadToLongestInBatch
+from xlalint.rules.varying_shapes.data_dependent_size import DataDependentSize
+from xlalint.rules.varying_shapes.pad_to_longest_in_batch import PadToLongestInBatch
 from xlalint.testing import lint_code
 
 

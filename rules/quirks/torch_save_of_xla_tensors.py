@@ -1,12 +1,13 @@
-"""XLA tensor quirks: behaviour of XLA tensors that differs from CPU/CUDA tensors."""
+"""XLA701 torch-save-of-xla-tensors: `torch.save` of tensors on the XLA device: they load back only
+onto that device."""
 
 from __future__ import annotations
 
 import ast
 from typing import TYPE_CHECKING
 
-from xlalint.analysis.names import dotted_name, keyword_value, last_part, method_name, positional
-from xlalint.analysis.names import receiver, string_value
+from xlalint.analysis.names import (dotted_name, keyword_value, last_part, method_name, positional, receiver,
+                                    string_value)
 from xlalint.analysis.steps import DEVICE_LOADER
 from xlalint.analysis.tensors import FACTORIES, LIKE_FACTORIES
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
@@ -15,6 +16,7 @@ from xlalint.rule import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
     from xlalint.fixing.context import CstContext
+
 
 XM = "torch_xla.core.xla_model"
 # Calls that return the XLA device.

@@ -1,0 +1,158 @@
+"""XLA109 helper-read-in-step: `."""
+
+from __future__ import annotations
+
+import ast
+
+from xlalint.analysis.reads import argument_reads
+from xlalint.rule import Invalid, Rule, Valid
+from xlalint.rules._common import reportable_sync
+
+
+class HelperReadInStep(Rule):
+    """## What it does
+    Flags a per-step call of a function of another module of the project that reads the device
+    tensor it is given to the host (`.item()`, `.tolist()`, `.cpu()`, `.numpy()`, `float(t.sum())`)
+    on every call: an input check, a metric or a logging helper. A helper in the same module is
+    per step itself, and its read is reported where it is, by XLA101-XLA103; its calls are reported
+    too when it returns what it read (`sizes = grid_sizes(coords)` hands host numbers back, like a
+    `.tolist()` at the call). A read in the branch of a string option (`if reduction == "mean":`)
+    counts only at calls that select it.
+
+    ## Why is this bad?
+    The read is a host sync like any other `.item()` in the loop: the pending graph compiles and
+    runs there and the step is cut in two. Inside the helper it looks harmless (the helper may also
+    be called with CPU tensors, before `.to(device)`); the cost is at the call that hands it a device
+    tensor every step, so that call is reported, with the line of the read.
+
+    ## Example
+    ```python
+    # checks.py
+    def check_targets(targets, num_classes):
+        if targets.max().item() >= num_classes:
+            raise ValueError("label out of range")
+
+    # train.py
+    from checks import check_targets
+
+    for x, y in pl.MpDeviceLoader(loader, device):
+        check_targets(y, num_classes)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        xm.optimizer_step(optimizer)
+    ```
+
+    Use instead:
+    ```python
+    for x, y in loader:  # check on the host, before the batch moves to the device
+        check_targets(y, num_classes)
+        x, y = x.to(device), y.to(device)
+        ...
+    ```
+    or check every N steps, or once on the dataset.
+
+    ## Fix safety
+    No automatic fix.
+    """
+
+    code, name, category = "XLA109", "helper-read-in-step", "item_sync"
+    summary = "`{helper}()` reads the device tensor passed as `{param}` to the host ({what} at {where}): a sync every step"
+    hint = "check or log on the host before `.to(device)`, every N steps, or keep the helper's result on the device"
+
+    CHECKS = {"checks.py": """
+        def check_targets(targets, num_classes):
+            if targets.max().item() >= num_classes:
+                raise ValueError("label out of range")
+        """}
+
+    VALID = [
+        Valid(
+            """
+            def top_k(logits, labels, k, reduction="mean"):
+                hits = (logits.topk(k).indices == labels[:, None]).float().sum(-1)
+                if reduction == "mean":
+                    return hits.mean().item()
+                return hits
+
+            for x, y in pl.MpDeviceLoader(loader, device):
+                logits = model(x)
+                accuracy = top_k(logits, y, 5, reduction="none")  # the reading branch is not taken
+                loss_fn(logits, y).backward()
+                xm.optimizer_step(optimizer)
+            """
+        ),
+        Valid(
+            """
+            from checks import check_targets
+
+            loader = DataLoader(dataset, batch_size=32)
+            for x, y in loader:  # host tensors
+                check_targets(y, num_classes)
+                x, y = x.to(device), y.to(device)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+            """,
+            modules=CHECKS,
+        ),
+        Valid(
+            """
+            from checks import check_targets
+
+            for step, (x, y) in enumerate(pl.MpDeviceLoader(loader, device)):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                xm.optimizer_step(optimizer)
+                if step % 100 == 0:
+                    check_targets(y, num_classes)
+            """,
+            modules=CHECKS,
+        ),
+        Valid(
+            """
+            def check_targets(targets, num_classes):  # the read itself is reported, as XLA101
+                if targets.max().item() >= num_classes:
+                    raise ValueError("label out of range")
+
+            for x, y in pl.MpDeviceLoader(loader, device):
+                check_targets(y, num_classes)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                xm.optimizer_step(optimizer)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from checks import check_targets
+
+            for x, y in pl.MpDeviceLoader(loader, device):
+                check_targets(y, num_classes)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                xm.optimizer_step(optimizer)
+            """,
+            line=4,
+            modules=CHECKS,
+        ),
+        Invalid(
+            """
+            def grid_sizes(coords):
+                return [int(n.item()) for n in coords.amax(dim=1) + 1]
+
+            class PosEmbed(nn.Module):
+                def forward(self, x, coords):
+                    sizes = grid_sizes(coords)  # host numbers handed back
+                    return x + self.interpolate(sizes)
+            """,
+            line=6,
+        ),
+    ]
+
+    def visit_Call(self, node: ast.Call) -> None:
+        for helper, where, read, value in argument_reads(self.ctx, node, through=""):
+            if self.ctx.on_device(value) and reportable_sync(self.ctx, node):
+                self.report(node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`",
+                                                      where=where))
+                return
