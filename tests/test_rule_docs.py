@@ -45,3 +45,33 @@ def test_generated_docs_are_current():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "generate_docs.py"), "--check"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_rule_authoring_guide_names_what_exists():
+    """docs/rule-authoring.md stays true: its paths exist, its `xlalint.` names resolve, and its
+    family table is the registry's."""
+    import importlib
+    import pkgutil
+
+    import xlalint.rules
+
+    guide = (ROOT / "docs" / "rule-authoring.md").read_text(encoding="utf-8")
+    quoted = re.findall(r"`([^`\n]+)`", guide)
+    paths = [q for q in quoted if "/" in q and " " not in q and "<" not in q and not q.startswith("from ")]
+    assert "rules/host_sync/item_in_step.py" in paths
+    assert [p for p in paths if not (ROOT / p).exists()] == []
+    for dotted in {re.match(r"[\w.]+", q).group() for q in quoted if q.startswith("xlalint.")}:
+        parts = dotted.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)  # AttributeError: the guide names something gone
+            break
+        else:
+            raise AssertionError(dotted)
+    table = dict((family, codes) for codes, family in re.findall(r"`((?:XLA|JAX)\d+)`\s[^`]*`rules/(\w+)/`", guide))
+    families = [m.name for m in pkgutil.iter_modules(xlalint.rules.__path__) if m.ispkg]
+    assert table == {f: importlib.import_module(f"xlalint.rules.{f}").CODES for f in families}

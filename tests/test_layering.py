@@ -1,0 +1,91 @@
+"""The linter's layers, read from the source with `ast` (nothing is imported): the analysis judges
+code and knows no rule and no fix; a rule holds its pattern, message and fix, and reaches only the
+analysis, the engine's rule API and the fixing toolkit. (The runtime's own check:
+tests/runtime/test_runtime_imports.py.)"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import xlalint
+import xlalint.rules
+
+PACKAGES = {"xlalint": Path(xlalint.__file__).parent, "xlalint.rules": Path(xlalint.rules.__file__).parent}
+
+# What a rule module may import besides the standard library, the analysis, the fixing toolkit and its own package.
+RULE_API = ("xlalint.rule", "xlalint.diagnostics", "xlalint.config")
+THIRD_PARTY_FOR_RULES = ("tomli",)  # the migration table's parser before Python 3.11
+
+
+def module_name(path: Path) -> str:
+    for package, folder in sorted(PACKAGES.items(), key=lambda item: -len(str(item[1]))):
+        if path.is_relative_to(folder):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            return ".".join([package, *parts])
+    raise AssertionError(path)
+
+
+def imports(path: Path):
+    """(absolute module imported, line) for every import of `path`, function-level ones included;
+    `from . import x` yields the module `package.x` when x is one."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            yield module, node.lineno
+            for alias in node.names:  # `from . import steps`: the submodule itself
+                yield f"{module}.{alias.name}", node.lineno
+
+
+def sources(folder: Path):
+    return sorted(folder.rglob("*.py"))
+
+
+def within(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_analysis_knows_no_rule_and_no_fix():
+    analysis = PACKAGES["xlalint"] / "analysis"
+    wrong = [(module_name(path), module, line) for path in sources(analysis) for module, line in imports(path)
+             if within(module, "xlalint.rules", "xlalint.fixing", "libcst")]
+    assert len(sources(analysis)) >= 5
+    assert not wrong
+
+
+def test_rules_reach_only_the_analysis_the_rule_api_and_fixing():
+    allowed = ("xlalint.analysis", "xlalint.fixing", "xlalint.rules", *RULE_API)
+    wrong = []
+    for path in sources(PACKAGES["xlalint.rules"]):
+        for module, line in imports(path):
+            root = module.partition(".")[0]
+            if root in sys.stdlib_module_names or root in THIRD_PARTY_FOR_RULES:
+                continue
+            if within(module, *allowed):
+                continue
+            wrong.append((module_name(path), module, line))
+    assert len(sources(PACKAGES["xlalint.rules"])) >= 40
+    assert not wrong  # libcst only through xlalint.fixing.lazy; never the CLI, the engine or the cache
+
+
+def test_imports_are_resolved_to_absolute_names(tmp_path, monkeypatch):
+    # What the checks read: relative and function-level imports, as absolute module names.
+    fake = tmp_path / "rules"
+    (fake / "family").mkdir(parents=True)
+    (fake / "family" / "rule_x.py").write_text("from ..analysis_x import y\n\ndef f():\n    from xlalint.engine import lint\n")
+    monkeypatch.setitem(PACKAGES, "xlalint.rules", fake)
+    found = {module for module, _ in imports(fake / "family" / "rule_x.py")}
+    assert "xlalint.engine" in found and "xlalint.rules.analysis_x" in found
