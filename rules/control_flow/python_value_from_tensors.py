@@ -1,4 +1,5 @@
-"""XLA202 python-value-from-tensors: `."""
+"""XLA202 python-value-from-tensors: Flags calls that turn device tensors into a Python `bool` or pick
+between them in Python, on a per-step path."""
 
 from __future__ import annotations
 

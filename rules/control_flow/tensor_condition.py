@@ -1,5 +1,5 @@
-"""XLA201 tensor-condition: Python branches on the value of a device tensor on a per-step path: a host
-sync and a graph cut."""
+"""XLA201 tensor-condition: Flags Python branching on the truth value of a device tensor on a per-step
+path."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""XLA303 boolean-mask-assign: boolean-mask assignment on XLA goes through `index_put` with `nonzero`
-indices: a fallback and data-dependent shapes."""
+"""XLA303 boolean-mask-assign: Flags assigning through a boolean mask, `x[mask] = v`, on a per-step
+path, where `x` is a device tensor and the index is evidently a bool tensor."""
 
 from __future__ import annotations
 

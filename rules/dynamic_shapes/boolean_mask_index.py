@@ -1,5 +1,5 @@
-"""XLA302 boolean-mask-index: boolean-mask indexing of a device tensor has a data-dependent shape
-(`nonzero` fallback)."""
+"""XLA302 boolean-mask-index: Flags reading a device tensor through a boolean mask, `y = x[mask]`, on a
+per-step path, where the index is evidently a bool tensor."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""XLA301 data-dependent-shape-op: `."""
+"""XLA301 data-dependent-shape-op: Flags ops whose output shape depends on the values of a device
+tensor, on a per-step path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""XLA503 clip-before-gradient-reduce: `."""
+"""XLA503 clip-before-gradient-reduce: Flags `torch.nn.utils.clip_grad_norm_` (or `clip_grad_value_`)
+in multi-replica torch_xla data parallel code when the step reduces its gradients only afterwards,
+in `xm.optimizer_step(optimizer)`, and no `xm.reduce_gradients(optimizer)` (or other all-reduce)
+runs before the clip."""
 
 from __future__ import annotations
 

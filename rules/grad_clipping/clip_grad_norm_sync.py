@@ -1,4 +1,6 @@
-"""XLA501 clip-grad-norm-sync: `clip_grad_norm_` with."""
+"""XLA501 clip-grad-norm-sync: Flags `torch.nn.utils.clip_grad_norm_` (any import spelling) called with
+`error_if_nonfinite=True` (in any file), and, in files that import torch_xla, with `foreach=True` or
+an infinite `norm_type` (`float("inf")`, `math.inf`, `torch.inf`, `"inf"`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""XLA504 gradient-reading-helper-in-step: `."""
+"""XLA504 gradient-reading-helper-in-step: Flags a per-step call of a function of another module of the
+project that reads the gradients of the model it is given to the host on every call."""
 
 from __future__ import annotations
 

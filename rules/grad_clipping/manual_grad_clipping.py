@@ -1,5 +1,5 @@
-"""XLA502 manual-grad-clipping: hand-written gradient clipping branches on a device tensor norm: a host
-sync every step."""
+"""XLA502 manual-grad-clipping: Flags hand-written gradient clipping by a *global* norm that branches
+on that norm."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""XLA106 anomaly-detection-in-step: `."""
+"""XLA106 anomaly-detection-in-step: Flags autograd anomaly detection that checks every training step."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""XLA109 helper-read-in-step: `."""
+"""XLA109 helper-read-in-step: Flags a per-step call of a function of another module of the project
+that reads the device tensor it is given to the host (`.item()`, `.tolist()`, `.cpu()`, `.numpy()`,
+`float(t.sum())`) on every call."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""XLA105 host-collective-in-step: `."""
+"""XLA105 host-collective-in-step: Flags torch_xla's host collectives on a per-step path."""
 
 from __future__ import annotations
 

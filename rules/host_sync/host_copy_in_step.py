@@ -1,4 +1,5 @@
-"""XLA102 host-copy-in-step: `."""
+"""XLA102 host-copy-in-step: Flags `.cpu()`, `.numpy()` and `.to("cpu")` of a device tensor on a
+per-step path."""
 
 from __future__ import annotations
 

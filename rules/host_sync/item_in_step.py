@@ -1,4 +1,4 @@
-"""XLA101 item-in-step: `."""
+"""XLA101 item-in-step: Flags `.item()` and `.tolist()` on a device tensor on a per-step path."""
 
 from __future__ import annotations
 

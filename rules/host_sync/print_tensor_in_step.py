@@ -1,5 +1,4 @@
-"""XLA104 print-tensor-in-step: formatting a device tensor on a per-step path forces a device-to-host
-sync."""
+"""XLA104 print-tensor-in-step: Flags printing or string-formatting a device tensor on a per-step path."""
 
 from __future__ import annotations
 
@@ -153,8 +152,6 @@ class PrintTensorInStep(Rule):
         values = list(right.elts) if isinstance(right, ast.Tuple) else [right]
         if any(self.ctx.on_device(v) for v in values) and reportable_sync(self.ctx, node):
             self.report(node)
-
-
 
 
 def _format_string(node: ast.expr) -> bool:

@@ -1,5 +1,5 @@
-"""XLA107 python-builtin-over-tensor: a Python builtin or index consumes device tensor values on a per-
-step path."""
+"""XLA107 python-builtin-over-tensor: Flags Python builtins that walk a device tensor element by
+element on a per-step path."""
 
 from __future__ import annotations
 

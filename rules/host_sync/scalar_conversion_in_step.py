@@ -1,4 +1,5 @@
-"""XLA103 scalar-conversion-in-step: `."""
+"""XLA103 scalar-conversion-in-step: Flags `float(t)`, `int(t)` and `bool(t)` of a device tensor on a
+per-step path."""
 
 from __future__ import annotations
 

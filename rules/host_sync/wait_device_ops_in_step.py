@@ -1,5 +1,5 @@
-"""XLA108 wait-device-ops-in-step: `xm.wait_device_ops()` on a per-step path blocks until the device is
-idle every step."""
+"""XLA108 wait-device-ops-in-step: Flags `xm.wait_device_ops()` on a per-step path, unless the step
+then reads a clock (a timing benchmark, the one use torch_xla documents for a per-step wait)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""JAX113 array-grown-in-loop: `."""
+"""JAX113 array-grown-in-loop: Flags, in a loop outside traced code, an array grown by joining it with
+a new piece and assigning the result back."""
 
 from __future__ import annotations
 

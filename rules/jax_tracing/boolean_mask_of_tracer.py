@@ -1,5 +1,5 @@
-"""JAX105 boolean-mask-of-tracer: boolean-mask index of a traced array: the result's size depends on
-the data, JAX cannot trace it."""
+"""JAX105 boolean-mask-of-tracer: Flags, inside a function JAX traces, indexing with a traced boolean
+mask."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""JAX102 host-conversion-of-tracer: `."""
+"""JAX102 host-conversion-of-tracer: Flags, inside a function JAX stages out (`@jax.jit`, `jax.jit(f)`,
+`pmap`, `vmap`, a `lax.scan`/`fori_loop`/`while_loop`/`cond` body), a conversion of a traced value
+to Python or NumPy."""
 
 from __future__ import annotations
 

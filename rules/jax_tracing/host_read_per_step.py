@@ -1,4 +1,6 @@
-"""JAX110 host-read-per-step: `."""
+"""JAX110 host-read-per-step: Flags, on a per-step path of a JAX training loop (a loop that calls a
+jitted function computing gradients, of this module or another of the project, or iterates batches),
+a read of a device array on the host at every step."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""JAX107 jit-rebuilt-in-loop: `."""
+"""JAX107 jit-rebuilt-in-loop: Flags `jax.jit(...)` (and `jax.pmap`, `pjit`, `equinox.filter_jit`)
+applied inside a loop to a function object the loop creates anew."""
 
 from __future__ import annotations
 

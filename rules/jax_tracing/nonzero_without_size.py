@@ -1,4 +1,7 @@
-"""JAX101 nonzero-without-size: `."""
+"""JAX101 nonzero-without-size: Flags, inside a function JAX traces (`@jax.jit`, `jax.jit(f)`, `pmap`,
+`vmap`, `shard_map`, the body of `lax.scan`/`fori_loop`/`while_loop`/`cond`, or a function they
+call), `jnp.nonzero`, `argwhere`, `flatnonzero`, `unique` (and its variants), `extract`, the set
+operations, and one-argument `jnp.where(c)`, called without `size=`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""JAX104 print-of-tracer: `print` of a traced value inside a function JAX traces shows a tracer, once,
-not the values."""
+"""JAX104 print-of-tracer: Flags `print(...)` of a traced value inside a function JAX stages out
+(`@jax.jit`, `jax.jit(f)`, `pmap`, `vmap`, a `lax.scan`/`fori_loop`/`while_loop`/`cond` body),
+including an f-string that formats one."""
 
 from __future__ import annotations
 

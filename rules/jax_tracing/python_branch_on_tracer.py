@@ -1,5 +1,5 @@
-"""JAX103 python-branch-on-tracer: Python branches on a traced value inside a function JAX traces: the
-value does not exist yet."""
+"""JAX103 python-branch-on-tracer: Flags Python control flow on a traced value inside a function JAX
+stages out."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""JAX106 python-loop-over-traced-range: Python loop over `range` of a traced value inside a function
-JAX traces: the bound has no value yet."""
+"""JAX106 python-loop-over-traced-range: Flags, inside a function JAX traces, a Python `for` loop over
+`range(...)` whose bound is a traced value (a non-static parameter, or what `jnp` computes from
+one)."""
 
 from __future__ import annotations
 

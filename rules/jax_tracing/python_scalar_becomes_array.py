@@ -1,4 +1,6 @@
-"""JAX111 python-scalar-becomes-array: `."""
+"""JAX111 python-scalar-becomes-array: Flags, in a loop, a call of a jitted function of the module that
+passes a variable which starts as a Python number before the loop and is reassigned to a JAX array
+inside it (typically the function's own result)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""JAX109 static-argument-per-iteration: the loop variable `."""
+"""JAX109 static-argument-per-iteration: Flags a call of a jitted function of the same module, inside a
+loop, that passes the loop's counter (or what is computed from it."""
 
 from __future__ import annotations
 

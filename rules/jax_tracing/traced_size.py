@@ -1,4 +1,5 @@
-"""JAX112 traced-size: `."""
+"""JAX112 traced-size: Flags, inside a function JAX traces, an array whose size comes from a traced
+value."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""JAX108 unhashable-static-argument: unhashable value for the static argument `."""
+"""JAX108 unhashable-static-argument: Flags a call of a jitted function of the same module
+(`@partial(jax.jit, static_argnames=...)`, `step = jax.jit(f, static_argnums=...)`) that passes a
+list, dict or set (a display or a comprehension), or a NumPy/JAX array, to a static parameter."""
 
 from __future__ import annotations
 

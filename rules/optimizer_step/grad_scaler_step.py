@@ -1,5 +1,5 @@
-"""XLA402 grad-scaler-step: `GradScaler.step()` reads `found_inf` on the host every step and adds no
-XLA step barrier."""
+"""XLA402 grad-scaler-step: Flags `scaler.step(optimizer)` of an fp16 `GradScaler` on a per-step path,
+in any file (what would run on XLA once this code moves there)."""
 
 from __future__ import annotations
 

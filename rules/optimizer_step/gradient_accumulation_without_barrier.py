@@ -1,5 +1,6 @@
-"""XLA404 gradient-accumulation-without-barrier: `.backward()` every micro-batch but a step barrier
-only every N: one XLA graph spans all accumulated micro-batches."""
+"""XLA404 gradient-accumulation-without-barrier: Flags the `.backward()` of a gradient-accumulation
+loop on XLA whose only step barrier runs with the optimizer step, every N iterations (`if (i + 1) %
+accumulation_steps == 0:`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""XLA401 optimizer-step-without-barrier: `."""
+"""XLA401 optimizer-step-without-barrier: Flags a plain `optimizer.step()` (or
+`optimizer.step(closure)`) on a per-step path of a torch_xla training loop when nothing cuts that
+loop's graph every step."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""XLA403 xla-optimizer-step-without-barrier: `xm.optimizer_step` without `barrier=True` in a loop over
-a plain data loader: nothing cuts the step's graph."""
+"""XLA403 xla-optimizer-step-without-barrier: Flags `xm.optimizer_step(optimizer)` with `barrier` left
+out or `False` in a step loop that has no other barrier."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""XLA701 torch-save-of-xla-tensors: `torch.save` of tensors on the XLA device: they load back only
-onto that device."""
+"""XLA701 torch-save-of-xla-tensors: Flags `torch.save(obj, f)` in torch_xla code when `obj` is, or
+evidently contains, tensors on the XLA device."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""XLA313 data-dependent-size: ."""
+"""XLA313 data-dependent-size: Flags, on a per-step path, a slice or an allocation whose size comes
+from tensor data."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""XLA312 pad-to-longest-in-batch: ."""
+"""XLA312 pad-to-longest-in-batch: Flags batches padded to their own longest example instead of a fixed
+length or a bucket."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""XLA311 train-loader-without-drop-last: training `DataLoader` without `drop_last=True`: the last
-partial batch recompiles the step."""
+"""XLA311 train-loader-without-drop-last: Flags a training `DataLoader(...)` built without
+`drop_last=True` in code that runs on XLA."""
 
 from __future__ import annotations
 
