@@ -1,0 +1,248 @@
+"""Scorer: xlalint's compile findings against what Dynamo reported on the same trees.
+
+* Recall on breaks: an oracle break *site* (the deepest frame of the break's user stack inside the
+  project, so a break inside torch counts at the project line that called into it) is found when a
+  finding's line range overlaps the statement that holds it. Sites in ``_oracle_driver.py`` (ours) and
+  breaks with no project frame are not statically visible and are counted apart.
+* Recall on recompiles: a non-benign recompile (train/eval and grad-mode toggles are benign: one compile
+  per mode) is found when a finding sits on one of its lines: the compiled function's ``def``, the
+  line the failing guard came from, or the project line that called the compiled code.
+* Precision: over findings on executed lines (a plain traced run of the same case): a finding is right
+  when it is on a break site or a recompile line; wrong otherwise, split into "compiled, traced without
+  a break" and "ran, but outside any compiled call". Findings on lines that never ran are listed as
+  unverified, not scored.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+
+from corpora import DRIVER
+
+
+@functools.lru_cache(maxsize=None)
+def _statements(path: str):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            src = fh.read()
+        tree = ast.parse(src)
+    except (OSError, SyntaxError, ValueError):
+        return [], []
+    spans = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt):
+            end = node.end_lineno or node.lineno
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                end = max(node.lineno, body[0].lineno - 1)  # a compound statement: its header only
+            spans.append((node.lineno, end))
+    return spans, src.splitlines()
+
+
+def stmt_span(root: str, rel: str, line: int) -> tuple[int, int]:
+    """The innermost statement (header, for compound ones) holding ``line``; the line alone if none."""
+    spans, _ = _statements(os.path.join(root, rel))
+    best = None
+    for lo, hi in spans:
+        if lo <= line <= hi and (best is None or hi - lo < best[1] - best[0]):
+            best = (lo, hi)
+    return best or (line, line)
+
+
+def source_line(root: str, rel: str, line: int) -> str:
+    _, lines = _statements(os.path.join(root, rel))
+    return lines[line - 1].strip()[:110] if 0 < line <= len(lines) else ""
+
+
+def norm_reason(reason: str) -> str:
+    return re.sub(r"\d+(\.\d+)?", "N", reason)
+
+
+def oracle_sets(rec: dict) -> dict:
+    sites = {}  # (file, line) -> {"gb": Counter, "type": str, "cases": set}
+    invisible = collections.Counter()
+    recompiles = {}  # key -> {"lines": set, "reason", "cases", "count"}
+    benign = 0
+    executed, compiled = collections.defaultdict(set), collections.defaultdict(set)
+    for name, case in rec["cases"].items():
+        comp = case.get("compile", {})
+        for b in comp.get("breaks", []):
+            site = b.get("site")
+            if not site or site[0] == DRIVER:
+                invisible["driver" if site else "no project frame"] += 1
+                continue
+            entry = sites.setdefault(tuple(site), {"gb": collections.Counter(), "type": b.get("type", ""),
+                                                   "cases": set()})
+            entry["gb"][b.get("gb") or "?"] += 1
+            entry["cases"].add(name)
+        for r in comp.get("recompiles", []):
+            if r.get("benign"):
+                benign += 1
+                continue
+            lines = set()
+            if r.get("code") and not r["code"][0].startswith("<ext>"):
+                lines.add(tuple(r["code"]))
+            lines.update(tuple(s) for s in r.get("guard_sites", []))
+            if r.get("callers"):
+                lines.add(tuple(r["callers"][0]))
+            lines = {ln for ln in lines if ln[0] != DRIVER}
+            key = (tuple(r.get("code") or ()), norm_reason(r.get("reason", "")))
+            entry = recompiles.setdefault(key, {"lines": set(), "reason": r.get("reason", ""), "cases": set(),
+                                                "count": 0, "function": r.get("function")})
+            entry["lines"] |= lines
+            entry["cases"].add(name)
+            entry["count"] += 1
+        trace = case.get("trace", {})
+        for f, ls in trace.get("executed_lines", {}).items():
+            executed[f].update(ls)
+        for f, ls in trace.get("compiled_lines", {}).items():
+            compiled[f].update(ls)
+    return {"sites": sites, "invisible": invisible, "recompiles": recompiles, "benign": benign,
+            "executed": executed, "compiled": compiled}
+
+
+def run_xlalint(xlalint: str, root: str, select: str) -> tuple[list, str | None]:
+    exe = shutil.which(xlalint) or xlalint
+    cmd = [exe, "check", "--preview", "--select", select, "--output-format", "json", "--exit-zero", "--no-cache",
+           "."]
+    try:
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return [], f"{' '.join(cmd)}: {e}"
+    if proc.returncode != 0:
+        return [], (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    try:
+        findings = json.loads(proc.stdout or "[]")
+    except ValueError:
+        return [], "xlalint printed no JSON"
+    for f in findings:
+        f["rel"] = os.path.relpath(os.path.realpath(os.path.join(root, f["filename"])),
+                                   os.path.realpath(root)).replace(os.sep, "/")
+    return findings, None
+
+
+def score_corpus(rec: dict, root: str, findings: list) -> dict:
+    o = oracle_sets(rec)
+    site_spans = {s: stmt_span(root, s[0], s[1]) for s in o["sites"]}
+    found_sites, found_rec = set(), set()
+    rows = []
+    for f in findings:
+        rel = f["rel"]
+        if rel == DRIVER or rel.startswith(".."):
+            continue
+        lo, hi = f["location"]["row"], f["end_location"]["row"]
+        flo, fhi = stmt_span(root, rel, lo)
+        lo, hi = min(lo, flo), max(hi, fhi)
+        hit_sites = [s for s, (a, b) in site_spans.items() if s[0] == rel and a <= hi and lo <= b]
+        hit_rec = [k for k, e in o["recompiles"].items() if any(ln[0] == rel and lo <= ln[1] <= hi
+                                                                  for ln in e["lines"])]
+        found_sites.update(hit_sites)
+        found_rec.update(hit_rec)
+        ran = any(ln in o["executed"].get(rel, ()) for ln in range(lo, hi + 1))
+        in_compiled = any(ln in o["compiled"].get(rel, ()) for ln in range(lo, hi + 1))
+        verdict = ("tp" if hit_sites or hit_rec else
+                   "unverified" if not ran else "fp-traced" if in_compiled else "fp-outside")
+        rows.append({"code": f["code"], "file": rel, "line": f["location"]["row"], "verdict": verdict,
+                     "message": f.get("message", "")[:120], "source": source_line(root, rel, f["location"]["row"]),
+                     "gb": sorted({g for s in hit_sites for g in o["sites"][s]["gb"]})})
+    fn_sites = [
+        {"file": s[0], "line": s[1], "gb": ",".join(sorted(e["gb"])), "type": e["type"][:90],
+         "cases": sorted(e["cases"]), "source": source_line(root, s[0], s[1])}
+        for s, e in sorted(o["sites"].items()) if s not in found_sites
+    ]
+    fn_rec = [
+        {"function": e["function"], "reason": e["reason"][:110], "count": e["count"], "cases": sorted(e["cases"]),
+         "lines": sorted(f"{a}:{b}" for a, b in e["lines"])}
+        for k, e in o["recompiles"].items() if k not in found_rec
+    ]
+    gb_sites = collections.Counter()
+    for e in o["sites"].values():
+        for g in e["gb"]:
+            gb_sites[g] += 1
+    visible_rec = [k for k, e in o["recompiles"].items() if e["lines"]]
+    return {
+        "corpus": rec["corpus"], "source": rec.get("source"),
+        "break_sites": len(o["sites"]), "break_sites_found": len(found_sites),
+        "breaks_not_visible": dict(o["invisible"]),
+        "recompiles": len(visible_rec), "recompiles_found": len(found_rec & set(visible_rec)),
+        "recompile_events_benign": o["benign"],
+        "gb_sites": dict(gb_sites.most_common()),
+        "findings": rows, "fn_sites": fn_sites, "fn_recompiles": fn_rec,
+    }
+
+
+def _ratio(a: int, b: int) -> str:
+    return f"{a / b:.2f}" if b else "n/a"
+
+
+def render(scores: list[dict], lint_errors: dict) -> str:
+    out = ["## Oracle (what Dynamo reported)", "",
+           "| corpus | break sites (project) | not visible | recompiles (non-benign, grouped) | benign recompile "
+           "events | GB ids (sites) |", "|---|---|---|---|---|---|"]
+    for s in scores:
+        gbs = ", ".join(f"{g}×{n}" for g, n in list(s["gb_sites"].items())[:6])
+        nv = sum(s["breaks_not_visible"].values())
+        out.append(f"| {s['corpus']} | {s['break_sites']} | {nv} | {s['recompiles']} | "
+                   f"{s['recompile_events_benign']} | {gbs} |")
+    out += ["", "## Score per corpus", "",
+            "| corpus | break recall | recompile recall | findings | on executed lines | TP | FP | precision | "
+            "unverified |", "|---|---|---|---|---|---|---|---|---|"]
+    tot = collections.Counter()
+    for s in scores:
+        v = collections.Counter(r["verdict"] for r in s["findings"])
+        fp = v["fp-traced"] + v["fp-outside"]
+        tot.update(bs=s["break_sites"], bf=s["break_sites_found"], rc=s["recompiles"], rf=s["recompiles_found"],
+                   n=len(s["findings"]), tp=v["tp"], fp=fp, un=v["unverified"])
+        err = f" (xlalint: {lint_errors[s['corpus']]})" if s["corpus"] in lint_errors else ""
+        out.append(f"| {s['corpus']}{err} | {s['break_sites_found']}/{s['break_sites']} = "
+                   f"{_ratio(s['break_sites_found'], s['break_sites'])} | {s['recompiles_found']}/{s['recompiles']} = "
+                   f"{_ratio(s['recompiles_found'], s['recompiles'])} | {len(s['findings'])} | {v['tp'] + fp} | "
+                   f"{v['tp']} | {fp} | {_ratio(v['tp'], v['tp'] + fp)} | {v['unverified']} |")
+    out.append(f"| **all** | {tot['bf']}/{tot['bs']} = {_ratio(tot['bf'], tot['bs'])} | {tot['rf']}/{tot['rc']} = "
+               f"{_ratio(tot['rf'], tot['rc'])} | {tot['n']} | {tot['tp'] + tot['fp']} | {tot['tp']} | {tot['fp']} | "
+               f"{_ratio(tot['tp'], tot['tp'] + tot['fp'])} | {tot['un']} |")
+    per_rule = collections.defaultdict(collections.Counter)
+    for s in scores:
+        for r in s["findings"]:
+            per_rule[r["code"]][r["verdict"]] += 1
+    out += ["", "## Score per rule", "", "| rule | findings | TP | FP traced | FP outside compiled | precision | "
+            "unverified |", "|---|---|---|---|---|---|---|"]
+    for code, v in sorted(per_rule.items()):
+        fp = v["fp-traced"] + v["fp-outside"]
+        out.append(f"| {code} | {sum(v.values())} | {v['tp']} | {v['fp-traced']} | {v['fp-outside']} | "
+                   f"{_ratio(v['tp'], v['tp'] + fp)} | {v['unverified']} |")
+    if not per_rule:
+        out.append("| (no findings) | | | | | | |")
+    out += ["", "## Missed break sites (FN)", ""]
+    for s in scores:
+        for m in s["fn_sites"]:
+            out.append(f"- {s['corpus']}: `{m['file']}:{m['line']}` {m['gb']} {m['type']}: `{m['source']}`")
+    out += ["", "## Missed recompiles (FN)", ""]
+    for s in scores:
+        for m in s["fn_recompiles"]:
+            out.append(f"- {s['corpus']}: `{m['function']}` ×{m['count']} \"{m['reason']}\" lines "
+                       f"{', '.join(m['lines']) or '(none in project)'}")
+    out += ["", "## Wrong findings (FP, on executed lines)", ""]
+    for s in scores:
+        for r in s["findings"]:
+            if r["verdict"].startswith("fp"):
+                out.append(f"- {s['corpus']}: {r['code']} `{r['file']}:{r['line']}` ({r['verdict']}): "
+                           f"`{r['source']}`")
+    return "\n".join(out)
+
+
+def score_all(records: list[tuple[dict, str]], xlalint: str, select: str) -> dict:
+    scores, errors = [], {}
+    for rec, root in records:
+        findings, err = run_xlalint(xlalint, root, select)
+        if err:
+            errors[rec["corpus"]] = err
+        scores.append(score_corpus(rec, root, findings))
+    return {"scores": scores, "lint_error": errors or None, "text": render(scores, errors)}

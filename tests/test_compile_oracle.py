@@ -1,0 +1,135 @@
+"""The real-code oracle harness (benchmarks/compile_oracle) on a tiny synthetic project.
+
+The collector must find Dynamo's GB id and the user line of a known `.item()` break, the traced run
+must see the executed lines, and the scorer must match findings of a stand-in xlalint by line.
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ORACLE = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "compile_oracle")
+sys.path.insert(0, os.path.abspath(ORACLE))
+
+import score  # noqa: E402
+from capture import parse_break, parse_recompile, Paths  # noqa: E402
+
+PROG = textwrap.dedent(
+    """\
+    import torch
+
+
+    def scale(x):
+        s = x.sum().item()
+        return x * s
+
+
+    def step(x, k):
+        y = x + 1
+        return scale(y) * k
+
+
+    compiled = torch.compile(step, backend="eager")
+    for k in range(3):
+        compiled(torch.ones(3), k)
+    """
+)
+ITEM_LINE = 5
+
+
+def capture(tmp_path, mode):
+    out = tmp_path / f"{mode}.json"
+    subprocess.run(
+        [sys.executable, os.path.join(ORACLE, "capture.py"), "--mode", mode, "--root", str(tmp_path),
+         "--out", str(out), "prog.py"],
+        cwd=tmp_path, check=True, capture_output=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def oracle(tmp_path_factory):
+    root = tmp_path_factory.mktemp("proj")
+    (root / "prog.py").write_text(PROG)
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\nversion = '0'\n")
+    return root, {"corpus": "synthetic",
+                  "cases": {"prog": {"compile": capture(root, "compile"), "trace": capture(root, "trace")}}}
+
+
+def test_collector_finds_gb_id_and_line(oracle):
+    _, rec = oracle
+    comp = rec["cases"]["prog"]["compile"]
+    assert comp["error"] is None
+    sites = {(b["gb"], tuple(b["site"])) for b in comp["breaks"]}
+    assert ("GB0124", ("prog.py", ITEM_LINE)) in sites
+    first = next(b for b in comp["breaks"] if not b["duplicate"])
+    assert [f[:2] for f in first["frames"]][-2:] == [["prog.py", 11], ["prog.py", ITEM_LINE]]
+    assert comp["compiled"][0]["target"] == "step" and comp["compiled"][0]["code"] == ["prog.py", 9]
+    # the int k changes every call: Dynamo recompiles the code after the break, guarding on k
+    assert any("k" in r["reason"] and not r["benign"] for r in comp["recompiles"])
+
+
+def test_trace_records_executed_and_compiled_lines(oracle):
+    _, rec = oracle
+    trace = rec["cases"]["prog"]["trace"]
+    assert ITEM_LINE in trace["executed_lines"]["prog.py"]
+    assert {ITEM_LINE, 10, 11} <= set(trace["compiled_lines"]["prog.py"])
+    assert 14 not in trace["compiled_lines"]["prog.py"]  # the torch.compile call itself is not compiled
+
+
+def fake_xlalint(tmp_path, findings):
+    """A stand-in `xlalint` that prints the given findings as `check --output-format json` does."""
+    exe = tmp_path / "fake_xlalint"
+    exe.write_text(f"#!{sys.executable}\nimport sys\nprint({json.dumps(json.dumps(findings))})\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return str(exe)
+
+
+def finding(code, row, end=None):
+    return {"code": code, "filename": "prog.py", "message": "m", "location": {"row": row, "column": 1},
+            "end_location": {"row": end or row, "column": 9}}
+
+
+def test_scorer_matches_findings_by_line(oracle, tmp_path):
+    root, rec = oracle
+    xl = fake_xlalint(tmp_path, [finding("DYN101", ITEM_LINE), finding("DYN150", 10), finding("DYN199", 2)])
+    report = score.score_all([(rec, str(root))], xl, "DYN")
+    s = report["scores"][0]
+    assert report["lint_error"] is None
+    assert (s["break_sites"], s["break_sites_found"]) == (1, 1)
+    verdicts = {r["code"]: r["verdict"] for r in s["findings"]}
+    assert verdicts == {"DYN101": "tp", "DYN150": "fp-traced", "DYN199": "unverified"}
+    assert "| DYN101 | 1 | 1 | 0 | 0 | 1.00 | 0 |" in report["text"]
+
+
+def test_scorer_reports_a_missed_break_and_a_lint_error(oracle, tmp_path):
+    root, rec = oracle
+    report = score.score_all([(rec, str(root))], fake_xlalint(tmp_path, []), "DYN")
+    assert report["scores"][0]["fn_sites"][0]["line"] == ITEM_LINE
+    assert "s = x.sum().item()" in report["text"]
+    broken = tmp_path / "broken"
+    broken.write_text(f"#!{sys.executable}\nimport sys\nsys.exit('xlalint: error: unknown rule selector `DYN`')\n")
+    broken.chmod(0o755)
+    report = score.score_all([(rec, str(root))], str(broken), "DYN")
+    assert "unknown rule selector" in report["lint_error"]["synthetic"]
+
+
+def test_parsers_on_log_text():
+    paths = Paths("/p")
+    msg = ("Graph break in user code at /p/m.py:7\nGraph Break Reason: Encountered graph break when attempting "
+           "to trace CALL:\n\nData-dependent branching\n  Explanation: x\n For more details about this graph "
+           "break, please visit: https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0170.html\n\n"
+           'User code traceback:\n  File "/x/runpy.py", line 3, in run\n  File "/p/m.py", line 7, in f\n')
+    b = parse_break(msg, paths)
+    assert (b["gb"], b["type"], b["site"]) == ("GB0170", "Data-dependent branching", ["m.py", 7])
+    r = parse_recompile("Recompiling function forward in /p/m.py:3\n    triggered by the following guard "
+                        "failure(s):\n    - 0/0: self.training == True  # x\n", paths, [])
+    assert (r["function"], r["code"], r["benign"]) == ("forward", ["m.py", 3], True)
