@@ -72,6 +72,7 @@ def test_collector_finds_gb_id_and_line(oracle):
     assert ("GB0124", ("prog.py", ITEM_LINE)) in sites
     first = next(b for b in comp["breaks"] if not b["duplicate"])
     assert [f[:2] for f in first["frames"]][-2:] == [["prog.py", 11], ["prog.py", ITEM_LINE]]
+    assert first["gb_type"].startswith("Unsupported Tensor.item()") and not first["skip"]
     assert comp["compiled"][0]["target"] == "step" and comp["compiled"][0]["code"] == ["prog.py", 9]
     # the int k changes every call: Dynamo recompiles the code after the break, guarding on k
     assert any("k" in r["reason"] and not r["benign"] for r in comp["recompiles"])
@@ -107,7 +108,7 @@ def test_scorer_matches_findings_by_line(oracle, tmp_path):
     assert (s["break_sites"], s["break_sites_found"]) == (1, 1)
     verdicts = {r["code"]: r["verdict"] for r in s["findings"]}
     assert verdicts == {"DYN101": "tp", "DYN150": "fp-traced", "DYN199": "unverified"}
-    assert "| DYN101 | 1 | 1 | 0 | 0 | 1.00 | 0 |" in report["text"]
+    assert "| DYN101 | 1 | 1 | 0 | 0 | 1.00 | 0 / 0 |" in report["text"]
 
 
 def test_scorer_reports_a_missed_break_and_a_lint_error(oracle, tmp_path):

@@ -65,6 +65,23 @@ class Paths:
         return "<ext>/" + (path.split(marker, 1)[1] if marker in path else os.path.basename(path))
 
 
+@functools.lru_cache(maxsize=None)
+def _registry() -> dict:
+    try:
+        import torch
+
+        with open(os.path.join(os.path.dirname(torch.__file__), "_dynamo", "graph_break_registry.json")) as fh:
+            return json.load(fh)
+    except (ImportError, OSError, ValueError):
+        return {}
+
+
+def registry_type(gb_id):
+    """The GB id's type in torch's graph-break registry (the log's first line can be a wrapper message)."""
+    variants = _registry().get(gb_id) or [{}]
+    return variants[0].get("Gb_type")
+
+
 def parse_break(msg: str, paths: Paths) -> dict:
     """One ``graph_breaks`` record -> GB id, type, innermost location, user frames, corpus site."""
     gb = GB_URL.search(msg)
@@ -82,9 +99,13 @@ def parse_break(msg: str, paths: Paths) -> dict:
     frames = [(f, int(n), fn) for f, n, fn in FRAME.findall(tb)]
     first = next((i for i, (f, _, _) in enumerate(frames) if paths.rel(f) is not None), 0)
     frames = frames[first:]  # drop the harness frames (runpy, capture.py) above the script
+    gb_id = gb.group(1).upper() if gb else None
     rec = {
-        "gb": gb.group(1).upper() if gb else None,
+        "gb": gb_id,
         "type": gb_type[:200],
+        "gb_type": registry_type(gb_id),
+        # Dynamo gave up on the whole frame (it runs eagerly; none of its lines were traced)
+        "skip": "falling back to eager" in msg or "Skipping the function" in msg,
         "at": [paths.show(at.group(1)), int(at.group(2))] if at else None,
         "frames": [[paths.show(f), n, fn] for f, n, fn in frames],
         "duplicate": "user stack suppressed" in lines[0] if lines else False,

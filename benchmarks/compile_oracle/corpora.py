@@ -299,7 +299,7 @@ def layout_gptfast(dest: str) -> str:
 # ---------------------------------------------------------------- torchbench models (their own code)
 
 TB_MODELS = ["maml", "microbench_unbacked_tolist_sum", "pyhpc_equation_of_state", "BERT_pytorch", "dcgan",
-             "nvidia_deeprecommender"]
+             "nvidia_deeprecommender", "tacotron2"]
 TB_STUBS = {
     "torchbenchmark/__init__.py": "",
     "torchbenchmark/models/__init__.py": "",
@@ -332,6 +332,7 @@ from torchbenchmark.models.maml.meta import Meta
 from torchbenchmark.models.microbench_unbacked_tolist_sum import MicrobenchUnbackedTolistSum
 from torchbenchmark.models.nvidia_deeprecommender.reco_encoder.model.model import AutoEncoder, MSEloss
 from torchbenchmark.models.pyhpc_equation_of_state import EquationOfState
+from torchbenchmark.models.tacotron2.model import Tacotron2
 
 
 def case_maml():
@@ -410,6 +411,31 @@ def case_deeprecommender():
         opt.step()
 
 
+def case_tacotron2():
+    """A training step (teacher forcing, padded batch) and a compiled inference (stop-token loop)."""
+    hp = Namespace(mask_padding=True, n_mel_channels=16, n_frames_per_step=1, symbols_embedding_dim=32,
+                   n_symbols=40, encoder_kernel_size=5, encoder_n_convolutions=2, encoder_embedding_dim=32,
+                   attention_rnn_dim=32, attention_dim=16, attention_location_n_filters=4,
+                   attention_location_kernel_size=5, decoder_rnn_dim=32, prenet_dim=16, max_decoder_steps=8,
+                   gate_threshold=0.5, p_attention_dropout=0.1, p_decoder_dropout=0.1, postnet_embedding_dim=16,
+                   postnet_kernel_size=5, postnet_n_convolutions=2, fp16_run=False)
+    model = Tacotron2(hp)
+    compiled = torch.compile(model, backend="eager")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    text, text_lengths = torch.randint(1, 40, (2, 10)), torch.tensor([10, 8])
+    mels, out_lengths = torch.randn(2, 16, 6), torch.tensor([6, 5])
+    for _ in range(2):
+        mel, mel_post, gate, _ = compiled((text, text_lengths, mels, 10, out_lengths))
+        loss = (mel - mels).pow(2).mean() + (mel_post - mels).pow(2).mean() + gate.sigmoid().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    infer = torch.compile(model.inference, backend="eager")
+    with torch.no_grad():
+        infer(text[:1])
+
+
 if __name__ == "__main__":
     globals()["case_" + sys.argv[1]]()
 '''
@@ -434,7 +460,8 @@ def corpora() -> list[Corpus]:
                stubs=["sentencepiece", "tiktoken", "tiktoken.load"]),
         Corpus("torchbench", "github:pytorch/benchmark", layout_torchbench,
                drv(["maml", "microbench_unbacked_tolist_sum", "pyhpc_equation_of_state", "bert", "dcgan",
-                    "deeprecommender"]), stubs=["tqdm"]),
+                    "deeprecommender", "tacotron2"]),
+               stubs=["tqdm", "librosa", "librosa.filters", "librosa.util", "inflect", "unidecode"]),
     ]
 
 

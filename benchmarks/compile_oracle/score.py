@@ -8,9 +8,11 @@
   per mode) is found when a finding sits on one of its lines: the compiled function's ``def``, the
   line the failing guard came from, or the project line that called the compiled code.
 * Precision: over findings on executed lines (a plain traced run of the same case): a finding is right
-  when it is on a break site or a recompile line; wrong otherwise, split into "compiled, traced without
-  a break" and "ran, but outside any compiled call". Findings on lines that never ran are listed as
-  unverified, not scored.
+  when it is on a break site, a recompile line, or a compiled caller of a break (the call of a helper
+  that breaks splits the caller's graph too; counted for precision, not recall); wrong otherwise, split into "compiled, traced without
+  a break" and "ran, but outside any compiled call". Findings on lines that never ran, or in a function
+  Dynamo gave up on ("Skipping the function and falling back to eager": none of its lines were traced),
+  are listed as unverified, not scored.
 """
 
 from __future__ import annotations
@@ -34,21 +36,23 @@ def _statements(path: str):
             src = fh.read()
         tree = ast.parse(src)
     except (OSError, SyntaxError, ValueError):
-        return [], []
-    spans = []
+        return [], [], []
+    spans, funcs = [], []
     for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            funcs.append((node.lineno, node.end_lineno or node.lineno))
         if isinstance(node, ast.stmt):
             end = node.end_lineno or node.lineno
             body = getattr(node, "body", None)
             if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
                 end = max(node.lineno, body[0].lineno - 1)  # a compound statement: its header only
             spans.append((node.lineno, end))
-    return spans, src.splitlines()
+    return spans, src.splitlines(), funcs
 
 
 def stmt_span(root: str, rel: str, line: int) -> tuple[int, int]:
     """The innermost statement (header, for compound ones) holding ``line``; the line alone if none."""
-    spans, _ = _statements(os.path.join(root, rel))
+    spans, _, _ = _statements(os.path.join(root, rel))
     best = None
     for lo, hi in spans:
         if lo <= line <= hi and (best is None or hi - lo < best[1] - best[0]):
@@ -57,34 +61,69 @@ def stmt_span(root: str, rel: str, line: int) -> tuple[int, int]:
 
 
 def source_line(root: str, rel: str, line: int) -> str:
-    _, lines = _statements(os.path.join(root, rel))
+    _, lines, _ = _statements(os.path.join(root, rel))
     return lines[line - 1].strip()[:110] if 0 < line <= len(lines) else ""
+
+
+def func_span(root: str, rel: str, line: int) -> tuple[int, int] | None:
+    """The innermost function (def or lambda) holding ``line``."""
+    _, _, funcs = _statements(os.path.join(root, rel))
+    best = None
+    for lo, hi in funcs:
+        if lo <= line <= hi and (best is None or hi - lo < best[1] - best[0]):
+            best = (lo, hi)
+    return best
+
+
+def frame_skipped(brk: dict) -> bool:
+    """Dynamo gave up on the whole frame: it runs eagerly, none of its other lines were traced."""
+    if "skip" in brk:
+        return brk["skip"]
+    return "falling back to eager" in brk.get("type", "") or "Skipping the function" in brk.get("type", "")
 
 
 def norm_reason(reason: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", reason)
 
 
-def oracle_sets(rec: dict) -> dict:
+def oracle_sets(rec: dict, root: str) -> dict:
     sites = {}  # (file, line) -> {"gb": Counter, "type": str, "cases": set}
     invisible = collections.Counter()
     recompiles = {}  # key -> {"lines": set, "reason", "cases", "count"}
-    benign = 0
+    benign, internal = 0, 0
+    skipped = collections.defaultdict(set)  # file -> function spans Dynamo fell back to eager in
+    stack = collections.defaultdict(set)  # file -> lines of compiled frames that called into a break
     executed, compiled = collections.defaultdict(set), collections.defaultdict(set)
     for name, case in rec["cases"].items():
         comp = case.get("compile", {})
+        in_compiled = {(f, ln) for f, ls in case.get("trace", {}).get("compiled_lines", {}).items() for ln in ls}
+        # a repeated break is logged with its stack suppressed: give it the site of its first report
+        first_site = {(b.get("gb"), tuple(b.get("at") or ())): b["site"] for b in comp.get("breaks", [])
+                      if b.get("site") and not b.get("duplicate")}
         for b in comp.get("breaks", []):
-            site = b.get("site")
+            site = b.get("site") or first_site.get((b.get("gb"), tuple(b.get("at") or ())))
+            if frame_skipped(b):
+                frames = [(f, ln) for f, ln, _ in b.get("frames", [])] or ([tuple(site)] if site else [])
+                for f, ln in frames:
+                    span = func_span(root, f, ln) if (f, ln) in in_compiled or (f, ln) == tuple(site or ()) else None
+                    if span and f != DRIVER:
+                        skipped[f].add(span)
+            for f, ln, _ in b.get("frames", [])[:-1]:
+                if (f, ln) in in_compiled and f != DRIVER:
+                    stack[f].add(ln)  # a compiled caller of the break: Dynamo splits the graph there too
             if not site or site[0] == DRIVER:
                 invisible["driver" if site else "no project frame"] += 1
                 continue
-            entry = sites.setdefault(tuple(site), {"gb": collections.Counter(), "type": b.get("type", ""),
+            entry = sites.setdefault(tuple(site), {"gb": collections.Counter(), "type": b.get("gb_type") or b.get("type", ""),
                                                    "cases": set()})
             entry["gb"][b.get("gb") or "?"] += 1
             entry["cases"].add(name)
         for r in comp.get("recompiles", []):
             if r.get("benign"):
                 benign += 1
+                continue
+            if not r.get("code") or r["code"][0].startswith("<ext>"):
+                internal += 1  # Dynamo recompiling torch/stdlib code (e.g. abc's __subclasshook__)
                 continue
             lines = set()
             if r.get("code") and not r["code"][0].startswith("<ext>"):
@@ -105,7 +144,7 @@ def oracle_sets(rec: dict) -> dict:
         for f, ls in trace.get("compiled_lines", {}).items():
             compiled[f].update(ls)
     return {"sites": sites, "invisible": invisible, "recompiles": recompiles, "benign": benign,
-            "executed": executed, "compiled": compiled}
+            "internal": internal, "skipped": skipped, "stack": stack, "executed": executed, "compiled": compiled}
 
 
 def run_xlalint(xlalint: str, root: str, select: str) -> tuple[list, str | None]:
@@ -129,7 +168,7 @@ def run_xlalint(xlalint: str, root: str, select: str) -> tuple[list, str | None]
 
 
 def score_corpus(rec: dict, root: str, findings: list) -> dict:
-    o = oracle_sets(rec)
+    o = oracle_sets(rec, root)
     site_spans = {s: stmt_span(root, s[0], s[1]) for s in o["sites"]}
     found_sites, found_rec = set(), set()
     rows = []
@@ -147,8 +186,10 @@ def score_corpus(rec: dict, root: str, findings: list) -> dict:
         found_rec.update(hit_rec)
         ran = any(ln in o["executed"].get(rel, ()) for ln in range(lo, hi + 1))
         in_compiled = any(ln in o["compiled"].get(rel, ()) for ln in range(lo, hi + 1))
-        verdict = ("tp" if hit_sites or hit_rec else
-                   "unverified" if not ran else "fp-traced" if in_compiled else "fp-outside")
+        eager = any(a <= lo <= b for a, b in o["skipped"].get(rel, ()))
+        on_stack = any(lo <= ln <= hi for ln in o["stack"].get(rel, ()))
+        verdict = ("tp" if hit_sites or hit_rec else "tp-stack" if on_stack else "unverified" if not ran else
+                   "unverified-eager" if eager else "fp-traced" if in_compiled else "fp-outside")
         rows.append({"code": f["code"], "file": rel, "line": f["location"]["row"], "verdict": verdict,
                      "message": f.get("message", "")[:120], "source": source_line(root, rel, f["location"]["row"]),
                      "gb": sorted({g for s in hit_sites for g in o["sites"][s]["gb"]})})
@@ -172,7 +213,7 @@ def score_corpus(rec: dict, root: str, findings: list) -> dict:
         "break_sites": len(o["sites"]), "break_sites_found": len(found_sites),
         "breaks_not_visible": dict(o["invisible"]),
         "recompiles": len(visible_rec), "recompiles_found": len(found_rec & set(visible_rec)),
-        "recompile_events_benign": o["benign"],
+        "recompile_events_benign": o["benign"], "recompile_events_internal": o["internal"],
         "gb_sites": dict(gb_sites.most_common()),
         "findings": rows, "fn_sites": fn_sites, "fn_recompiles": fn_rec,
     }
@@ -184,40 +225,40 @@ def _ratio(a: int, b: int) -> str:
 
 def render(scores: list[dict], lint_errors: dict) -> str:
     out = ["## Oracle (what Dynamo reported)", "",
-           "| corpus | break sites (project) | not visible | recompiles (non-benign, grouped) | benign recompile "
-           "events | GB ids (sites) |", "|---|---|---|---|---|---|"]
+           "| corpus | break sites (project) | not visible | recompiles (project, non-benign, grouped) | benign / "
+           "torch-internal recompile events | GB ids (sites) |", "|---|---|---|---|---|---|"]
     for s in scores:
         gbs = ", ".join(f"{g}×{n}" for g, n in list(s["gb_sites"].items())[:6])
         nv = sum(s["breaks_not_visible"].values())
         out.append(f"| {s['corpus']} | {s['break_sites']} | {nv} | {s['recompiles']} | "
-                   f"{s['recompile_events_benign']} | {gbs} |")
+                   f"{s['recompile_events_benign']} / {s['recompile_events_internal']} | {gbs} |")
     out += ["", "## Score per corpus", "",
             "| corpus | break recall | recompile recall | findings | on executed lines | TP | FP | precision | "
-            "unverified |", "|---|---|---|---|---|---|---|---|---|"]
+            "unverified (not run / frame ran eager) |", "|---|---|---|---|---|---|---|---|---|"]
     tot = collections.Counter()
     for s in scores:
-        v = collections.Counter(r["verdict"] for r in s["findings"])
+        v = collections.Counter("tp" if r["verdict"] == "tp-stack" else r["verdict"] for r in s["findings"])
         fp = v["fp-traced"] + v["fp-outside"]
         tot.update(bs=s["break_sites"], bf=s["break_sites_found"], rc=s["recompiles"], rf=s["recompiles_found"],
-                   n=len(s["findings"]), tp=v["tp"], fp=fp, un=v["unverified"])
+                   n=len(s["findings"]), tp=v["tp"], fp=fp, un=v["unverified"], ue=v["unverified-eager"])
         err = f" (xlalint: {lint_errors[s['corpus']]})" if s["corpus"] in lint_errors else ""
         out.append(f"| {s['corpus']}{err} | {s['break_sites_found']}/{s['break_sites']} = "
                    f"{_ratio(s['break_sites_found'], s['break_sites'])} | {s['recompiles_found']}/{s['recompiles']} = "
                    f"{_ratio(s['recompiles_found'], s['recompiles'])} | {len(s['findings'])} | {v['tp'] + fp} | "
-                   f"{v['tp']} | {fp} | {_ratio(v['tp'], v['tp'] + fp)} | {v['unverified']} |")
+                   f"{v['tp']} | {fp} | {_ratio(v['tp'], v['tp'] + fp)} | {v['unverified']} / {v['unverified-eager']} |")
     out.append(f"| **all** | {tot['bf']}/{tot['bs']} = {_ratio(tot['bf'], tot['bs'])} | {tot['rf']}/{tot['rc']} = "
                f"{_ratio(tot['rf'], tot['rc'])} | {tot['n']} | {tot['tp'] + tot['fp']} | {tot['tp']} | {tot['fp']} | "
-               f"{_ratio(tot['tp'], tot['tp'] + tot['fp'])} | {tot['un']} |")
+               f"{_ratio(tot['tp'], tot['tp'] + tot['fp'])} | {tot['un']} / {tot['ue']} |")
     per_rule = collections.defaultdict(collections.Counter)
     for s in scores:
         for r in s["findings"]:
-            per_rule[r["code"]][r["verdict"]] += 1
+            per_rule[r["code"]]["tp" if r["verdict"] == "tp-stack" else r["verdict"]] += 1
     out += ["", "## Score per rule", "", "| rule | findings | TP | FP traced | FP outside compiled | precision | "
-            "unverified |", "|---|---|---|---|---|---|---|"]
+            "unverified (not run / eager) |", "|---|---|---|---|---|---|---|"]
     for code, v in sorted(per_rule.items()):
         fp = v["fp-traced"] + v["fp-outside"]
         out.append(f"| {code} | {sum(v.values())} | {v['tp']} | {v['fp-traced']} | {v['fp-outside']} | "
-                   f"{_ratio(v['tp'], v['tp'] + fp)} | {v['unverified']} |")
+                   f"{_ratio(v['tp'], v['tp'] + fp)} | {v['unverified']} / {v['unverified-eager']} |")
     if not per_rule:
         out.append("| (no findings) | | | | | | |")
     out += ["", "## Missed break sites (FN)", ""]
