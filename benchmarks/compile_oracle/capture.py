@@ -217,25 +217,61 @@ def patch_compile(mode: str, compiled: list, targets: set):
                 "options": {k: repr(v)[:60] for k, v in kwargs.items()},
             }
         )
-        if code is not None:
-            targets.add(code)
 
     def fake_compile(model=None, **kwargs):
         if model is None:  # @torch.compile(...) decorator form
             return lambda fn: fake_compile(fn, **kwargs)
         record(model, kwargs)
         if mode == "trace":
-            return model
+            return passthrough(model, targets)
         kw = {k: v for k, v in kwargs.items() if k not in ("mode", "options", "backend", "fullgraph")}
         return real(model, backend="eager", fullgraph=False, **kw)
 
     torch.compile = fake_compile
 
 
+def passthrough(target, targets: set):
+    """What ``torch.compile`` returns in the trace run: the same object shape (an ``OptimizedModule`` for a
+    module, so ``_orig_mod.`` state-dict keys and attribute delegation stay as compiled), calling the
+    target unchanged through a wrapper whose frame marks "inside a compiled call". Code that reaches the
+    module without the wrapper (nanoGPT's ``generate`` calls ``self(...)`` on the original module) is
+    then not counted as compiled, as it is not under Dynamo either."""
+    import torch
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def compiled_call(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        return compiled_call
+
+    targets.add(wrap(len).__code__)  # every wrapper shares this code object
+    if isinstance(target, torch.nn.Module):
+        ctx = type("PassthroughContext", (), {"__call__": lambda self, fn: wrap(fn)})()
+        return OptimizedModule(target, ctx)
+    return wrap(target)
+
+
+class _Dummy:
+    """Accepts any call and attribute: what a stubbed module's names become."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return _Dummy()
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Dummy()
+
+
 def _dummy_attr(attr):
     if attr.startswith("__"):
         raise AttributeError(attr)
-    return type(attr, (), {})
+    return type(attr, (_Dummy,), {})
 
 
 def stub_modules(names):

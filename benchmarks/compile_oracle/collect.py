@@ -89,6 +89,13 @@ def collect_corpus(corpus: Corpus, work: str, results: str, python: str, only=No
     record["file_sha1"] = file_hashes(root, seen_files)
     os.makedirs(results, exist_ok=True)
     path = os.path.join(results, f"{corpus.name}.json")
+    subset = only and corpus.name not in only
+    if subset and os.path.exists(path):  # some cases re-run: keep the others of the same source
+        with open(path) as fh:
+            old = json.load(fh)
+        if old.get("source") == record["source"]:
+            record["cases"] = {**old["cases"], **record["cases"]}
+            record["file_sha1"] = {**old.get("file_sha1", {}), **record["file_sha1"]}
     with open(path, "w") as fh:
         json.dump(record, fh, indent=1)
     return record

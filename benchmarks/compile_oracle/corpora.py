@@ -299,7 +299,7 @@ def layout_gptfast(dest: str) -> str:
 # ---------------------------------------------------------------- torchbench models (their own code)
 
 TB_MODELS = ["maml", "microbench_unbacked_tolist_sum", "pyhpc_equation_of_state", "BERT_pytorch", "dcgan",
-             "nvidia_deeprecommender", "tacotron2"]
+             "nvidia_deeprecommender", "tacotron2", "lennard_jones", "yolov3"]
 TB_STUBS = {
     "torchbenchmark/__init__.py": "",
     "torchbenchmark/models/__init__.py": "",
@@ -332,7 +332,9 @@ from torchbenchmark.models.maml.meta import Meta
 from torchbenchmark.models.microbench_unbacked_tolist_sum import MicrobenchUnbackedTolistSum
 from torchbenchmark.models.nvidia_deeprecommender.reco_encoder.model.model import AutoEncoder, MSEloss
 from torchbenchmark.models.pyhpc_equation_of_state import EquationOfState
+from torchbenchmark.models.lennard_jones import lennard_jones, loss_fn, make_prediction, sigma
 from torchbenchmark.models.tacotron2.model import Tacotron2
+from torchbenchmark.models.yolov3.yolo_models import Darknet
 
 
 def case_maml():
@@ -436,6 +438,41 @@ def case_tacotron2():
         infer(text[:1])
 
 
+def case_lennard_jones():
+    """torchbench's training step, its prediction function compiled (vmap(jacrev(model)) inside)."""
+    model = torch.nn.Sequential(torch.nn.Linear(1, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    predict = torch.compile(make_prediction, backend="eager")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    drs = torch.outer(torch.linspace(0.5, 2 * sigma, steps=32), torch.tensor([1.0, 0, 0]))
+    norms = torch.linalg.norm(drs, dim=1).reshape(-1, 1)
+    energies = lennard_jones(norms)
+    forces = torch.zeros_like(drs)
+    for _ in range(2):
+        pred_e, pred_f = predict(model, drs)
+        loss = loss_fn(energies, forces, pred_e, pred_f)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def case_yolov3():
+    """Darknet built from the repo's yolov3-tiny.cfg, trained two steps, then one inference call."""
+    model = Darknet("torchbenchmark/models/yolov3/cfg/yolov3-tiny.cfg", img_size=(64, 64))
+    compiled = torch.compile(model, backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(2, 3, 64, 64)
+    model.train()
+    for _ in range(2):
+        out = compiled(x)
+        loss = sum(o.float().mean() for o in out)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        compiled(x)
+
+
 if __name__ == "__main__":
     globals()["case_" + sys.argv[1]]()
 '''
@@ -455,13 +492,15 @@ def corpora() -> list[Corpus]:
     return [
         Corpus("torchvision", "installed torchvision", layout_torchvision, drv(TV_CASES, 240)),
         Corpus("nanogpt", "github:karpathy/nanoGPT", layout_nanogpt,
-               [Case("train", "train.py", NANOGPT_ARGS, 300), Case("sample", "sample.py", SAMPLE_ARGS, 240)]),
+               [Case("train", "train.py", NANOGPT_ARGS, 300), Case("sample", "sample.py", SAMPLE_ARGS, 240)],
+               stubs=["tiktoken"]),  # sample.py imports it; with the data set's meta.pkl it is unused
         Corpus("gpt-fast", "github:pytorch-labs/gpt-fast", layout_gptfast, drv(["generate", "forward"]),
                stubs=["sentencepiece", "tiktoken", "tiktoken.load"]),
         Corpus("torchbench", "github:pytorch/benchmark", layout_torchbench,
                drv(["maml", "microbench_unbacked_tolist_sum", "pyhpc_equation_of_state", "bert", "dcgan",
-                    "deeprecommender", "tacotron2"]),
-               stubs=["tqdm", "librosa", "librosa.filters", "librosa.util", "inflect", "unidecode"]),
+                    "deeprecommender", "tacotron2", "lennard_jones", "yolov3"]),
+               stubs=["tqdm", "librosa", "librosa.filters", "librosa.util", "inflect", "unidecode", "cv2",
+                      "matplotlib", "matplotlib.pyplot"]),
     ]
 
 

@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     if ns.collect:
         start, records = time.perf_counter(), []
         for corpus in chosen:
-            rec = collect_corpus(corpus, ns.work, ns.results, ns.python, only - {corpus.name}, log=print)
+            rec = collect_corpus(corpus, ns.work, ns.results, ns.python, only, log=print)
             if rec:
                 records.append(rec)
         print(f"\ncollected in {time.perf_counter() - start:.0f} s -> {ns.results}\n")

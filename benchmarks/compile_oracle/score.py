@@ -5,8 +5,10 @@
   finding's line range overlaps the statement that holds it. Sites in ``_oracle_driver.py`` (ours) and
   breaks with no project frame are not statically visible and are counted apart.
 * Recall on recompiles: a non-benign recompile (train/eval and grad-mode toggles are benign: one compile
-  per mode) is found when a finding sits on one of its lines: the compiled function's ``def``, the
-  line the failing guard came from, or the project line that called the compiled code.
+  per mode) of project code is found when a finding sits on one of its lines: the compiled function's
+  ``def``, the line the failing guard came from, or the project line that called the compiled code.
+  Recall is over guards on Python values, types and ids; shape guards (a size changed: with
+  ``dynamic=None`` Dynamo recompiles once, dynamically) are counted and listed apart.
 * Precision: over findings on executed lines (a plain traced run of the same case): a finding is right
   when it is on a break site, a recompile line, or a compiled caller of a break (the call of a helper
   that breaks splits the caller's graph too; counted for precision, not recall); wrong otherwise, split into "compiled, traced without
@@ -82,6 +84,15 @@ def frame_skipped(brk: dict) -> bool:
     return "falling back to eager" in brk.get("type", "") or "Skipping the function" in brk.get("type", "")
 
 
+SHAPE_GUARD = re.compile(r"size mismatch|stride|dtype mismatch|device mismatch|requires_grad mismatch")
+
+
+def recompile_kind(reason: str) -> str:
+    """"shape": a tensor's size/stride/dtype changed (with dynamic=None Dynamo then compiles a dynamic
+    graph once: the hazard only under dynamic=False); "value": a guard on a Python value, type or id."""
+    return "shape" if SHAPE_GUARD.search(reason) else "value"
+
+
 def norm_reason(reason: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", reason)
 
@@ -134,7 +145,8 @@ def oracle_sets(rec: dict, root: str) -> dict:
             lines = {ln for ln in lines if ln[0] != DRIVER}
             key = (tuple(r.get("code") or ()), norm_reason(r.get("reason", "")))
             entry = recompiles.setdefault(key, {"lines": set(), "reason": r.get("reason", ""), "cases": set(),
-                                                "count": 0, "function": r.get("function")})
+                                                "count": 0, "function": r.get("function"),
+                                                "kind": recompile_kind(r.get("reason", ""))})
             entry["lines"] |= lines
             entry["cases"].add(name)
             entry["count"] += 1
@@ -200,6 +212,7 @@ def score_corpus(rec: dict, root: str, findings: list) -> dict:
     ]
     fn_rec = [
         {"function": e["function"], "reason": e["reason"][:110], "count": e["count"], "cases": sorted(e["cases"]),
+         "kind": e["kind"],
          "lines": sorted(f"{a}:{b}" for a, b in e["lines"])}
         for k, e in o["recompiles"].items() if k not in found_rec
     ]
@@ -207,12 +220,14 @@ def score_corpus(rec: dict, root: str, findings: list) -> dict:
     for e in o["sites"].values():
         for g in e["gb"]:
             gb_sites[g] += 1
-    visible_rec = [k for k, e in o["recompiles"].items() if e["lines"]]
+    visible_rec = [k for k, e in o["recompiles"].items() if e["lines"] and e["kind"] == "value"]
+    shape_rec = [k for k, e in o["recompiles"].items() if e["lines"] and e["kind"] == "shape"]
     return {
         "corpus": rec["corpus"], "source": rec.get("source"),
         "break_sites": len(o["sites"]), "break_sites_found": len(found_sites),
         "breaks_not_visible": dict(o["invisible"]),
         "recompiles": len(visible_rec), "recompiles_found": len(found_rec & set(visible_rec)),
+        "shape_recompiles": len(shape_rec), "shape_recompiles_found": len(found_rec & set(shape_rec)),
         "recompile_events_benign": o["benign"], "recompile_events_internal": o["internal"],
         "gb_sites": dict(gb_sites.most_common()),
         "findings": rows, "fn_sites": fn_sites, "fn_recompiles": fn_rec,
@@ -225,12 +240,13 @@ def _ratio(a: int, b: int) -> str:
 
 def render(scores: list[dict], lint_errors: dict) -> str:
     out = ["## Oracle (what Dynamo reported)", "",
-           "| corpus | break sites (project) | not visible | recompiles (project, non-benign, grouped) | benign / "
-           "torch-internal recompile events | GB ids (sites) |", "|---|---|---|---|---|---|"]
+           "| corpus | break sites (project) | not visible | recompiles on values (grouped) | recompiles on "
+           "shapes (grouped) | benign / torch-internal recompile events | GB ids (sites) |",
+           "|---|---|---|---|---|---|---|"]
     for s in scores:
         gbs = ", ".join(f"{g}×{n}" for g, n in list(s["gb_sites"].items())[:6])
         nv = sum(s["breaks_not_visible"].values())
-        out.append(f"| {s['corpus']} | {s['break_sites']} | {nv} | {s['recompiles']} | "
+        out.append(f"| {s['corpus']} | {s['break_sites']} | {nv} | {s['recompiles']} | {s['shape_recompiles']} | "
                    f"{s['recompile_events_benign']} / {s['recompile_events_internal']} | {gbs} |")
     out += ["", "## Score per corpus", "",
             "| corpus | break recall | recompile recall | findings | on executed lines | TP | FP | precision | "
@@ -268,7 +284,7 @@ def render(scores: list[dict], lint_errors: dict) -> str:
     out += ["", "## Missed recompiles (FN)", ""]
     for s in scores:
         for m in s["fn_recompiles"]:
-            out.append(f"- {s['corpus']}: `{m['function']}` ×{m['count']} \"{m['reason']}\" lines "
+            out.append(f"- {s['corpus']}: `{m['function']}` ({m['kind']}) ×{m['count']} \"{m['reason']}\" lines "
                        f"{', '.join(m['lines']) or '(none in project)'}")
     out += ["", "## Wrong findings (FP, on executed lines)", ""]
     for s in scores:
@@ -276,6 +292,13 @@ def render(scores: list[dict], lint_errors: dict) -> str:
             if r["verdict"].startswith("fp"):
                 out.append(f"- {s['corpus']}: {r['code']} `{r['file']}:{r['line']}` ({r['verdict']}): "
                            f"`{r['source']}`")
+    out += ["", "## Unverified findings (line never ran in the cases, or its frame ran eager; first 30)", ""]
+    for s in scores:
+        unv = [r for r in s["findings"] if r["verdict"].startswith("unverified")]
+        for r in unv[:30]:
+            out.append(f"- {s['corpus']}: {r['code']} `{r['file']}:{r['line']}` ({r['verdict']}): `{r['source']}`")
+        if len(unv) > 30:
+            out.append(f"- {s['corpus']}: … {len(unv) - 30} more (--json)")
     return "\n".join(out)
 
 
