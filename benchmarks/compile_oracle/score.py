@@ -97,66 +97,69 @@ def norm_reason(reason: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", reason)
 
 
+def _add_breaks(o: dict, name: str, case: dict, root: str):
+    comp = case.get("compile", {})
+    in_compiled = {(f, ln) for f, ls in case.get("trace", {}).get("compiled_lines", {}).items() for ln in ls}
+    # a repeated break is logged with its stack suppressed: give it the site of its first report
+    first_site = {(b.get("gb"), tuple(b.get("at") or ())): b["site"] for b in comp.get("breaks", [])
+                  if b.get("site") and not b.get("duplicate")}
+    for b in comp.get("breaks", []):
+        site = b.get("site") or first_site.get((b.get("gb"), tuple(b.get("at") or ())))
+        if frame_skipped(b):
+            frames = [(f, ln) for f, ln, _ in b.get("frames", [])] or ([tuple(site)] if site else [])
+            for f, ln in frames:
+                if f != DRIVER and ((f, ln) in in_compiled or (f, ln) == tuple(site or ())):
+                    span = func_span(root, f, ln)
+                    if span:
+                        o["skipped"][f].add(span)
+        for f, ln, _ in b.get("frames", [])[:-1]:
+            if (f, ln) in in_compiled and f != DRIVER:
+                o["stack"][f].add(ln)  # a compiled caller of the break: Dynamo splits the graph there too
+        if not site or site[0] == DRIVER:
+            o["invisible"]["driver" if site else "no project frame"] += 1
+            continue
+        entry = o["sites"].setdefault(tuple(site), {"gb": collections.Counter(), "cases": set(),
+                                                    "type": b.get("gb_type") or b.get("type", "")})
+        entry["gb"][b.get("gb") or "?"] += 1
+        entry["cases"].add(name)
+
+
+def _add_recompiles(o: dict, name: str, case: dict):
+    for r in case.get("compile", {}).get("recompiles", []):
+        if r.get("benign"):
+            o["benign"] += 1
+            continue
+        if not r.get("code") or r["code"][0].startswith("<ext>"):
+            o["internal"] += 1  # Dynamo recompiling torch/stdlib code (e.g. abc's __subclasshook__)
+            continue
+        lines = {tuple(r["code"])} | {tuple(s) for s in r.get("guard_sites", [])}
+        if r.get("callers"):
+            lines.add(tuple(r["callers"][0]))
+        key = (tuple(r["code"]), norm_reason(r.get("reason", "")))
+        entry = o["recompiles"].setdefault(key, {"lines": set(), "reason": r.get("reason", ""), "cases": set(),
+                                                 "count": 0, "function": r.get("function"),
+                                                 "kind": recompile_kind(r.get("reason", ""))})
+        entry["lines"] |= {ln for ln in lines if ln[0] != DRIVER}
+        entry["cases"].add(name)
+        entry["count"] += 1
+
+
 def oracle_sets(rec: dict, root: str) -> dict:
-    sites = {}  # (file, line) -> {"gb": Counter, "type": str, "cases": set}
-    invisible = collections.Counter()
-    recompiles = {}  # key -> {"lines": set, "reason", "cases", "count"}
-    benign, internal = 0, 0
-    skipped = collections.defaultdict(set)  # file -> function spans Dynamo fell back to eager in
-    stack = collections.defaultdict(set)  # file -> lines of compiled frames that called into a break
-    executed, compiled = collections.defaultdict(set), collections.defaultdict(set)
+    """Break sites, grouped recompiles and executed lines of one corpus, over all its cases."""
+    dd = lambda: collections.defaultdict(set)  # noqa: E731
+    o = {"sites": {}, "invisible": collections.Counter(), "recompiles": {}, "benign": 0, "internal": 0,
+         "skipped": dd(),  # file -> spans of functions Dynamo fell back to eager in
+         "stack": dd(),  # file -> lines of compiled frames that called into a break
+         "executed": dd(), "compiled": dd()}
     for name, case in rec["cases"].items():
-        comp = case.get("compile", {})
-        in_compiled = {(f, ln) for f, ls in case.get("trace", {}).get("compiled_lines", {}).items() for ln in ls}
-        # a repeated break is logged with its stack suppressed: give it the site of its first report
-        first_site = {(b.get("gb"), tuple(b.get("at") or ())): b["site"] for b in comp.get("breaks", [])
-                      if b.get("site") and not b.get("duplicate")}
-        for b in comp.get("breaks", []):
-            site = b.get("site") or first_site.get((b.get("gb"), tuple(b.get("at") or ())))
-            if frame_skipped(b):
-                frames = [(f, ln) for f, ln, _ in b.get("frames", [])] or ([tuple(site)] if site else [])
-                for f, ln in frames:
-                    span = func_span(root, f, ln) if (f, ln) in in_compiled or (f, ln) == tuple(site or ()) else None
-                    if span and f != DRIVER:
-                        skipped[f].add(span)
-            for f, ln, _ in b.get("frames", [])[:-1]:
-                if (f, ln) in in_compiled and f != DRIVER:
-                    stack[f].add(ln)  # a compiled caller of the break: Dynamo splits the graph there too
-            if not site or site[0] == DRIVER:
-                invisible["driver" if site else "no project frame"] += 1
-                continue
-            entry = sites.setdefault(tuple(site), {"gb": collections.Counter(), "type": b.get("gb_type") or b.get("type", ""),
-                                                   "cases": set()})
-            entry["gb"][b.get("gb") or "?"] += 1
-            entry["cases"].add(name)
-        for r in comp.get("recompiles", []):
-            if r.get("benign"):
-                benign += 1
-                continue
-            if not r.get("code") or r["code"][0].startswith("<ext>"):
-                internal += 1  # Dynamo recompiling torch/stdlib code (e.g. abc's __subclasshook__)
-                continue
-            lines = set()
-            if r.get("code") and not r["code"][0].startswith("<ext>"):
-                lines.add(tuple(r["code"]))
-            lines.update(tuple(s) for s in r.get("guard_sites", []))
-            if r.get("callers"):
-                lines.add(tuple(r["callers"][0]))
-            lines = {ln for ln in lines if ln[0] != DRIVER}
-            key = (tuple(r.get("code") or ()), norm_reason(r.get("reason", "")))
-            entry = recompiles.setdefault(key, {"lines": set(), "reason": r.get("reason", ""), "cases": set(),
-                                                "count": 0, "function": r.get("function"),
-                                                "kind": recompile_kind(r.get("reason", ""))})
-            entry["lines"] |= lines
-            entry["cases"].add(name)
-            entry["count"] += 1
+        _add_breaks(o, name, case, root)
+        _add_recompiles(o, name, case)
         trace = case.get("trace", {})
         for f, ls in trace.get("executed_lines", {}).items():
-            executed[f].update(ls)
+            o["executed"][f].update(ls)
         for f, ls in trace.get("compiled_lines", {}).items():
-            compiled[f].update(ls)
-    return {"sites": sites, "invisible": invisible, "recompiles": recompiles, "benign": benign,
-            "internal": internal, "skipped": skipped, "stack": stack, "executed": executed, "compiled": compiled}
+            o["compiled"][f].update(ls)
+    return o
 
 
 def run_xlalint(xlalint: str, root: str, select: str) -> tuple[list, str | None]:
