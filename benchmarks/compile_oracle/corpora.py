@@ -299,7 +299,7 @@ def layout_gptfast(dest: str) -> str:
 # ---------------------------------------------------------------- torchbench models (their own code)
 
 TB_MODELS = ["maml", "microbench_unbacked_tolist_sum", "pyhpc_equation_of_state", "BERT_pytorch", "dcgan",
-             "nvidia_deeprecommender", "tacotron2", "lennard_jones", "yolov3"]
+             "nvidia_deeprecommender", "tacotron2", "lennard_jones"]
 TB_STUBS = {
     "torchbenchmark/__init__.py": "",
     "torchbenchmark/models/__init__.py": "",
@@ -334,7 +334,6 @@ from torchbenchmark.models.nvidia_deeprecommender.reco_encoder.model.model impor
 from torchbenchmark.models.pyhpc_equation_of_state import EquationOfState
 from torchbenchmark.models.lennard_jones import lennard_jones, loss_fn, make_prediction, sigma
 from torchbenchmark.models.tacotron2.model import Tacotron2
-from torchbenchmark.models.yolov3.yolo_models import Darknet
 
 
 def case_maml():
@@ -455,24 +454,6 @@ def case_lennard_jones():
         opt.step()
 
 
-def case_yolov3():
-    """Darknet built from the repo's yolov3-tiny.cfg, trained two steps, then one inference call."""
-    model = Darknet("torchbenchmark/models/yolov3/cfg/yolov3-tiny.cfg", img_size=(64, 64))
-    compiled = torch.compile(model, backend="eager")
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(2, 3, 64, 64)
-    model.train()
-    for _ in range(2):
-        out = compiled(x)
-        loss = sum(o.float().mean() for o in out)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
-    with torch.no_grad():
-        compiled(x)
-
-
 if __name__ == "__main__":
     globals()["case_" + sys.argv[1]]()
 '''
@@ -498,9 +479,8 @@ def corpora() -> list[Corpus]:
                stubs=["sentencepiece", "tiktoken", "tiktoken.load"]),
         Corpus("torchbench", "github:pytorch/benchmark", layout_torchbench,
                drv(["maml", "microbench_unbacked_tolist_sum", "pyhpc_equation_of_state", "bert", "dcgan",
-                    "deeprecommender", "tacotron2", "lennard_jones", "yolov3"]),
-               stubs=["tqdm", "librosa", "librosa.filters", "librosa.util", "inflect", "unidecode", "cv2",
-                      "matplotlib", "matplotlib.pyplot"]),
+                    "deeprecommender", "tacotron2", "lennard_jones"]),
+               stubs=["tqdm", "librosa", "librosa.filters", "librosa.util", "inflect", "unidecode"]),
     ]
 
 
