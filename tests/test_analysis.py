@@ -752,3 +752,23 @@ def test_what_the_runtime_returns_is_a_tensor_on_its_argument_device(statement, 
                   f"def run(model, batch, mask, opt):\n    {statement}\n    use(v)\n")
     assert ctx.tensor_kind(call_named(ctx, "use").args[0]) is kind
 
+
+
+def test_a_branch_on_a_loss_the_runtime_computed_is_a_host_read():
+    from xlalint.rules import ALL_RULES
+    from xlalint.testing import lint_code
+
+    code = textwrap.dedent("""\
+        import torch_xla.core.xla_model as xm
+        from xlalint.runtime import masked_mean
+        def train(model, loader, opt):
+            for x, y, mask in loader:
+                loss = masked_mean((model(x) - y) ** 2, mask)
+                if loss > 10.0:
+                    continue
+                loss.backward()
+                xm.optimizer_step(opt)
+                xm.mark_step()
+        """)
+    codes = {(d.code, d.location.row) for d in lint_code(code, ALL_RULES)}
+    assert ("XLA201", 6) in codes

@@ -6,7 +6,7 @@ import ast
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import method_name, receiver
-from xlalint.analysis.tensors import MAX_DEPTH
+from xlalint.analysis.tensors import MAX_DEPTH, RUNTIME_TENSOR_FUNCTIONS
 
 
 # Tensor methods whose result is a tensor when the receiver is one: evident tensor values.
@@ -48,8 +48,9 @@ def evident_device_tensor(ctx: FileContext, expr: ast.expr, depth: int = 0) -> b
         return evident_device_tensor(ctx, expr.operand, depth + 1)
     if isinstance(expr, ast.Call):
         qualified = ctx.qualified_name(expr.func) or ""
-        if qualified.startswith("torch.") and not qualified.startswith("torch.Tensor"):
-            return True  # a torch function that returns a tensor (kind already says which)
+        if qualified.startswith("torch.") and not qualified.startswith("torch.Tensor") or \
+                qualified in RUNTIME_TENSOR_FUNCTIONS:
+            return True  # a torch (or xlalint.runtime) function that returns a tensor (kind already says which)
         method = method_name(expr)
         recv = receiver(expr)
         if method in _TENSOR_REDUCTIONS and recv is not None and ctx.on_device(recv):

@@ -53,10 +53,11 @@ class BooleanMaskIndex(Rule):
     ```
 
     For reductions keep all elements and mask them: `x[m].sum()` becomes
-    `torch.where(m, x, 0).sum()`; a mean is `where(m, x, 0).sum() / m.sum().clamp_min(1)`.
+    `torch.where(m, x, 0).sum()`; `x[m].mean()`, `.max()` and `.min()` become the runtime's
+    `masked_mean(x, m)`, `masked_max(x, m)` and `masked_min(x, m)`.
 
     ## Fix safety
-    Only `x[m].sum()` is rewritten, to `torch.where(m, x, 0).sum()` (`where`, not `x * m`: a NaN
+    `x[m].sum()` is rewritten to `torch.where(m, x, 0).sum()` (`where`, not `x * m`: a NaN
     outside the mask must not leak into the sum). The result has the same dtype (int64 for integer
     and bool `x`, `x`'s own for floats) and adds the same terms; it is exact up to summation order:
     integer sums are equal, a float sum may differ in its last bits, as torch's own `sum()` does
@@ -65,6 +66,12 @@ class BooleanMaskIndex(Rule):
     of the name does not count), so it has `x`'s shape. Otherwise it is unsafe: a row mask of shape
     `(N,)` over `x` of shape `(N, D)` selects whole rows, while `where` broadcasts it against the
     last dimension (a wrong result or an error).
+
+    `x[m].mean()`, `x[m].max()` and `x[m].min()` are rewritten to `xlalint.runtime.masked_mean(x, m)`,
+    `masked_max` and `masked_min`, always as unsafe fixes: the code then imports xlalint at run
+    time, the mask's broadcasting applies as above, and where the original raises the runtime
+    returns a value (an integer `x`'s mean; the max or min of an empty selection, which is the
+    reduction's identity, `-inf` for a float max).
     """
 
     code, name, category = "XLA302", "boolean-mask-index", "dynamic_shape"
@@ -160,6 +167,38 @@ class BooleanMaskIndex(Rule):
         ),
         Invalid(
             """
+            def loss_fn(model, x, y, mask):
+                pred = model(x)
+                return ((pred - y) ** 2)[mask.bool()].mean()
+            """,
+            line=3,
+            expected_replacement="""
+            from xlalint.runtime import masked_mean
+
+            def loss_fn(model, x, y, mask):
+                pred = model(x)
+                return masked_mean((pred - y) ** 2, mask.bool())
+            """,
+            applicability=Applicability.UNSAFE,
+        ),
+        Invalid(
+            """
+            def forward(self, x):
+                h = self.encoder(x)
+                return h[h > 0].max()
+            """,
+            line=3,
+            expected_replacement="""
+            from xlalint.runtime import masked_max
+
+            def forward(self, x):
+                h = self.encoder(x)
+                return masked_max(h, h > 0)
+            """,
+            applicability=Applicability.UNSAFE,
+        ),
+        Invalid(
+            """
             def forward(self, x, row_mask):
                 h = self.encoder(x)
                 keep = row_mask.bool()
@@ -184,19 +223,40 @@ class BooleanMaskIndex(Rule):
             return
         if self.ctx.tensor_kind(node.value) in (Kind.NOT_TENSOR, Kind.CPU) or shaped_out(self.ctx, node):
             return
-        if not _summed(self.ctx, node):
+        reduction = _reduced(self.ctx, node)
+        if reduction is None:
             self.report(node)
-            return
-        safe = elementwise_of(self.ctx, index, node.value)
-        torch_name, imports = _torch_spelling(self.ctx)
-        self.report(node, fix=lambda cctx: _sum_with_where(cctx, node, index, torch_name, safe, imports))
+        elif reduction == "sum":
+            safe = elementwise_of(self.ctx, index, node.value)
+            torch_name, imports = _torch_spelling(self.ctx)
+            self.report(node, fix=lambda cctx: _sum_with_where(cctx, node, index, torch_name, safe, imports))
+        else:
+            self.report(node, fix=lambda cctx: _runtime_reduction(cctx, node, index, RUNTIME_REDUCTIONS[reduction]))
 
 
-def _summed(ctx: FileContext, node: ast.Subscript) -> bool:
-    """`node.sum()`, with no arguments."""
+# `x[m].<reduction>()` -> the runtime function that computes it with a static shape
+RUNTIME_REDUCTIONS = {"mean": "masked_mean", "max": "masked_max", "min": "masked_min"}
+
+
+def _reduced(ctx: FileContext, node: ast.Subscript) -> str | None:
+    """`sum`, `mean`, `max` or `min` when `node` is reduced whole: `node.sum()`, with no arguments."""
     attribute, call = ctx.parent(node), ctx.parent(ctx.parent(node))
-    return isinstance(attribute, ast.Attribute) and attribute.attr == "sum" and \
-        isinstance(call, ast.Call) and call.func is attribute and not call.args and not call.keywords
+    if isinstance(attribute, ast.Attribute) and (attribute.attr == "sum" or attribute.attr in RUNTIME_REDUCTIONS) \
+            and isinstance(call, ast.Call) and call.func is attribute and not call.args and not call.keywords:
+        return attribute.attr
+    return None
+
+
+def _runtime_reduction(cctx: CstContext, node: ast.Subscript, mask: ast.expr, function: str) -> Fix:
+    subscript = cctx.locate(node)
+    call = cctx.parent(cctx.parent(subscript))  # the `.mean()` around it
+    spelled, request = cctx.importable("xlalint.runtime", function)
+    value = subscript.value
+    if getattr(value, "lpar", None):  # `((a - b) ** 2)[m]`: an argument needs no parentheses of its own
+        value = value.with_changes(lpar=[], rpar=[])
+    mask_code, base = cctx.code(cctx.locate(mask)), cctx.code(value)
+    new = cctx.parse_expression(f"{spelled}({base}, {mask_code})")
+    return Fix.replace(call, new, title=f"Reduce with `{function}` (static shape)", safe=False, imports=[request])
 
 
 def _sum_with_where(cctx: CstContext, node: ast.Subscript, mask: ast.expr, torch_name: str, safe: bool,

@@ -182,3 +182,30 @@ def test_the_sum_fix_keeps_the_dtype_and_integer_sums(dtype):
         torch.testing.assert_close(after, before)
     else:
         assert torch.equal(before, after)
+
+
+REDUCE = dedent("""
+def forward(self, h):
+    return h[h > 0].{reduction}()
+""")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "max", "min"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_a_masked_mean_max_min_is_the_runtime_function_unsafe_and_equal(reduction, dtype):
+    code = REDUCE.format(reduction=reduction)
+    [fix] = fixes(code, BooleanMaskIndex)
+    assert fix.applicability is Applicability.UNSAFE  # it makes the code import xlalint
+    assert fix_code(code, [BooleanMaskIndex], unsafe=False) == code
+    fixed = fix_code(code, [BooleanMaskIndex], unsafe=True)
+    assert f"from xlalint.runtime import masked_{reduction}" in fixed
+    assert fix_code(fixed, [BooleanMaskIndex], unsafe=True) == fixed  # idempotent
+    h = torch.randn(4, 5, generator=torch.Generator().manual_seed(0)).to(dtype)
+    h[0, 0] = 1.0  # at least one selected entry
+    before, after = run(code, h.clone()), run(fixed, h.clone())
+    assert after.dtype == before.dtype and after.shape == before.shape
+    torch.testing.assert_close(after, before)
+    # where the original raises (an empty selection's max), the runtime returns the identity: unsafe
+    if reduction != "mean":
+        empty = -h.abs() - 1
+        assert isinstance(run(code, empty), RuntimeError) and not isinstance(run(fixed, empty), RuntimeError)
