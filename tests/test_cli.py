@@ -87,7 +87,7 @@ def test_syntax_error_and_bad_bytes_exit_2_and_others_still_checked(run_cli, pro
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 2
-    assert "a_broken.py: error: 2:" in lines[0] and "syntax error" in lines[0]
+    assert "a_broken.py:2:7: error: syntax error" in lines[0]  # path:row:col: editors jump to it
     assert "b_latin.py: error: cannot decode as utf-8" in lines[1]
     assert "Traceback" not in err
     assert "c_train.py:10:18: XLA101" in out

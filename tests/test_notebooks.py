@@ -96,7 +96,7 @@ def test_broken_notebooks_are_one_line_errors(run_cli, project):
               "source": "import torch_xla\nfor x in loader:\n    y = (\n"}]
     project.write("syntax.ipynb", notebook(cells))
     code, _, err = run_cli("check", "syntax.ipynb", cwd=project)
-    assert code == 2 and "syntax.ipynb: error: cell 2:3:" in err
+    assert code == 2 and "syntax.ipynb:cell 2:3:" in err
 
 
 def test_standard_input_named_as_a_notebook_is_one(run_cli, project):

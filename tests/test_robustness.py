@@ -156,7 +156,7 @@ def test_a_read_only_file_is_not_written_and_the_others_are(project):
 
 def test_invalid_config_is_one_line(project):
     project.write("z_train.py", TRAIN_LOOP)
-    for config in ('[tool.xlalint\n', '[tool.xlalint]\nselect = 3\n', '[tool.xlalint]\nselect = ["XLA9"]\n'):
+    for config in ('[tool.xlalint\n', '[tool.xlalint]\nselect = 3\n', '[tool.xlalint]\nselect = ["XLA99"]\n'):
         project.write("pyproject.toml", config)
         proc = xlalint("check", project, cwd=project)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -59,7 +59,7 @@ def test_fix_prints_the_fixed_source_and_what_remains_on_stderr(run_cli, project
 
 def test_bad_standard_input_is_a_one_line_error(run_cli, project):
     code, _, err = run_cli("check", "-", "--stdin-filename", "t.py", cwd=project, input="x = (\n")
-    assert code == 2 and "t.py: error:" in err and "Traceback" not in err
+    assert code == 2 and "t.py:1:5: error:" in err and "Traceback" not in err
     code, _, err = run_cli("fix", "-", cwd=project, input=b"\xff\xfe\x00bad")
     assert code == 2 and "Traceback" not in err
     code, _, err = run_cli("check", "-", "other.py", cwd=project, input="x = 1\n")

@@ -5,9 +5,13 @@ Exit codes: 0 nothing found (or all fixed), 1 findings remain, 2 usage/config/IO
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
+from collections import Counter
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import click
@@ -18,11 +22,11 @@ from .diagnostics import Diagnostic
 from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
 from .progress import Progress
-from .reporters import FORMATS, WITH_EDITS, printable, render, statistics
+from .reporters import FORMATS, WITH_EDITS, SourceLines, colour_diff, printable, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
 from .noqa import add_noqa
 from .analysis.project import project_root
-from .source import SourceError, Stamp, decode_source, read_bounded, write_fixed
+from .source import SourceError, Stamp, decode_source, read_bounded, stat_or_none, write_fixed
 from .workspace import Workspace, crash_report
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -56,44 +60,160 @@ class Stdin:
         self.raw = sys.stdin.buffer.read()
 
 
-def _prepare(paths, config, select, extend_select, ignore, force_exclude, assume_xla, stdin: Stdin | None = None,
-             target_version: str | None = None, preview: bool | None = None):
-    if stdin is not None and stdin.wanted:
+@dataclass
+class Options:
+    """The command line of `check` and `fix`, built once from click's parameters (`from_params`); both
+    commands read it, and `check --fix`/`--diff` hand it on to `fix` as it is."""
+
+    paths: tuple[str, ...] = ()
+    config: str | None = None
+    select: tuple[str, ...] = ()
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: tuple[str, ...] = ()
+    fixable: tuple[str, ...] = ()
+    unfixable: tuple[str, ...] = ()
+    preview: bool | None = None
+    force_exclude: bool = False
+    assume_xla: bool = False
+    quiet: bool = False
+    jobs: int | None = None
+    no_cache: bool = False
+    cache_dir: Path | None = None
+    target_version: str | None = None
+    stdin_filename: str | None = None
+    color: str | None = None
+    unsafe_fixes: bool = False
+    output_file: str | None = None
+    show_fixes: bool = False
+    exit_non_zero_on_fix: bool = False
+    # check
+    output_format: str = "text"
+    exit_zero: bool = False
+    show_statistics: bool = False
+    add_noqa: bool = False
+    show_files: bool = False
+    show_settings: bool = False
+    watch: bool = False
+    # fix (and check --fix / --diff)
+    write: bool = False
+    diff: bool = False
+
+    @classmethod
+    def from_params(cls, params: dict) -> "Options":
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in params.items() if key in known})
+
+
+@dataclass
+class Prepared:
+    """What a run works on: the settings (configuration + command line), the rules, the files."""
+
+    settings: Settings
+    rules: list
+    files: list[Path]
+    missing: int  # paths that could not be found or read (reported; exit 2 at the end)
+    stdin: Stdin
+
+    @property
+    def unsafe(self) -> bool:
+        return self.settings.unsafe_fixes
+
+
+def _per_file_ignores(values: tuple[str, ...]) -> dict[str, list[str]]:
+    """`--per-file-ignores PATTERN:CODES` (Ruff's spelling), repeated or comma-separated codes."""
+    table: dict[str, list[str]] = {}
+    for value in values:
+        pattern, sep, codes = value.rpartition(":")
+        if not sep or not pattern.strip() or not codes.strip():
+            raise ConfigError(f"--per-file-ignores: `{value}` is not PATTERN:CODES (e.g. \"tests/*:XLA1,XLA2\")")
+        table.setdefault(pattern.strip(), []).extend(_split((codes,)))
+    return table
+
+
+def prepare(opts: Options) -> Prepared:
+    """The settings from the configuration and `opts`, and the files to check. ConfigError: one line."""
+    stdin = Stdin(opts.paths, opts.stdin_filename)
+    paths = opts.paths
+    if stdin.wanted:
         paths = (str(stdin.path.parent),) if stdin.path.name != STDIN else ()
     targets = [Path(p) for p in paths] or [Path(".")]
-    settings: Settings = load_settings(Path(config) if config else None, targets, ALL_RULES)
-    settings.assume_xla = settings.assume_xla or assume_xla
-    if target_version is not None:
-        settings.target_version, settings.target_source = parse_target(target_version), "--target-version"
+    settings: Settings = load_settings(Path(opts.config) if opts.config else None, targets, ALL_RULES)
+    settings.assume_xla = settings.assume_xla or opts.assume_xla
+    settings.unsafe_fixes = settings.unsafe_fixes or opts.unsafe_fixes
+    if opts.target_version is not None:
+        settings.target_version, settings.target_source = parse_target(opts.target_version), "--target-version"
         if settings.target_version is None:
-            raise ConfigError(f"--target-version: `{target_version}` is no torch_xla version (e.g. 2.5 or torch_xla>=2.5)")
+            raise ConfigError(f"--target-version: `{opts.target_version}` is no torch_xla version (e.g. 2.5 or torch_xla>=2.5)")
     elif settings.target_version is None:
         pinned = pinned_torch_xla(settings.root)
         if pinned is not None:
             settings.target_version, settings.target_source = pinned[0], f"the pin in {pinned[1]}"
-    if select:
-        settings.select = validate_selectors(_split(select), ALL_RULES, "--select")
+    if opts.select:
+        settings.select = validate_selectors(_split(opts.select), ALL_RULES, "--select")
         settings.explicit_select = list(settings.select)
-    if extend_select:
-        chosen = validate_selectors(_split(extend_select), ALL_RULES, "--extend-select")
+    if opts.extend_select:
+        chosen = validate_selectors(_split(opts.extend_select), ALL_RULES, "--extend-select")
         settings.extend_select += chosen
         settings.explicit_select += chosen
-    if preview is not None:
-        settings.preview = preview
-    if ignore:
-        settings.ignore += validate_selectors(_split(ignore), ALL_RULES, "--ignore")
-    if stdin is not None and stdin.wanted:
+    if opts.preview is not None:
+        settings.preview = opts.preview
+    if opts.ignore:
+        settings.ignore += validate_selectors(_split(opts.ignore), ALL_RULES, "--ignore")
+    if opts.per_file_ignores:  # replaces the configuration's table, as Ruff's option does
+        settings.per_file_ignores = {
+            pattern: validate_selectors(codes, ALL_RULES, "--per-file-ignores")
+            for pattern, codes in _per_file_ignores(opts.per_file_ignores).items()}
+    if opts.fixable:
+        settings.fixable = validate_selectors(_split(opts.fixable), ALL_RULES, "--fixable")
+    if opts.unfixable:
+        settings.unfixable += validate_selectors(_split(opts.unfixable), ALL_RULES, "--unfixable")
+    rules = settings.selected_rules(ALL_RULES)
+    if stdin.wanted:
         stdin.read()
         # Ruff's rule: an excluded name is skipped only with --force-exclude
-        excluded = force_exclude and stdin.path.name != STDIN and is_excluded(stdin.path, settings)
-        return settings, settings.selected_rules(ALL_RULES), [] if excluded else [stdin.path], 0
+        excluded = opts.force_exclude and stdin.path.name != STDIN and is_excluded(stdin.path, settings)
+        return Prepared(settings, rules, [] if excluded else [stdin.path], 0, stdin)
     missing: list[str] = []
-    files = discover(targets, settings, force_exclude=force_exclude, missing=missing)
+    files = discover(targets, settings, force_exclude=opts.force_exclude, missing=missing)
     for message in missing:  # reported, and the other paths still checked (exit 2 at the end)
         _error(message)
     if not files and not missing:
         click.echo("warning: no Python files found under the given paths", err=True)
-    return settings, settings.selected_rules(ALL_RULES), files, len(missing)
+    return Prepared(settings, rules, files, len(missing), stdin)
+
+
+def _prepare_or_exit(opts: Options) -> Prepared:
+    try:
+        return prepare(opts)
+    except ConfigError as exc:
+        _error(str(exc))
+        sys.exit(EXIT_ERROR)
+
+
+class Report:
+    """Standard output, or the file `-o/--output-file` names (written once, at the end; no colour)."""
+
+    def __init__(self, output_file: str | None) -> None:
+        self.output_file = output_file
+        self.parts: list[str] = []
+
+    def echo(self, text: str) -> None:
+        if self.output_file is None:
+            click.echo(text, nl=False)
+        else:
+            self.parts.append(click.unstyle(text))
+
+    def close(self) -> None:
+        if self.output_file is None:
+            return
+        path = Path(self.output_file)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(self.parts), encoding="utf-8")
+        except OSError as exc:
+            _error(f"{path}: error: cannot write the report: {exc.strerror or exc}")
+            sys.exit(EXIT_ERROR)
 
 
 def _close(workspace: Workspace) -> None:
@@ -119,41 +239,54 @@ def _apply_color(choice: str | None) -> None:
     click.get_current_context().color = {"always": True, "never": False}.get(choice or "auto")
 
 
-def _selection_options(func):
-    for option in reversed(
-        [
-            click.argument("paths", nargs=-1, type=click.Path(path_type=str)),
-            click.option("--config", type=click.Path(dir_okay=False), help="Use this TOML file instead of discovery."),
-            click.option("--select", multiple=True, help="Rule codes or prefixes to enable (e.g. XLA1,XLA401)."),
-            click.option("--extend-select", multiple=True, help="Codes or prefixes to enable in addition."),
-            click.option("--ignore", multiple=True, help="Codes or prefixes to disable."),
-            click.option("--preview/--no-preview", default=None,
-                         help="Enable preview rules (on real code their precision is not yet shown; `xlalint "
-                              "rules` marks them). Selecting a rule or its family explicitly enables it too."),
-            click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too."),
-            click.option("--assume-xla", is_flag=True,
-                         help="Treat every file as code that runs on an XLA device (migration mode): XLA-only "
-                              "rules also fire in files that do not import torch_xla or torchax."),
-            click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only: no hints, no summary."),
-            click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-                         help="Processes to check files with (default: one per core; never more than cores or files)."),
-            click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
-            click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
-                         help="Where to keep the cache (default: .xlalint_cache in each project's root)."),
-            click.option("--target-version", default=None,
-                         help="The oldest torch_xla the code must run on (e.g. 2.5): no replacement newer than it "
-                              "is suggested. Default: the project's pin in requirements*.txt or pyproject.toml, "
-                              "else the newest."),
-            click.option("--stdin-filename", default=None,
-                         help="The name of the file read from standard input (`-`): its configuration, per-file "
-                              "ignores and excludes apply, and findings carry it."),
-            click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None,
-                         help="Colour the output: auto (on a terminal; the default), always, never. Without it, "
-                              "NO_COLOR turns colour off and FORCE_COLOR on."),
-        ]
-    ):
-        func = option(func)
-    return func
+def _options(options):
+    def decorate(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return decorate
+
+
+_shared_options = _options([
+    click.argument("paths", nargs=-1, type=click.Path(path_type=str)),
+    click.option("--config", type=click.Path(dir_okay=False), help="Use this TOML file instead of discovery."),
+    click.option("--select", multiple=True, help="Rule codes or prefixes to enable (e.g. XLA1,XLA401)."),
+    click.option("--extend-select", multiple=True, help="Codes or prefixes to enable in addition."),
+    click.option("--ignore", multiple=True, help="Codes or prefixes to disable."),
+    click.option("--per-file-ignores", multiple=True, metavar="PATTERN:CODES",
+                 help="Disable CODES in files matching PATTERN (e.g. \"tests/*:XLA1\"); repeatable; replaces the "
+                      "configuration's table."),
+    click.option("--fixable", multiple=True, help="Only these codes or prefixes may be fixed (default: all)."),
+    click.option("--unfixable", multiple=True, help="Codes or prefixes never fixed (reported without a fix)."),
+    click.option("--preview/--no-preview", default=None,
+                 help="Enable preview rules (on real code their precision is not yet shown; `xlalint "
+                      "rules` marks them). Selecting a rule or its family explicitly enables it too."),
+    click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too."),
+    click.option("--assume-xla", is_flag=True,
+                 help="Treat every file as code that runs on an XLA device (migration mode): XLA-only "
+                      "rules also fire in files that do not import torch_xla or torchax."),
+    click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only: no hints, no summary."),
+    click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+                 help="Processes to check files with (default: one per core; never more than cores or files)."),
+    click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
+    click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
+                 help="Where to keep the cache (default: .xlalint_cache in each project's root)."),
+    click.option("--target-version", default=None,
+                 help="The oldest torch_xla the code must run on (e.g. 2.5): no replacement newer than it "
+                      "is suggested. Default: the project's pin in requirements*.txt or pyproject.toml, "
+                      "else the newest."),
+    click.option("--stdin-filename", default=None,
+                 help="The name of the file read from standard input (`-`): its configuration, per-file "
+                      "ignores and excludes apply, and findings carry it."),
+    click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None,
+                 help="Colour the output: auto (on a terminal; the default), always, never. Without it, "
+                      "NO_COLOR turns colour off and FORCE_COLOR on."),
+    click.option("-o", "--output-file", type=click.Path(dir_okay=False), default=None,
+                 help="Write the report (or the diff) to this file instead of standard output."),
+    click.option("--show-fixes", is_flag=True, help="When fixing, list the fixed findings per file and code."),
+    click.option("--exit-non-zero-on-fix", is_flag=True,
+                 help="When fixing, exit 1 if anything was fixed, even when no finding remains."),
+])
 
 
 class _Guarded(click.Group):
@@ -181,8 +314,9 @@ def main() -> None:
 
 
 @main.command()
-@_selection_options
-@click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True)
+@_shared_options
+@click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text: each finding with its source line; concise: one line each; the others are for tools.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
 @click.option("--unsafe-fixes", is_flag=True, help="Show unsafe fixes as available (with --fix: apply them).")
 @click.option("--statistics", "show_statistics", is_flag=True,
@@ -194,94 +328,141 @@ def main() -> None:
 @click.option("--show-files", is_flag=True, help="List the files that would be checked, and stop.")
 @click.option("--show-settings", is_flag=True,
               help="Print the settings in force for the first file (and the file they came from), and stop.")
-@click.pass_context
-def check(ctx, paths, config, select, extend_select, ignore, preview, force_exclude, assume_xla, quiet, jobs, no_cache,
-          cache_dir, target_version, stdin_filename, color, output_format, exit_zero, unsafe_fixes, show_statistics, apply_fixes,
-          diff, add_noqa, show_files, show_settings):
+@click.option("--watch", is_flag=True, help="Check again whenever a file changes (polls; Ctrl-C stops).")
+def check(apply_fixes, **params):
     """Lint PATHS (default: the current directory; `-`: standard input)."""
-    _apply_color(color)
-    if apply_fixes or diff:  # Ruff's `check --fix` / `check --diff`
-        ctx.invoke(fix, paths=paths, config=config, select=select, extend_select=extend_select, ignore=ignore,
-                   preview=preview, force_exclude=force_exclude, assume_xla=assume_xla, quiet=quiet, jobs=jobs, no_cache=no_cache,
-                   cache_dir=cache_dir, target_version=target_version, stdin_filename=stdin_filename, color=color,
-                   write=not diff, diff=diff,
-                   unsafe_fixes=unsafe_fixes)
-        return
-    try:
-        stdin = Stdin(paths, stdin_filename)
-        settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
-                                                   assume_xla, stdin, target_version, preview)
-    except ConfigError as exc:
-        _error(str(exc))
-        sys.exit(EXIT_ERROR)
-    if show_files or show_settings:
-        click.echo(show_settings_text(settings, rules, files) if show_settings
+    opts = Options.from_params(params)
+    _apply_color(opts.color)
+    if apply_fixes or opts.diff:  # Ruff's `check --fix` / `check --diff`
+        sys.exit(run_fix(replace(opts, write=not opts.diff)))
+    if opts.watch:
+        sys.exit(_watch(opts))
+    sys.exit(run_check(opts))
+
+
+def run_check(opts: Options) -> int:
+    """`check`: print the report, return the exit code."""
+    run = _prepare_or_exit(opts)
+    settings, rules, files, stdin = run.settings, run.rules, run.files, run.stdin
+    if opts.show_files or opts.show_settings:
+        click.echo(show_settings_text(settings, rules, files) if opts.show_settings
                    else "".join(f"{printable(str(f))}\n" for f in files), nl=False)
-        sys.exit(EXIT_ERROR if missing else EXIT_OK)
+        return EXIT_ERROR if run.missing else EXIT_OK
     # only JSON and SARIF show each fix's edits: computing them generates each fix's statements again
-    workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir,
-                          with_edits=output_format in WITH_EDITS and not show_statistics, progress=_progress(quiet))
+    workspace = Workspace(settings, rules, jobs=opts.jobs, cache=not opts.no_cache, cache_dir=opts.cache_dir,
+                          with_edits=opts.output_format in WITH_EDITS and not opts.show_statistics,
+                          progress=_progress(opts.quiet))
     try:
         outcomes = workspace.check(files, given={stdin.path: stdin.raw} if stdin.wanted else None)
     finally:
         _close(workspace)
     diagnostics: list[Diagnostic] = []
-    failed = missing  # files that could not be checked
+    failed = run.missing  # files that could not be checked
     for outcome in outcomes:
         if outcome.error:
-            _error(outcome.error)
-            failed += 1
+            failed += _outcome_error(outcome.error)
         diagnostics += outcome.diagnostics
     diagnostics.sort(key=Diagnostic.sort_key)
-    if add_noqa:
+    if opts.add_noqa:
         failed += _add_noqa(diagnostics, stdin)
-        sys.exit(EXIT_ERROR if failed else EXIT_OK)
-    unsafe = unsafe_fixes or settings.unsafe_fixes
-    click.echo(statistics(diagnostics, output_format, unsafe_fixes=unsafe) if show_statistics else render(
-        diagnostics, output_format, quiet=quiet, unsafe_fixes=unsafe, failed_files=failed), nl=False)
+        return EXIT_ERROR if failed else EXIT_OK
+    report = Report(opts.output_file)
+    sources = SourceLines({stdin.path: stdin.raw} if stdin.wanted else None)
+    report.echo(statistics(diagnostics, opts.output_format, unsafe_fixes=run.unsafe) if opts.show_statistics else render(
+        diagnostics, opts.output_format, quiet=opts.quiet, unsafe_fixes=run.unsafe, failed_files=failed,
+        sources=sources))
+    report.close()
     if failed:
-        sys.exit(EXIT_ERROR)
-    sys.exit(EXIT_FINDINGS if diagnostics and not exit_zero else EXIT_OK)
+        return EXIT_ERROR
+    return EXIT_FINDINGS if diagnostics and not opts.exit_zero else EXIT_OK
+
+
+def _outcome_error(message: str) -> int:
+    """Print a file's error; 1 when the file could not be checked, 0 for a notice (newer syntax)."""
+    if ": warning: " in message:
+        click.echo(printable(message), err=True)
+        return 0
+    _error(message)
+    return 1
+
+
+def _watch(opts: Options) -> int:
+    """Check, then poll the files (and the configuration) and check again when one changes.
+    XLALINT_WATCH_CYCLES=N stops after N checks (tests); XLALINT_WATCH_INTERVAL the poll in seconds."""
+    import time
+
+    cycles = int(os.environ.get("XLALINT_WATCH_CYCLES") or 0)
+    interval = float(os.environ.get("XLALINT_WATCH_INTERVAL") or 0.5)
+    done = 0
+    while True:
+        try:
+            code = run_check(opts)
+        except SystemExit as exc:  # a configuration error: reported; wait for the fix
+            code = exc.code if isinstance(exc.code, int) else EXIT_ERROR
+        done += 1
+        if cycles and done >= cycles:
+            return code
+        click.echo("Watching for file changes (Ctrl-C stops).", err=True)
+        state = _watched_state(opts)
+        while _watched_state(opts) == state:
+            time.sleep(interval)
+        click.echo("File change detected: checking again.", err=True)
+
+
+def _watched_state(opts: Options) -> frozenset:
+    """(path, mtime, size) of every file a check would read: the targets and the configuration files."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            run = prepare(replace(opts, stdin_filename=None) if not Stdin(opts.paths, None).wanted else opts)
+        paths = list(run.files) + ([run.settings.config_file] if run.settings.config_file else [])
+    except (ConfigError, SystemExit):
+        paths = []
+    paths += [Path(p) / name for p in (opts.paths or (".",)) for name in ("pyproject.toml", "xlalint.toml")]
+    state = set()
+    for path in paths:
+        info = stat_or_none(path)
+        state.add((str(path), info.st_mtime_ns if info else None, info.st_size if info else None))
+    return frozenset(state)
 
 
 @main.command()
-@_selection_options
+@_shared_options
 @click.option("--write", is_flag=True, help="Apply the fixes to the files (default: print a diff, change nothing).")
 @click.option("--diff", is_flag=True, help="Print a unified diff and change nothing (the default without --write).")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour.")
-def fix(paths, config, select, extend_select, ignore, preview, force_exclude, assume_xla, quiet, jobs, no_cache, cache_dir,
-        target_version, stdin_filename, color, write, diff, unsafe_fixes):
+def fix(**params):
     """Fix what can be fixed in PATHS. Prints a diff unless --write is given. With `-` (standard
     input), prints the fixed source (a diff with --diff), and what remains on standard error."""
-    _apply_color(color)
-    if write and diff:
+    opts = Options.from_params(params)
+    _apply_color(opts.color)
+    if opts.write and opts.diff:
         _error("--write and --diff are mutually exclusive")
         sys.exit(EXIT_ERROR)
-    try:
-        stdin = Stdin(paths, stdin_filename)
-        settings, rules, files, missing = _prepare(paths, config, select, extend_select, ignore, force_exclude,
-                                                   assume_xla, stdin, target_version, preview)
-    except ConfigError as exc:
-        _error(str(exc))
-        sys.exit(EXIT_ERROR)
-    unsafe = unsafe_fixes or settings.unsafe_fixes
+    sys.exit(run_fix(opts))
+
+
+def run_fix(opts: Options) -> int:
+    """`fix` (and `check --fix`/`--diff`): write the fixes or print their diff; the exit code."""
+    run = _prepare_or_exit(opts)
+    settings, rules, files, stdin = run.settings, run.rules, run.files, run.stdin
+    unsafe, write = run.unsafe, opts.write
     if stdin.wanted:
-        _fix_stdin(stdin, settings, rules, files, unsafe=unsafe, diff=diff, quiet=quiet, jobs=jobs, no_cache=no_cache,
-                   cache_dir=cache_dir)
-    failed = missing > 0
+        return _fix_stdin(opts, run)
+    failed = run.missing > 0
     changed_files = fixed = unwritten = 0
     remaining: list[Diagnostic] = []
+    fixed_codes: dict[Path, list[str]] = {}
     written: set[Path] = set()  # files written, by their real path (a symbolic link and its target: once)
-    workspace = Workspace(settings, rules, jobs=jobs, cache=not no_cache, cache_dir=cache_dir,
-                          progress=_progress(quiet))
+    workspace = Workspace(settings, rules, jobs=opts.jobs, cache=not opts.no_cache, cache_dir=opts.cache_dir,
+                          progress=_progress(opts.quiet))
     try:
         outcomes = workspace.fix(files, unsafe=unsafe)
     finally:
         _close(workspace)
+    report = Report(opts.output_file)
     for outcome in outcomes:
         if outcome.error:
-            _error(outcome.error)
-            failed = True
+            failed = _outcome_error(outcome.error) > 0 or failed
             continue
         result = outcome.result
         if result.fixed is not None:
@@ -301,25 +482,40 @@ def fix(paths, config, select, extend_select, ignore, preview, force_exclude, as
             else:
                 from .fixing.apply import unified_diff
 
-                click.echo(unified_diff(str(outcome.path), *result.diff_texts()), nl=False)
+                report.echo(colour_diff(unified_diff(str(outcome.path), *result.diff_texts())))
             changed_files += 1
             fixed += result.fixed_count
+            fixed_codes[outcome.path] = result.fixed_codes
         remaining += result.diagnostics
     remaining.sort(key=Diagnostic.sort_key)
-    if write:
-        if remaining:
-            click.echo(render(remaining, "concise", quiet=True, unsafe_fixes=unsafe), nl=False)
-        if not quiet:
-            click.echo(f"Fixed {fixed} error{'s' if fixed != 1 else ''} in {changed_files} "
-                       f"file{'s' if changed_files != 1 else ''}; {len(remaining) + unwritten} remaining.", err=True)
-    elif not quiet:
-        click.echo(f"Would fix {fixed} error{'s' if fixed != 1 else ''} in {changed_files} "
-                   f"file{'s' if changed_files != 1 else ''} (run with --write to apply).", err=True)
+    if write and remaining:
+        report.echo(render(remaining, "concise", quiet=True, unsafe_fixes=unsafe))
+    report.close()
+    if opts.show_fixes and fixed_codes:
+        click.echo(fixed_enumeration(fixed_codes, done=write), nl=False, err=True)
+    if not opts.quiet:
+        errors = f"{fixed} error{'s' if fixed != 1 else ''} in {changed_files} file{'s' if changed_files != 1 else ''}"
+        if write:
+            click.echo(f"Fixed {errors}; {len(remaining) + unwritten} remaining.", err=True)
+        else:
+            click.echo(f"Would fix {errors}.", err=True)
     if failed:
-        sys.exit(EXIT_ERROR)
+        return EXIT_ERROR
     if write:
-        sys.exit(EXIT_FINDINGS if remaining else EXIT_OK)
-    sys.exit(EXIT_FINDINGS if changed_files else EXIT_OK)
+        return EXIT_FINDINGS if remaining or (opts.exit_non_zero_on_fix and fixed) else EXIT_OK
+    return EXIT_FINDINGS if changed_files else EXIT_OK
+
+
+def fixed_enumeration(fixed_codes: dict[Path, list[str]], *, done: bool) -> str:
+    """Ruff's `--show-fixes` list: per file, how many findings of each rule were (or would be) fixed."""
+    total = sum(len(codes) for codes in fixed_codes.values())
+    lines = [f"{'Fixed' if done else 'Would fix'} {total} error{'s' if total != 1 else ''}:"]
+    for path in sorted(fixed_codes, key=str):
+        lines.append(printable(f"- {path}:"))
+        for code, count in sorted(Counter(fixed_codes[path]).items()):
+            name = RULES_BY_CODE[code].name if code in RULES_BY_CODE else ""
+            lines.append(f"    {count} \u00d7 {code} ({name})")
+    return "\n".join(lines) + "\n"
 
 
 def _add_noqa(diagnostics: list[Diagnostic], stdin: Stdin) -> int:
@@ -356,7 +552,7 @@ def show_settings_text(settings: Settings, rules, files: list[Path]) -> str:
         "select": settings.select, "extend-select": settings.extend_select, "ignore": settings.ignore,
         "per-file-ignores": settings.per_file_ignores,
         "exclude": settings.exclude, "extend-exclude": settings.extend_exclude,
-        "respect-gitignore": settings.respect_gitignore, "unsafe-fixes": settings.unsafe_fixes,
+        "respect-gitignore": settings.respect_gitignore, "unsafe-fixes": settings.unsafe_fixes, "fixable": settings.fixable, "unfixable": settings.unfixable,
         "assume-xla": settings.assume_xla, "preview": settings.preview,
         "target-version": settings.target_version or "(the newest)",
     }
@@ -376,35 +572,38 @@ def _write_stdout(data: bytes) -> None:
     sys.stdout.buffer.flush()
 
 
-def _fix_stdin(stdin: Stdin, settings, rules, files, *, unsafe, diff, quiet, jobs, no_cache, cache_dir):
+def _fix_stdin(opts: Options, run: Prepared) -> int:
     """Editors' and formatters' mode: the fixed source on standard output (unchanged when nothing is
     fixed, or when the name is excluded), findings that remain on standard error."""
-    if not files:
+    stdin, diff = run.stdin, opts.diff
+    if not run.files:
         _write_stdout(b"" if diff else stdin.raw)
-        sys.exit(EXIT_OK)
-    workspace = Workspace(settings, rules, jobs=1, cache=not no_cache, cache_dir=cache_dir)
+        return EXIT_OK
+    workspace = Workspace(run.settings, run.rules, jobs=1, cache=not opts.no_cache, cache_dir=opts.cache_dir)
     try:
-        (outcome,) = workspace.fix(files, unsafe=unsafe, given={stdin.path: stdin.raw})
+        (outcome,) = workspace.fix(run.files, unsafe=run.unsafe, given={stdin.path: stdin.raw})
     finally:
         _close(workspace)
-    if outcome.error:
-        _error(outcome.error)
-        sys.exit(EXIT_ERROR)
+    if outcome.error and _outcome_error(outcome.error):
+        return EXIT_ERROR
     result = outcome.result
+    if result is None:  # a notice (newer syntax): the source unchanged
+        _write_stdout(b"" if diff else stdin.raw)
+        return EXIT_OK
     fixed = result.fixed if result.fixed is not None else stdin.raw
     if diff:
         from .fixing.apply import unified_diff
 
         if result.fixed is not None:
-            click.echo(unified_diff(str(stdin.path), *result.diff_texts()), nl=False)
+            click.echo(colour_diff(unified_diff(str(stdin.path), *result.diff_texts())), nl=False)
     else:
         _write_stdout(fixed)
     remaining = sorted(result.diagnostics, key=Diagnostic.sort_key)
-    if remaining and not quiet:
-        click.echo(render(remaining, "concise", quiet=True, unsafe_fixes=unsafe), nl=False, err=True)
+    if remaining and not opts.quiet:
+        click.echo(render(remaining, "concise", quiet=True, unsafe_fixes=run.unsafe), nl=False, err=True)
     if diff:
-        sys.exit(EXIT_FINDINGS if result.fixed is not None else EXIT_OK)
-    sys.exit(EXIT_FINDINGS if remaining else EXIT_OK)
+        return EXIT_FINDINGS if result.fixed is not None else EXIT_OK
+    return EXIT_FINDINGS if remaining or (opts.exit_non_zero_on_fix and result.fixed is not None) else EXIT_OK
 
 
 @main.command()

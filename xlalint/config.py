@@ -18,7 +18,7 @@ from .source import is_dir, is_file, read_bounded, stat_or_none
 CONFIG_FILES = ("xlalint.toml", ".xlalint.toml", "pyproject.toml")
 KNOWN_KEYS = {
     "select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude",
-    "respect-gitignore", "unsafe-fixes", "assume-xla", "target-version", "preview",
+    "respect-gitignore", "unsafe-fixes", "assume-xla", "target-version", "preview", "fixable", "unfixable",
 }
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist",
@@ -41,6 +41,9 @@ class Settings:
     explicit_select: list[str] = field(default_factory=list)
     preview: bool = False  # enable preview rules (Ruff's preview mode)
     ignore: list[str] = field(default_factory=list)
+    # whose fixes may be applied or offered (Ruff's fixable/unfixable); a finding keeps its report
+    fixable: list[str] = field(default_factory=lambda: ["ALL"])
+    unfixable: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
     extend_exclude: list[str] = field(default_factory=list)
@@ -60,6 +63,12 @@ class Settings:
         chosen = [r for r in all_rules if _matches(r.code, self.select + self.extend_select)]
         chosen = [r for r in chosen if not r.preview or self.preview or self.explicitly_selected(r)]
         return [r for r in chosen if not _matches(r.code, self.ignore)]
+
+    def fixable_codes(self, rules: list[type[Rule]]) -> frozenset[str] | None:
+        """The codes of `rules` whose fixes may be built (None: every rule's)."""
+        if self.fixable == ["ALL"] and not self.unfixable:
+            return None
+        return frozenset(r.code for r in rules if _matches(r.code, self.fixable) and not _matches(r.code, self.unfixable))
 
     def explicitly_selected(self, rule: type[Rule]) -> bool:
         """A selector the user wrote names the rule or its family (`JAX`, `JAX1`, `JAX110`); `ALL`
@@ -128,15 +137,17 @@ def load_toml(path: Path) -> dict:
 
 
 def _string_list(value, key: str, where: str) -> list[str]:
-    if isinstance(value, str):
-        value = [value]
+    if isinstance(value, str):  # `select = "XLA101"`: TOML allows it, Ruff rejects it, and so do we
+        raise ConfigError(f"{where}: `{key}` must be a list of strings, not a string: write {key} = [{value!r}]"
+                          .replace("'", '"'))
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: `{key}` must be a list of strings")
     return list(value)
 
 
 def settings_from_table(table: dict, root: Path, config_file: Path | None, all_rules: list[type[Rule]]) -> Settings:
-    where = str(config_file) if config_file else "configuration"
+    # `path: error: ...`, as every other error about a file (a TOML error too)
+    where = f"{config_file}: error" if config_file else "configuration"
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(KNOWN_KEYS))})")
@@ -148,6 +159,9 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
         settings.extend_select = validate_selectors(
             _string_list(table["extend-select"], "extend-select", where), all_rules, where)
         settings.explicit_select += settings.extend_select
+    for key in ("fixable", "unfixable"):
+        if key in table:
+            setattr(settings, key, validate_selectors(_string_list(table[key], key, where), all_rules, where))
     if "ignore" in table:
         settings.ignore = validate_selectors(_string_list(table["ignore"], "ignore", where), all_rules, where)
     if "per-file-ignores" in table:
@@ -172,7 +186,7 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
         value = table["target-version"]
         if not isinstance(value, str) or parse_target(value) is None:
             raise ConfigError(f"{where}: `target-version` must be a torch_xla version such as \"2.5\" or \"torch_xla>=2.5\"")
-        settings.target_version, settings.target_source = parse_target(value), str(where)
+        settings.target_version, settings.target_source = parse_target(value), str(config_file or "configuration")
     return settings
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from .analysis.project import NO_PROJECT, ProjectFacts, ProjectIndex, summarize
 from .diagnostics import Applicability, Diagnostic, Fix, Location
 from .noqa import parse_noqa
 from .rule import FixBuilder, Rule
-from .source import SourceError, SourceFile, SourceText, decode_source
+from .source import NewerSyntax, SourceError, SourceFile, SourceText, decode_source
 
 if TYPE_CHECKING:  # libcst is imported only where a fix is built (its import alone costs ~0.5 s)
     import libcst as cst
@@ -35,6 +36,7 @@ class FileResult:
     source: SourceFile | None = None
     fixed: bytes | None = None  # new file bytes when fixes changed something
     fixed_count: int = 0
+    fixed_codes: list[str] = field(default_factory=list)  # the code of each fix applied (--show-fixes)
     display: tuple[str, str] | None = None  # the code before and after, for a diff, when not the file's text
 
     def diff_texts(self) -> tuple[str, str]:
@@ -47,13 +49,34 @@ def parse(source: SourceFile) -> ast.Module:
     try:
         return ast.parse(source.raw, filename=str(source.path))
     except SyntaxError as exc:
-        where = f"{exc.lineno}:{exc.offset or 1}: " if exc.lineno else ""
-        raise SourceError(source.path, f"{where}syntax error: {exc.msg}") from None
+        if newer_syntax(source, exc):
+            raise NewerSyntax(source.path, f"{exc.lineno or 1}:{exc.offset or 1}", sys.version_info[:2]) from None
+        where = f"{exc.lineno}:{exc.offset or 1}" if exc.lineno else None
+        raise SourceError(source.path, f"syntax error: {exc.msg}", where=where) from None
     except ValueError as exc:  # null bytes (Python 3.11)
         row = source.raw[: source.raw.find(b"\0")].count(b"\n") + 1 if b"\0" in source.raw else None
-        raise SourceError(source.path, f"{row}:1: syntax error: {exc}" if row else f"syntax error: {exc}") from None
+        raise SourceError(source.path, f"syntax error: {exc}", where=f"{row}:1" if row else None) from None
     except (RecursionError, MemoryError):
         raise SourceError(source.path, "cannot parse: nesting too deep") from None
+
+
+# what only a newer grammar accepts: `type X = ...`, `def f[T](...)`, `class C[T]:`, f-strings (PEP 701)
+NEWER_SYNTAX = re.compile(rb"^[ \t]*type[ \t]+\w|(?:def|class)[ \t]+\w+[ \t]*\[|\b[fFrRbB]{0,2}[fF][rR]?['\"]", re.M)
+
+
+def newer_syntax(source: SourceFile, error: SyntaxError) -> bool:
+    """Python's `ast` rejected the file, libcst's grammar (up to Python 3.13's: PEP 695 `type X = ...`
+    and generics, PEP 701 f-strings) accepts it: valid Python, newer than the running interpreter's.
+    Never asked for nesting past Python's limits (libcst's native parser would overflow its stack)."""
+    if sys.version_info >= (3, 13) or "nested" in (error.msg or "") or not NEWER_SYNTAX.search(source.raw):
+        return False
+    import libcst as cst
+
+    try:
+        cst.parse_module(source.raw)
+    except Exception:  # noqa: BLE001 - any failure: it is the syntax error Python says it is
+        return False
+    return True
 
 
 def parse_cst(source: SourceFile) -> "cst.Module | None":
@@ -106,8 +129,10 @@ def _run_rules(ctx: FileContext, rules: list[type[Rule]]) -> list[_Found]:
     return found
 
 
-def _keep(source: SourceFile, found: list[_Found]) -> list[_Found]:
-    """Drop what `# noqa` suppresses and exact duplicates (same code and range)."""
+def _keep(source: SourceFile, found: list[_Found], ctx: FileContext | None = None,
+          rules: list[type[Rule]] = ()) -> list[_Found]:
+    """Drop what `# noqa` suppresses and exact duplicates (same code and range); then, when a rule
+    that judges the comments is selected (XLA901), report the `noqa` codes that suppressed nothing."""
     noqa = parse_noqa(source.text)
     kept, seen = [], set()
     for item in found:
@@ -116,11 +141,27 @@ def _keep(source: SourceFile, found: list[_Found]) -> list[_Found]:
             continue
         seen.add(key)
         kept.append(item)
+    judge = next((r for r in rules if getattr(r, "judges_noqa", False)), None)
+    if judge is not None and noqa.comments and ctx is not None:
+        ran = frozenset(r.code for r in rules if r.applies(ctx))
+        for comment, codes in noqa.unused(ran):
+            message, builder = judge.stale(comment, codes)
+            start = Location(comment.row, comment.start + comment.directive[0] + 1)
+            end = Location(comment.row, comment.start + comment.directive[1] + 1)
+            if not noqa.suppresses(judge.code, comment.row, comment.row):
+                kept.append(_Found(judge, None, message, builder, start, end))
+        kept.sort(key=lambda f: (f.start, f.rule.code))
     return kept
 
 
-def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, with_edits: bool) -> "CstContext | None":
-    """Run the fix builders of `found` on the file's libcst tree (parsed here, and only here)."""
+def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, with_edits: bool,
+                 fixable: frozenset[str] | None = None) -> "CstContext | None":
+    """Run the fix builders of `found` on the file's libcst tree (parsed here, and only here);
+    `fixable`: the codes whose fixes may be built (None: all; `--fixable`/`--unfixable`)."""
+    if fixable is not None:
+        for item in found:
+            if item.rule.code not in fixable:
+                item.builder = None
     if not any(item.builder for item in found):
         return None
     from .fixing.apply import FixEdits, imports_the_linter
@@ -172,21 +213,22 @@ def example_facts(source: SourceFile, others: list[SourceFile] = ()) -> ProjectF
 def lint_source(
     source: SourceFile, rules: list[type[Rule]], *, with_edits: bool = False, prefilter: bool = True,
     assume_xla: bool = False, with_fixes: bool = True, project: ProjectFacts = NO_PROJECT,
-    target_version: tuple[int, ...] | None = None,
+    target_version: tuple[int, ...] | None = None, fixable: frozenset[str] | None = None,
 ) -> list[Diagnostic]:
     if prefilter and not MARKERS.search(source.raw):
         parse(source)  # no rule can fire, but invalid Python is still reported
         return []
     ctx = analyse(source, assume_xla=assume_xla, project=project, target_version=target_version)
-    found = _keep(source, _run_rules(ctx, rules))
+    found = _keep(source, _run_rules(ctx, rules), ctx, rules)
     if with_fixes:
-        _build_fixes(source, ctx, found, with_edits=with_edits)
+        _build_fixes(source, ctx, found, with_edits=with_edits, fixable=fixable)
     return [_diagnostic(source, item) for item in found]
 
 
-def _choose_fixes(found: list[_Found], unsafe: bool) -> list[Fix]:
-    """Fixes allowed at this applicability, skipping any that overlaps one already chosen."""
-    chosen: list[Fix] = []
+def _choose_fixes(found: list[_Found], unsafe: bool) -> list[_Found]:
+    """Findings whose fixes are allowed at this applicability, skipping any fix that overlaps one
+    already chosen."""
+    chosen: list[_Found] = []
     taken: list[tuple[Location, Location]] = []
     for item in found:
         if item.fix is None or not item.fix.applicability.allowed(unsafe):
@@ -194,13 +236,13 @@ def _choose_fixes(found: list[_Found], unsafe: bool) -> list[Fix]:
         if any(a < end and start < b for a, b in item.fix_spans for start, end in taken):
             continue
         taken.extend(item.fix_spans)
-        chosen.append(item.fix)
+        chosen.append(item)
     return chosen
 
 
 def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, prefilter: bool = True,
                assume_xla: bool = False, project: ProjectFacts = NO_PROJECT,
-               target_version: tuple[int, ...] | None = None) -> FileResult:
+               target_version: tuple[int, ...] | None = None, fixable: frozenset[str] | None = None) -> FileResult:
     """Apply fixes until none applies; the result is re-parsed each pass, so it is valid Python."""
     result = FileResult(source.path, source=source)
     if prefilter and not MARKERS.search(source.raw):
@@ -209,10 +251,11 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
     current = source
     for _ in range(MAX_FIX_PASSES):
         ctx = analyse(current, assume_xla=assume_xla, project=project, target_version=target_version)
-        found = _keep(current, _run_rules(ctx, rules))
-        cst_ctx = _build_fixes(current, ctx, found, with_edits=False)
+        found = _keep(current, _run_rules(ctx, rules), ctx, rules)
+        cst_ctx = _build_fixes(current, ctx, found, with_edits=False, fixable=fixable)
         diagnostics = [_diagnostic(current, item) for item in found]
-        fixes = _choose_fixes(found, unsafe)
+        chosen = _choose_fixes(found, unsafe)
+        fixes = [item.fix for item in chosen]
         if not fixes or cst_ctx is None:
             result.diagnostics = diagnostics
             break
@@ -229,11 +272,12 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
             result.diagnostics = diagnostics
             break
         result.fixed_count += len(fixes)
+        result.fixed_codes += [item.rule.code for item in chosen]
         project = project.moved(current.text, next_source.text)  # what other modules say, at the new lines
         current = next_source
     else:
         result.diagnostics = lint_source(current, rules, prefilter=False, assume_xla=assume_xla,
-                                         project=project, target_version=target_version)
+                                         project=project, target_version=target_version, fixable=fixable)
     if current.raw != source.raw:
         result.fixed = current.raw
     return result

@@ -19,10 +19,25 @@ def _codes(text: str | None) -> frozenset[str]:
     return frozenset(c.upper() for c in re.findall(r"[A-Za-z]+[0-9]+", text)) if text else ALL
 
 
+@dataclass(frozen=True)
+class NoqaComment:
+    """A `# noqa: CODES` comment: its row, the columns (0-based, characters) of the comment token
+    and of the `noqa` directive in it, and its codes as written."""
+
+    row: int
+    start: int
+    end: int
+    directive: tuple[int, int]
+    codes: tuple[str, ...]
+
+
 @dataclass
 class NoqaMap:
     lines: dict[int, frozenset[str]] = field(default_factory=dict)
     file: frozenset[str] = frozenset()
+    comments: dict[int, NoqaComment] = field(default_factory=dict)  # by row, those with codes
+    origin: dict[int, int] = field(default_factory=dict)  # a row inside a string -> the comment's row
+    used: set[tuple[int, str]] = field(default_factory=set)  # (comment row, code) that suppressed a finding
 
     def suppresses(self, code: str, first_row: int, last_row: int) -> bool:
         if "*" in self.file or code in self.file:
@@ -30,8 +45,34 @@ class NoqaMap:
         for row in range(first_row, last_row + 1):
             codes = self.lines.get(row)
             if codes is not None and ("*" in codes or code in codes):
+                self.used.add((self.origin.get(row, row), code))
                 return True
         return False
+
+    def unused(self, judged: frozenset[str]) -> list[tuple[NoqaComment, list[str]]]:
+        """Comments naming codes of `judged` (rules that ran on the file) that suppressed nothing,
+        with those codes (Ruff's RUF100). A bare `# noqa` and other tools' codes are never judged."""
+        found = []
+        for row, comment in sorted(self.comments.items()):
+            stale = [c for c in comment.codes if c.upper() in judged and (row, c.upper()) not in self.used]
+            if stale:
+                found.append((comment, stale))
+        return found
+
+
+def without_codes(comment: str, directive: tuple[int, int], codes: list[str]) -> str:
+    """The comment `comment` with `codes` dropped from its `noqa` directive (at `directive`, columns in
+    the comment); "" when nothing of the comment is left."""
+    start, end = directive
+    match = LINE_NOQA.match(comment, start)
+    kept = [c for c in re.findall(r"[A-Za-z]+[0-9]+", match.group("codes") or "") if c.upper() not in
+            {x.upper() for x in codes}]
+    rest_before, rest_after = comment[:start].rstrip(), comment[end:].strip()
+    if kept:
+        return f"{comment[:start]}# noqa: {', '.join(kept)}{comment[end:]}"
+    if rest_before.strip("# \t") == "":  # the directive opened the comment: what follows it stays
+        return f"# {rest_after.lstrip('#').strip()}" if rest_after.strip("# \t") else ""
+    return f"{rest_before}  {rest_after}".rstrip() if rest_after else rest_before
 
 
 def parse_noqa(text: str) -> NoqaMap:
@@ -54,12 +95,18 @@ def parse_noqa(text: str) -> NoqaMap:
             continue  # not a line exemption either
         match = LINE_NOQA.search(token.string)
         if match:
-            result.lines[token.start[0]] = _codes(match.group("codes"))
+            row = token.start[0]
+            result.lines[row] = _codes(match.group("codes"))
+            if match.group("codes"):
+                result.comments[row] = NoqaComment(row, token.start[1], token.end[1], match.span(),
+                                                   tuple(re.findall(r"[A-Za-z]+[0-9]+", match.group("codes"))))
     # a line inside a multi-line string cannot hold a comment: the one where the string ends speaks for it
     for first, last in _string_spans(tokens):
         if last > first and last in result.lines:
             for row in range(first, last):
-                result.lines.setdefault(row, result.lines[last])
+                if row not in result.lines:
+                    result.lines[row] = result.lines[last]
+                    result.origin[row] = last
     result.file = frozenset(file_codes)
     return result
 

@@ -135,11 +135,11 @@ class Notebook:
                        fix=fix, noqa_row=None)
 
     def error_in_cells(self, message: str) -> str:
-        """A parse error's `ROW:COL:` as `cell N:ROW:COL:`."""
+        """A parse error's `path:ROW:COL:` as `path:cell N:ROW:COL:`."""
         def cell_of(match):
             cell, row = self.where(int(match.group(1)))
-            return f"cell {cell}:{row}:{match.group(2)}:"
-        return re.sub(r"(?<=: error: )(\d+):(\d+):", cell_of, message, count=1)
+            return f":cell {cell}:{row}:{match.group(2)}"
+        return re.sub(r":(\d+):(\d+)(?=: (?:error|warning): )", cell_of, message, count=1)
 
     def cell_sources(self, text: str) -> list[str]:
         """Each code cell's new source, from a fixed joined `text`; SourceError when the fix moved

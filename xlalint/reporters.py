@@ -1,12 +1,17 @@
-"""Output formats: text (path:row:col: CODE message + hint), json (Ruff's shape + category), github
-(workflow annotations), sarif (SARIF 2.1.0, see `sarif`)."""
+"""Output formats: text (path:row:col: CODE message, the source line with carets, fix and hint: Ruff's
+`full`), concise (one line each), json (Ruff's shape + category), json-lines (one such object a line),
+github (workflow annotations), gitlab (Code Quality), junit (XML), rdjson (reviewdog's Diagnostic
+Format), sarif (SARIF 2.1.0, see `sarif`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from collections import Counter
+from pathlib import Path
+from xml.etree import ElementTree
 
 import click
 
@@ -14,9 +19,9 @@ from .diagnostics import Applicability, Diagnostic
 from .rules import RULES_BY_CODE
 from .sarif import render_sarif
 
-FORMATS = ("text", "concise", "json", "github", "sarif")
+FORMATS = ("text", "concise", "json", "json-lines", "github", "gitlab", "junit", "rdjson", "sarif")
 # formats that carry each fix's edits
-WITH_EDITS = ("json", "sarif")
+WITH_EDITS = ("json", "json-lines", "rdjson", "sarif")
 # C0 and C1 control characters (ESC, BEL, CR, ...) from file contents or names: a crafted file must
 # not be able to move the cursor, retitle or clear the terminal of whoever reads the report
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -44,10 +49,83 @@ def _relative(path) -> str:
         return str(path)
 
 
+class SourceLines:
+    """The lines of the files findings are in, read when the text output shows them (a notebook's
+    by cell); `given`: contents instead of the files' (standard input)."""
+
+    def __init__(self, given: dict[Path, bytes] | None = None) -> None:
+        self.given = given or {}
+        self.files: dict[Path, dict | None] = {}
+
+    def line(self, path: Path, cell: int | None, row: int) -> str | None:
+        if path not in self.files:
+            self.files[path] = self._read(path)
+        lines = self.files[path]
+        return None if lines is None else lines.get((cell, row))
+
+    def _read(self, path: Path) -> dict | None:
+        from .notebook import Notebook, is_notebook
+        from .source import SourceError, decode_source, read_bounded
+
+        try:
+            raw = self.given[path] if path in self.given else read_bounded(path)[0]
+            if is_notebook(path):
+                return {(cell.index, n): line for cell in Notebook.parse(path, raw).cells
+                        for n, line in enumerate(cell.lines, start=1)}
+            text = decode_source(path, raw).text
+        except (OSError, SourceError, ValueError):
+            return None  # the report stays one line a finding
+        return {(None, n): line for n, line in enumerate(text.lstrip("\ufeff").splitlines(), start=1)}
+
+
+def _frame(d: Diagnostic, sources: SourceLines) -> list[str]:
+    """The finding's first line under a gutter, carets under its span (to the line's end when the
+    span goes on), as Ruff's `full` output shows it."""
+    line = sources.line(d.path, d.cell, d.location.row)
+    if line is None:
+        return []
+    line = line.rstrip("\r\n")
+    start = max(d.location.column - 1, 0)
+    end = d.end_location.column - 1 if d.end_location.row == d.location.row else len(line.rstrip())
+    end = max(min(end, len(line)), start + 1)
+    shown = printable(line.expandtabs(4))
+    pad = len(printable(line[:start].expandtabs(4)))
+    width = len(printable(line[:end].expandtabs(4))) - pad
+    gutter = " " * len(str(d.location.row))
+    more = "..." if d.end_location.row > d.location.row else ""
+    return [f"{gutter} |", f"{d.location.row} | {shown}",
+            f"{gutter} | {' ' * pad}{click.style('^' * max(width, 1) + more, fg='red', bold=True)}", f"{gutter} |"]
+
+
+def colour_diff(diff: str) -> str:
+    """A unified diff coloured as git shows it (click drops the styles when the output is no terminal)."""
+    out = []
+    for line in diff.splitlines(keepends=True):
+        if line.startswith(("+++", "---")):
+            out.append(click.style(line, bold=True))
+        elif line.startswith("@@"):
+            out.append(click.style(line, fg="cyan"))
+        elif line.startswith("+"):
+            out.append(click.style(line, fg="green"))
+        elif line.startswith("-"):
+            out.append(click.style(line, fg="red"))
+        else:
+            out.append(line)
+    return "".join(out)
+
+
 def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsafe_fixes: bool = False,
-           failed_files: int = 0) -> str:
+           failed_files: int = 0, sources: SourceLines | None = None) -> str:
     if fmt == "json":
         return json.dumps([d.to_json() for d in diagnostics], indent=2) + "\n"
+    if fmt == "json-lines":
+        return "".join(json.dumps(d.to_json()) + "\n" for d in diagnostics)
+    if fmt == "gitlab":
+        return render_gitlab(diagnostics)
+    if fmt == "junit":
+        return render_junit(diagnostics)
+    if fmt == "rdjson":
+        return render_rdjson(diagnostics)
     if fmt == "sarif":
         return render_sarif(diagnostics)
     if fmt == "github":
@@ -68,6 +146,7 @@ def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsa
         lines.append(f"{where} {click.style(d.code, fg='red', bold=True)}{fixable} {printable(d.message)}")
         hint = RULES_BY_CODE[d.code].hint if d.code in RULES_BY_CODE else ""
         if fmt == "text" and not quiet:
+            lines += _frame(d, sources or SourceLines())
             if d.fix is not None and d.fix.title:
                 lines.append(f"  {click.style('fix:', fg='cyan')} {printable(d.fix.title)} ({d.fix.applicability.value})")
             if hint:
@@ -112,3 +191,82 @@ def _statistics_line(row: dict) -> str:
     marker = "[*] " if row["fixable"] else "    "
     partly = f" ({row['fixable']} fixable)" if 0 < row["fixable"] < row["count"] else ""
     return f"{row['count']:>5}  {row['code']}  {marker}{row['name']}{partly}\n"
+
+
+def _fingerprint(d: Diagnostic, rel: str, seen: Counter) -> str:
+    """Stable across runs and line moves (path, code, message, and which such finding it is)."""
+    key = (rel, d.code, d.message)
+    seen[key] += 1
+    return hashlib.sha256(repr((*key, seen[key])).encode()).hexdigest()[:32]
+
+
+def render_gitlab(diagnostics: list[Diagnostic]) -> str:
+    """GitLab's Code Quality report (a JSON array; paths relative to the project, CI_PROJECT_DIR)."""
+    base = os.environ.get("CI_PROJECT_DIR") or os.getcwd()
+    seen: Counter = Counter()
+    items = []
+    for d in diagnostics:
+        try:
+            rel = Path(os.path.relpath(Path(d.path).resolve(), base)).as_posix()
+        except ValueError:
+            rel = Path(d.path).as_posix()
+        items.append({
+            "check_name": d.code,
+            "description": f"{d.code} {d.message}",
+            "severity": "major",
+            "fingerprint": _fingerprint(d, rel, seen),
+            "location": {"path": rel, "lines": {"begin": d.location.row, "end": d.end_location.row}},
+        })
+    return json.dumps(items, indent=2) + "\n"
+
+
+def render_junit(diagnostics: list[Diagnostic]) -> str:
+    """JUnit XML: a test suite per file, a failed test case per finding (Ruff's layout)."""
+    suites = ElementTree.Element("testsuites", name="xlalint", tests=str(len(diagnostics) or 1),
+                                 failures=str(len(diagnostics)), errors="0")
+    if not diagnostics:
+        suite = ElementTree.SubElement(suites, "testsuite", name="xlalint", tests="1", failures="0", errors="0")
+        ElementTree.SubElement(suite, "testcase", name="No errors found", classname="xlalint")
+    by_file: dict[str, list[Diagnostic]] = {}
+    for d in diagnostics:
+        by_file.setdefault(_relative(d.path), []).append(d)
+    for path, found in by_file.items():
+        suite = ElementTree.SubElement(suites, "testsuite", name=_xml(path), tests=str(len(found)),
+                                       failures=str(len(found)), errors="0")
+        for d in found:
+            case = ElementTree.SubElement(suite, "testcase", name=f"org.xlalint.{d.code}",
+                                          classname=_xml(path.rsplit(".", 1)[0]), line=str(d.location.row),
+                                          column=str(d.location.column))
+            failure = ElementTree.SubElement(case, "failure", message=_xml(d.message))
+            failure.text = _xml(f"{d.where}: {d.code} {d.message}")
+    ElementTree.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(suites, encoding="unicode") + "\n"
+
+
+def _xml(text: str) -> str:
+    """Text XML 1.0 can hold: control characters from names or messages shown as escapes."""
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", lambda m: repr(m.group())[1:-1], text)
+
+
+def _rd_position(location) -> dict:
+    return {"line": location.row, "column": location.column}
+
+
+def render_rdjson(diagnostics: list[Diagnostic]) -> str:
+    """reviewdog's Diagnostic Format (rdjson): one DiagnosticResult, suggestions from the fixes' edits."""
+    items = []
+    for d in diagnostics:
+        item = {
+            "message": d.message,
+            "location": {"path": _relative(d.path),
+                         "range": {"start": _rd_position(d.location), "end": _rd_position(d.end_location)}},
+            "severity": "ERROR",
+            "code": {"value": d.code, "url": d.url},
+        }
+        if d.fix is not None and d.fix.edits:
+            item["suggestions"] = [{"range": {"start": _rd_position(e.location), "end": _rd_position(e.end_location)},
+                                    "text": e.content} for e in d.fix.edits]
+        items.append(item)
+    result = {"source": {"name": "xlalint", "url": "https://github.com/xlalint/xlalint"}, "severity": "ERROR",
+              "diagnostics": items}
+    return json.dumps(result, indent=2) + "\n"

@@ -22,8 +22,20 @@ MAX_FILE_BYTES = 8 << 20
 class SourceError(Exception):
     """A file that cannot be read, decoded or parsed: reported as one line, never a traceback."""
 
-    def __init__(self, path: Path, message: str) -> None:
-        super().__init__(f"{path}: error: {message}")
+    def __init__(self, path: Path, message: str, *, where: str | None = None) -> None:
+        # `path:ROW:COL: error: ...` when there is a place: editors and problem matchers jump to it
+        super().__init__(f"{path}:{where}: error: {message}" if where else f"{path}: error: {message}")
+        self.path = path
+
+
+class NewerSyntax(SourceError):
+    """Valid Python of a newer version than the interpreter running xlalint (PEP 695, PEP 701 on 3.11):
+    not an error in the user's code; a one-line notice, and the file is not analysed."""
+
+    def __init__(self, path: Path, where: str, running: tuple[int, int]) -> None:
+        version = ".".join(map(str, running))
+        Exception.__init__(self, f"{path}:{where}: warning: syntax newer than Python {version} (parsed by libcst, "
+                                 f"but the rules need Python's own `ast`): not checked; run xlalint under a newer Python")
         self.path = path
 
 

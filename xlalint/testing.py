@@ -45,8 +45,19 @@ def fix_code(code: str, rules: list[type[Rule]], unsafe: bool, path: str = "exam
     return (result.fixed or code.encode()).decode()
 
 
+def _examples_run_with(rule: type[Rule]) -> list[type[Rule]]:
+    """The rules an example runs: the rule alone, or every stable rule for one that judges the
+    others' `noqa` comments (XLA901)."""
+    if not getattr(rule, "judges_noqa", False):
+        return [rule]
+    from .rules import ALL_RULES
+
+    return [r for r in ALL_RULES if not r.preview]
+
+
 def check_case(rule: type[Rule], case: Valid | Invalid) -> None:
-    found = lint_code(case.code, [rule], with_edits=True, modules=case.modules)
+    rules = _examples_run_with(rule)
+    found = lint_code(case.code, rules, with_edits=True, modules=case.modules)
     if isinstance(case, Valid):
         assert not found, f"{rule.code} reported valid code:\n{case.code}\n{[d.message for d in found]}"
         return
@@ -63,9 +74,9 @@ def check_case(rule: type[Rule], case: Valid | Invalid) -> None:
     assert diagnostic.fix.edits, "a fix must come with its text edits"
     unsafe = case.applicability is Applicability.UNSAFE
     if unsafe:
-        assert fix_code(case.code, [rule], unsafe=False, modules=case.modules) == case.code, \
+        assert fix_code(case.code, rules, unsafe=False, modules=case.modules) == case.code, \
             "an unsafe fix was applied without opt-in"
-    fixed = fix_code(case.code, [rule], unsafe=unsafe, modules=case.modules)
+    fixed = fix_code(case.code, rules, unsafe=unsafe, modules=case.modules)
     assert fixed == case.expected_replacement, f"fix mismatch:\n--- got\n{fixed}\n--- expected\n{case.expected_replacement}"
     compile(fixed, "fixed.py", "exec")
-    assert fix_code(fixed, [rule], unsafe=unsafe, modules=case.modules) == fixed, "fixing twice changed the code again"
+    assert fix_code(fixed, rules, unsafe=unsafe, modules=case.modules) == fixed, "fixing twice changed the code again"

@@ -103,12 +103,12 @@ def _source(path: str, raw: bytes) -> tuple[SourceFile, Notebook | None]:
 
 
 def _check_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool]) -> tuple[list[dict], str | None]:
-    path, raw, codes, (assume_xla, target), facts, with_edits = task
+    path, raw, codes, (assume_xla, target, fixable), facts, with_edits = task
     notebook = None
     try:
         source, notebook = _source(path, raw)
         found = lint_source(source, [RULES_BY_CODE[c] for c in codes], with_edits=with_edits, assume_xla=assume_xla,
-                            project=facts, target_version=target)
+                            project=facts, target_version=target, fixable=_frozen(fixable))
         if notebook is not None:
             found = [notebook.in_cells(d) for d in found]
         return [d.to_json() for d in found], None
@@ -118,13 +118,17 @@ def _check_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bo
         return [], internal_error(Path(path), exc)
 
 
+def _frozen(codes: tuple[str, ...] | None) -> frozenset[str] | None:
+    return None if codes is None else frozenset(codes)
+
+
 def _fix_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool]):
-    path, raw, codes, (assume_xla, target), facts, unsafe = task
+    path, raw, codes, (assume_xla, target, fixable), facts, unsafe = task
     notebook = None
     try:
         source, notebook = _source(path, raw)
         result = fix_source(source, [RULES_BY_CODE[c] for c in codes], unsafe=unsafe, assume_xla=assume_xla,
-                            project=facts, target_version=target)
+                            project=facts, target_version=target, fixable=_frozen(fixable))
         for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
                 diagnostic.fix.replacements = {}
@@ -227,9 +231,11 @@ class Workspace:
         return self._caches[root]
 
     @property
-    def _options(self) -> tuple[bool, tuple[int, ...] | None]:
-        """What every file is checked with besides its rules: --assume-xla and the target torch_xla."""
-        return self.settings.assume_xla, self.settings.target
+    def _options(self) -> tuple[bool, tuple[int, ...] | None, tuple[str, ...] | None]:
+        """What every file is checked with besides its rules: --assume-xla, the target torch_xla and
+        the codes whose fixes may be built (--fixable/--unfixable)."""
+        fixable = self.settings.fixable_codes(self.rules)
+        return self.settings.assume_xla, self.settings.target, None if fixable is None else tuple(sorted(fixable))
 
     def _codes(self, path: Path) -> tuple[str, ...]:
         return tuple(r.code for r in self.settings.rules_for(path, self.rules))
