@@ -395,6 +395,7 @@ def _watch(opts: Options) -> int:
     interval = float(os.environ.get("XLALINT_WATCH_INTERVAL") or 0.5)
     done = 0
     while True:
+        state = _watched_state(opts)  # before the check: a change made during it triggers the next one
         try:
             code = run_check(opts)
         except SystemExit as exc:  # a configuration error: reported; wait for the fix
@@ -403,7 +404,6 @@ def _watch(opts: Options) -> int:
         if cycles and done >= cycles:
             return code
         click.echo("Watching for file changes (Ctrl-C stops).", err=True)
-        state = _watched_state(opts)
         while _watched_state(opts) == state:
             time.sleep(interval)
         click.echo("File change detected: checking again.", err=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from .diagnostics import DOCS_URL
 from .rule import Rule
 
 FIX_LINE = {"always": "Fix is always available.", "sometimes": "Fix is sometimes available."}
@@ -28,10 +30,23 @@ def header(rule: type[Rule]) -> str:
     return "\n".join(lines)
 
 
+def doc_page(rule: type[Rule]):
+    """The rule's page as installed with the package (docs/rules/<name>.md ships as `xlalint.docs`),
+    or None where it is missing (a checkout whose docs were not generated)."""
+    here = Path(__file__).parent
+    for folder in (here / "docs", here.parent / "docs"):  # installed (package data), a checkout
+        page = folder / "rules" / f"{rule.name}.md"
+        if page.is_file():
+            return page
+    return None
+
+
 def explain_text(rule: type[Rule], output_format: str = "text") -> str:
     if output_format == "json":
         return json.dumps(rule_json(rule), indent=2)
-    return f"{header(rule)}\n\n{rule.documentation()}\n"
+    page = doc_page(rule)
+    where = f"\nThis page: {page}\n" if page is not None else ""
+    return f"{header(rule)}\n\n{rule.documentation()}\n{where}"
 
 
 def rule_json(rule: type[Rule]) -> dict:
@@ -44,6 +59,8 @@ def rule_json(rule: type[Rule]) -> dict:
         "xla_only": rule.xla_only,
         "preview": rule.preview,
         "explanation": rule.documentation(),
+        "url": DOCS_URL.format(name=rule.name),
+        "page": str(doc_page(rule) or ""),
     }
 
 

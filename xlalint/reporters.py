@@ -125,7 +125,7 @@ def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsa
     if fmt == "junit":
         return render_junit(diagnostics)
     if fmt == "rdjson":
-        return render_rdjson(diagnostics)
+        return render_rdjson(diagnostics, sources or SourceLines())
     if fmt == "sarif":
         return render_sarif(diagnostics)
     if fmt == "github":
@@ -248,23 +248,26 @@ def _xml(text: str) -> str:
     return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", lambda m: repr(m.group())[1:-1], text)
 
 
-def _rd_position(location) -> dict:
-    return {"line": location.row, "column": location.column}
+def render_rdjson(diagnostics: list[Diagnostic], sources: SourceLines) -> str:
+    """reviewdog's Diagnostic Format (rdjson): one DiagnosticResult, suggestions from the fixes' edits.
+    Its columns count UTF-8 bytes from 1 (ours count characters)."""
 
+    def position(d: Diagnostic, location) -> dict:
+        line = sources.line(d.path, d.cell, location.row) or ""
+        return {"line": location.row, "column": len(line[:location.column - 1].encode("utf-8", "replace"))
+                + max(location.column - 1 - len(line), 0) + 1}
 
-def render_rdjson(diagnostics: list[Diagnostic]) -> str:
-    """reviewdog's Diagnostic Format (rdjson): one DiagnosticResult, suggestions from the fixes' edits."""
     items = []
     for d in diagnostics:
         item = {
             "message": d.message,
             "location": {"path": _relative(d.path),
-                         "range": {"start": _rd_position(d.location), "end": _rd_position(d.end_location)}},
+                         "range": {"start": position(d, d.location), "end": position(d, d.end_location)}},
             "severity": "ERROR",
             "code": {"value": d.code, "url": d.url},
         }
         if d.fix is not None and d.fix.edits:
-            item["suggestions"] = [{"range": {"start": _rd_position(e.location), "end": _rd_position(e.end_location)},
+            item["suggestions"] = [{"range": {"start": position(d, e.location), "end": position(d, e.end_location)},
                                     "text": e.content} for e in d.fix.edits]
         items.append(item)
     result = {"source": {"name": "xlalint", "url": "https://github.com/xlalint/xlalint"}, "severity": "ERROR",
