@@ -111,3 +111,27 @@ def test_a_shell_escape_continued_on_indented_lines_is_no_syntax_error(run_cli, 
     project.write("train.ipynb", notebook(cells))
     code, out, err = run_cli("check", "--select", "XLA", "train.ipynb", cwd=project)
     assert "syntax error" not in err and code in (0, 1), err
+
+
+def test_an_added_runtime_import_lands_after_the_pip_cell_in_the_cell_importing_torch(run_cli, project):
+    """The fix's `from xlalint.runtime import ...` must run after `%pip install` (issue 31): it goes
+    below the imports of the first cell that imports torch, not at the top of the first cell."""
+    def code(source):
+        return {"cell_type": "code", "execution_count": None, "id": f"c{len(source)}", "metadata": {}, "outputs": [],
+                "source": source}
+
+    cells = [code("%pip install -q torch_xla xlalint\n"),
+             {"cell_type": "markdown", "id": "md", "metadata": {}, "source": "Setup"},
+             code("import os\nimport torch\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n"),
+             code("for x, y in loader:\n    loss = model(x.to(device), y.to(device))\n    loss.backward()\n"
+                  "    optimizer.step()\n")]
+    path = project.write("train.ipynb", notebook(cells))
+    code_, _, err = run_cli("fix", "--write", "--unsafe-fixes", "train.ipynb", cwd=project)
+    data = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+    nbformat.validate(data)
+    sources = [c.source for c in data.cells]
+    assert sources[0] == "%pip install -q torch_xla xlalint\n", err
+    setup = sources[2].splitlines()
+    runtime = next(i for i, line in enumerate(setup) if line.startswith("from xlalint.runtime import"))
+    assert setup[:2] == ["import os", "import torch"] and runtime > setup.index("import torch")
+    assert "optimizer_step(optimizer, barrier=True)" in sources[3]

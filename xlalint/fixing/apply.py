@@ -11,6 +11,8 @@ from ..diagnostics import Edit, Fix, ImportRequest, Location
 from .context import CstContext
 from .cst_names import dotted_name
 
+NOTEBOOK_BOUNDARY = "# xlalint: cell boundary"  # notebook.BOUNDARY: the joined cells of a notebook
+
 
 class _ReplaceNodes(cst.CSTTransformer):
     def __init__(self, replacements: dict[int, object], ancestors: set[int]) -> None:
@@ -77,7 +79,7 @@ def apply_fixes(ctx: CstContext, fixes: list[Fix]) -> cst.Module:
             body.append(new)
     module = ctx.module.with_changes(body=body)
     if top_level:
-        module = _add_imports(module, top_level)
+        module = _add_imports(module, top_level, notebook=NOTEBOOK_BOUNDARY in ctx.text.text)
     return module
 
 
@@ -117,25 +119,39 @@ def _plan(ctx: CstContext, fixes: list[Fix]) -> tuple[dict[int, object], list[Im
     return replacements, top_level
 
 
-def _add_imports(module: cst.Module, requests: list[ImportRequest]) -> cst.Module:
+def _add_imports(module: cst.Module, requests: list[ImportRequest], *, notebook: bool = False) -> cst.Module:
     """`module` with `requests` imported, by libcst's AddImportsVisitor. It reads and changes only the
     module's first statements (a docstring, the import block, the statement after it), so it is
-    given only those: the rest of the module is neither visited nor rebuilt."""
+    given only those: the rest of the module is neither visited nor rebuilt. In a notebook the
+    imports go after the import block of the first cell that imports torch (else the first
+    imports), not above its `%pip install` cell: the import runs once the packages are there."""
     from libcst.codemod import CodemodContext  # libcst's codemods cost 0.4 s to import: only here
     from libcst.codemod.visitors import AddImportsVisitor
 
     body = list(module.body)
     start = 1 if body and _is_docstring(body[0]) else 0
+    lead = 0  # statements kept above what the visitor sees
+    if notebook:
+        imports = [i for i, statement in enumerate(body) if _is_import(statement)]
+        torch = [i for i in imports if _imports_torch(body[i])]
+        lead = start = (torch or imports or [start])[0]
     end = start
     while end < len(body) and _is_import(body[end]):
         end += 1
-    head = module.with_changes(body=body[: end + 1])
+    head = module.with_changes(body=body[lead: end + 1])
     # AddImportsVisitor needs no metadata: visit it directly (a Codemod would deep-copy the tree)
     context = CodemodContext()
     for request in requests:
         AddImportsVisitor.add_needed_import(context, request.module, request.obj, request.asname)
     head = head.visit(AddImportsVisitor(context))
-    return module.with_changes(body=[*head.body, *body[end + 1:]])
+    return module.with_changes(body=[*body[:lead], *head.body, *body[end + 1:]])
+
+
+def _imports_torch(statement: cst.SimpleStatementLine) -> bool:
+    node = statement.body[0]
+    names = [dotted_name(node.module) or ""] if isinstance(node, cst.ImportFrom) and node.module else [
+        dotted_name(alias.name) or "" for alias in getattr(node, "names", ())]
+    return any(name.split(".")[0] in ("torch", "torch_xla") for name in names)
 
 
 def _is_import(statement: cst.CSTNode) -> bool:
