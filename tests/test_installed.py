@@ -240,3 +240,114 @@ def test_installed_baseline_and_listing_commands(user_venv, tmp_path):
     added = run([xlalint, "check", "--add-noqa", "train.py"], cwd=tmp_path, env=clean_env())
     assert added.returncode == 0 and "Added" in added.stderr
     assert run([xlalint, "check", "train.py"], cwd=tmp_path, env=clean_env()).returncode == 0
+
+
+# -- the README's snippets, as pasted (issue 31) ------------------------------------------------------
+
+def readme_block(start: str) -> str:
+    """The fenced block of README.md that begins with the line `start`."""
+    text = (ROOT / "README.md").read_text()
+    at = text.index(f"\n{start}\n") + 1
+    return text[at:text.index("```", at)]
+
+
+@pytest.fixture(scope="module")
+def main_branch(hooks_repo) -> Path:
+    """The hooks repository with a branch `main` at its commit, as the README's `rev: main` names."""
+    assert git(hooks_repo, "branch", "-f", "main", "HEAD").returncode == 0
+    return hooks_repo
+
+
+def test_readme_pre_commit_snippet_validates_and_runs_with_try_repo(main_branch, tmp_path_factory, tmp_path):
+    if shutil.which("pre-commit") is None and not (Path(sys.prefix) / "bin" / "pre-commit").exists():
+        pytest.skip("pre-commit is not installed")
+    env = clean_env(PRE_COMMIT_HOME=str(tmp_path_factory.getbasetemp() / "pre-commit-home"))
+    env["PATH"] = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{env['PATH']}"
+    snippet = readme_block("repos:")
+    (tmp_path / ".pre-commit-config.yaml").write_text(snippet)
+    proc = run(["pre-commit", "validate-config", ".pre-commit-config.yaml"], cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # as pasted: a config map pre-commit accepts
+    config = yaml.safe_load(snippet)
+    (repo,) = config["repos"]
+    hooks = [hook["id"] for hook in repo["hooks"]]
+    manifest = {hook["id"] for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    assert set(hooks) <= manifest
+    # the same hooks at the same rev, from this repository instead of its address
+    git(tmp_path, "init", "-q")
+    (tmp_path / "train.py").write_text(TRAIN_LOOP)
+    git(tmp_path, "add", "-A")
+    proc = run(["pre-commit", "try-repo", main_branch, "xlalint-check", "--ref", repo["rev"], "--all-files"],
+               cwd=tmp_path, env=env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "train.py:10:18: XLA101" in output, output
+
+
+def test_readme_install_from_a_git_url_and_the_actions_steps(main_branch, tmp_path):
+    """The Install section's git URL form (pointed at this repository) in a fresh venv, without
+    extras: the linter runs without torch; then the GitHub Actions snippet's `xlalint` steps."""
+    home = tmp_path / "venv"
+    venv.create(home, with_pip=True)
+    workflow = yaml.safe_load(readme_block("jobs:"))
+    steps = workflow["jobs"]["xlalint"]["steps"]
+    install = next(s["run"] for s in steps if "run" in s and "pip install" in s["run"])
+    spec = re.search(r'"(xlalint @ git\+\S+?)"', install).group(1)
+    assert spec.endswith("@main")
+    local = spec.replace("https://github.com/xlalint/xlalint", f"file://{main_branch}")
+    proc = run([home / "bin" / "python", "-m", "pip", "install", "-q", local], env=clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    listed = run([home / "bin" / "python", "-m", "pip", "list", "--format=json"], env=clean_env())
+    assert "torch" not in {p["name"].lower() for p in json.loads(listed.stdout)}  # the core needs no torch
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(TRAIN_LOOP)
+    env = clean_env(PATH=f"{home / 'bin'}{os.pathsep}{clean_env()['PATH']}")
+    for step in steps:
+        command = step.get("run", "")
+        if not command.startswith("xlalint "):
+            continue
+        proc = run(["bash", "-c", command], cwd=project, env=env)
+        assert proc.returncode == (0 if "--exit-zero" in command else 1), (command, proc.stderr)
+    annotations = run(["bash", "-c", "xlalint check --output-format github ."], cwd=project, env=env).stdout
+    assert annotations.startswith("::error title=xlalint (XLA101),file=")
+    sarif = json.loads((project / "xlalint.sarif").read_text())
+    assert sarif["version"] == "2.1.0" and sarif["runs"][0]["results"]
+    explained = run([home / "bin" / "xlalint", "explain", "XLA101"], env=env).stdout
+    page = Path(explained.strip().splitlines()[-1].removeprefix("This page: "))
+    assert page.is_file() and str(home) in str(page)  # the rule page ships in the package
+
+
+# -- the runtime on the lowest torch its extra declares -------------------------------------------------
+
+LOWEST_TORCH = "2.9.0"
+CPU_RUNTIME_TESTS = ["test_runtime_imports.py", "test_runtime_masked.py", "test_runtime_clip.py",
+                     "test_runtime_optim.py", "test_runtime_shapes.py", "test_runtime_accumulate.py"]
+
+
+def test_the_runtime_extra_declares_the_lowest_torch_tested():
+    text = (ROOT / "pyproject.toml").read_text()
+    runtime = re.search(r"^runtime = \[(.*)\]$", text, re.M).group(1)
+    assert runtime == f'"torch>={LOWEST_TORCH.rsplit(".", 1)[0]}"', runtime
+    assert "torch" not in re.search(r"^dependencies = \[(.*?)\]", text, re.M | re.S).group(1)
+
+
+@pytest.mark.skipif(not os.environ.get("XLALINT_TEST_LOWEST_TORCH"),
+                    reason="opt-in (XLALINT_TEST_LOWEST_TORCH=1): PyPI's torch 2.9 for Linux is a CUDA build, "
+                           "about 4.5 GB with the nvidia-* wheels it needs to import")
+def test_the_runtime_on_the_lowest_torch(built, tmp_path):
+    """The wheel's runtime, imported and its CPU semantics tested (the same tests as on the newest
+    torch), on the lowest torch `xlalint[runtime]` accepts."""
+    home = tmp_path / "venv"
+    venv.create(home, with_pip=True)
+    python = home / "bin" / "python"
+    proc = run([python, "-m", "pip", "install", "-q", f"torch=={LOWEST_TORCH}", "numpy", "pytest", "hypothesis",
+                f"{built['wheel']}[runtime]"], env=clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where = run([python, "-c", "import torch, xlalint.runtime; print(torch.__version__, xlalint.runtime.__file__)"],
+                cwd=tmp_path, env=clean_env())
+    assert where.stdout.startswith(LOWEST_TORCH) and str(home) in where.stdout, where.stdout + where.stderr
+    # the tests from this tree, the package from the venv (pytest's own script: the cwd is not on sys.path)
+    tests = tmp_path / "runtime_tests"
+    shutil.copytree(ROOT / "tests" / "runtime", tests, ignore=shutil.ignore_patterns("__pycache__"))
+    proc = run([home / "bin" / "pytest", "-q", "-p", "no:cacheprovider", *CPU_RUNTIME_TESTS], cwd=tests,
+               env=clean_env())
+    assert proc.returncode == 0, proc.stdout[-4000:]
