@@ -293,6 +293,8 @@ def test_readme_install_from_a_git_url_and_the_actions_steps(main_branch, tmp_pa
     spec = re.search(r'"(xlalint @ git\+\S+?)"', install).group(1)
     assert spec.endswith("@main")
     local = spec.replace("https://github.com/xlalint/xlalint", f"file://{main_branch}")
+    # the pip a venv starts with may predate `name @ git+file:///...` (a URL without a host)
+    run([home / "bin" / "python", "-m", "pip", "install", "-q", "-U", "pip"], env=clean_env())
     proc = run([home / "bin" / "python", "-m", "pip", "install", "-q", local], env=clean_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     listed = run([home / "bin" / "python", "-m", "pip", "list", "--format=json"], env=clean_env())
