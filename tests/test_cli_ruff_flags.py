@@ -378,3 +378,8 @@ def test_every_rule_url_names_a_page_that_exists_and_explain_names_it(run_cli):
     page = Path(out.strip().splitlines()[-1].removeprefix("This page: "))
     assert code == 0 and page.is_file() and page.name == "item-in-step.md"
     assert json.loads(run_cli("explain", "--output-format", "json", "XLA101")[1])["page"] == str(page)
+
+
+def test_watch_refuses_standard_input(run_cli, project):
+    code, _, err = run_cli("check", "--watch", "-", cwd=project, input="import torch\n")
+    assert code == 2 and err == "xlalint: error: --watch checks files: it cannot be used with standard input\n"

@@ -391,6 +391,9 @@ def _watch(opts: Options) -> int:
     XLALINT_WATCH_CYCLES=N stops after N checks (tests); XLALINT_WATCH_INTERVAL the poll in seconds."""
     import time
 
+    if STDIN in opts.paths or (not opts.paths and opts.stdin_filename is not None):
+        _error("--watch checks files: it cannot be used with standard input")
+        return EXIT_ERROR
     cycles = int(os.environ.get("XLALINT_WATCH_CYCLES") or 0)
     interval = float(os.environ.get("XLALINT_WATCH_INTERVAL") or 0.5)
     done = 0
@@ -413,7 +416,7 @@ def _watched_state(opts: Options) -> frozenset:
     """(path, mtime, size) of every file a check would read: the targets and the configuration files."""
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            run = prepare(replace(opts, stdin_filename=None) if not Stdin(opts.paths, None).wanted else opts)
+            run = prepare(opts)
         paths = list(run.files) + ([run.settings.config_file] if run.settings.config_file else [])
     except (ConfigError, SystemExit):
         paths = []
