@@ -1,16 +1,9 @@
-"""xlalint's own comments: `# noqa` codes that suppress nothing (Ruff's RUF100)."""
+"""XLA901 unused-noqa: Flags xlalint codes in a `# noqa: CODES` comment that suppress no finding on
+their line (Ruff's RUF100)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from xlalint.diagnostics import Fix
-from xlalint.fixing.lazy import cst
-from xlalint.noqa import NoqaComment, without_codes
 from xlalint.rule import Invalid, Rule, Valid
-
-if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
-    from xlalint.fixing.context import CstContext
 
 
 class UnusedNoqa(Rule):
@@ -74,25 +67,14 @@ class UnusedNoqa(Rule):
     ]
 
     @classmethod
-    def stale(cls, comment: NoqaComment, codes: list[str]):
-        """The message and the fix builder for `codes` of `comment` that suppress nothing."""
+    def stale(cls, comment, codes: list[str]):
+        """The message and the fix builder for `codes` of `comment` (an `xlalint.noqa.NoqaComment`)
+        that suppress nothing."""
         message = cls.summary.format(codes=", ".join(f"`{c.upper()}`" for c in codes))
-        return message, lambda cctx: _fix(cctx, comment, codes)
 
+        def fix(cctx):
+            from xlalint.fixing.comments import remove_noqa_codes  # loads libcst: only when a fix is built
 
-def _fix(cctx: "CstContext", comment: NoqaComment, codes: list[str]) -> Fix | None:
-    node = next((n for n, where in cctx.positions.items()
-                 if isinstance(n, cst.Comment) and where.start.line == comment.row), None)
-    if node is None:
-        return None
-    text = without_codes(node.value, comment.directive, codes)
-    title = f"Remove unused `noqa` code{'s' if len(codes) > 1 else ''}"
-    if text:
-        return Fix.replace(node, node.with_changes(value=text), title=title, safe=True)
-    parent = cctx.parent(node)
-    if isinstance(parent, cst.TrailingWhitespace):
-        return Fix.replace(parent, parent.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None),
-                           title=title, safe=True)
-    if isinstance(parent, cst.EmptyLine):
-        return Fix.replace(parent, parent.with_changes(comment=None), title=title, safe=True)
-    return None
+            return remove_noqa_codes(cctx, comment.row, comment.directive, codes)
+
+        return message, fix
