@@ -147,7 +147,8 @@ class Migration:
         return f" (deprecated in {self.deprecated_in})" if self.deprecated_in else ""
 
     def _with_note(self, head: str) -> str:
-        return f"{head}; {self.note}" if self.note else head
+        # the note is in `xlalint explain` (the table): a message is one short sentence
+        return head
 
 
 def load_table(text: str, source: str = TABLE_FILE) -> tuple[Migration, ...]:
@@ -294,13 +295,20 @@ def _modules(status: str, target: tuple[int, ...] | None = None) -> list[Migrati
     return sorted(_entries(status, "module", target), key=lambda m: -len(m.name))
 
 
+def _group_of(lines: dict[tuple, list[str]], m) -> tuple:
+    """The line an environment variable joined (one that was already there)."""
+    return next(key for key, names in lines.items() if f"`{m.name}`" in names)
+
+
 def entries_doc(status: str) -> str:
     """The table's entries with `status`, one line each; environment variables that share a
     replacement, release and fix are listed on one line."""
     lines: dict[tuple, list[str]] = {}
+    notes: dict[tuple, list[str]] = {}  # each entry's note, shown here: the message leaves it out
     for m in TABLE:
         if m.status != status:
             continue
+        before = set(lines)
         when = f"removed in {m.removed_in}" if status == "removed" else (
             f"deprecated in {m.deprecated_in}" if m.deprecated_in else f"superseded since {m.replacement_since}")
         if m.kind == "environment":
@@ -313,11 +321,16 @@ def entries_doc(status: str) -> str:
         else:
             new = f"`{m.replacement}`" if m.replacement else "no direct replacement"
             lines[(f"`{m.name}`", new, when, m.fix)] = []
+        key = next(iter(set(lines) - before), None) or _group_of(lines, m)
+        if m.note and m.note not in notes.setdefault(key, []):
+            notes[key].append(m.note)
     out = []
-    for (what, new, when, fix), names in lines.items():
+    for key, names in lines.items():
+        what, new, when, fix = key
         if names:
             what = f"{what}{'s' if len(names) > 1 else ''} {', '.join(names)}"
-        out.append(f"- {what} -> {new} ({when}; fix: {fix})")
+        note = f": {'; '.join(notes[key])}" if notes.get(key) else ""
+        out.append(f"- {what} -> {new} ({when}; fix: {fix}){note}")
     return "\n".join(out)
 
 

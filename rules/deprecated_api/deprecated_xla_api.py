@@ -80,7 +80,7 @@ class DeprecatedXlaApi(MigrationVisitor, Rule):
 
     code, name, category = "XLA602", "deprecated-xla-api", "deprecated_xla_api"
     summary = "this torch_xla API is deprecated"
-    hint = "use the replacement named in the message (torch_xla.sync, torch_xla.device, a bf16 cast, ...)"
+    hint = ""  # the message names the replacement
     fix_availability = "sometimes"
     status = "deprecated"
 

@@ -95,7 +95,7 @@ class RemovedXlaApi(MigrationVisitor, Rule):
 
     code, name, category = "XLA601", "removed-xla-api", "deprecated_xla_api"
     summary = "this torch_xla API was removed"
-    hint = "use the replacement named in the message (torch_xla.runtime, torch_xla.compile, PJRT_DEVICE, ...)"
+    hint = ""  # the message names the replacement
     fix_availability = "sometimes"
     status = "removed"
 

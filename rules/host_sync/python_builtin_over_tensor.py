@@ -73,7 +73,7 @@ class PythonBuiltinOverTensor(Rule):
     """
 
     code, name, category = "XLA107", "python-builtin-over-tensor", "item_sync"
-    summary = "a Python builtin or index consumes device tensor values on a per-step path: {detail}"
+    summary = "device tensor values read on the host on a per-step path: {detail}"
     hint = ("use the tensor's own reduction (`t.any()`, `t.max()`, `t.sum(0)`, `torch.stack(...)`) and keep the "
             "result on the device")
 
@@ -234,14 +234,13 @@ class PythonBuiltinOverTensor(Rule):
         container = self._host_sequence(node.value)
         if container is not None and reportable_sync(self.ctx, node):
             self.report(node, self.summary.format(
-                detail=f"indexing a Python {container} with a device tensor reads the index on the host (`__index__`)"))
+                detail=f"indexing a Python {container} with a device tensor (`__index__`)"))
 
     def visit_For(self, node: ast.For) -> None:
         if self._data_sized(node.iter) and reportable_sync(self.ctx, node.iter):
             self.report(node.iter, self.summary.format(
-                detail="a `for` loop over a tensor whose length depends on its values (`nonzero`, `unique`, ...) "
-                       "reads that length on the host, then traces one slice per element; loop over a static "
-                       "range (every expert, masked) instead"))
+                detail="a `for` loop over a tensor sized by its values (`nonzero`, `unique`): one slice traced "
+                       "per element"))
 
     def _data_sized(self, expr: ast.expr, depth: int = 0) -> bool:
         """`expr` is a device tensor whose first dimension is data-dependent: the result of
