@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .config import ConfigError, Settings, load_settings, parse_target, pinned_torch_xla, validate_selectors
+from .config import ConfigError, Settings, load_settings, parse_platform, parse_target, pinned_torch_xla, validate_selectors
 from .diagnostics import Diagnostic
 from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
@@ -81,6 +81,7 @@ class Options:
     no_cache: bool = False
     cache_dir: Path | None = None
     target_version: str | None = None
+    target: str | None = None  # the platform the code moves to (`torchtpu`)
     stdin_filename: str | None = None
     color: str | None = None
     unsafe_fixes: bool = False
@@ -141,6 +142,8 @@ def prepare(opts: Options) -> Prepared:
     settings: Settings = load_settings(Path(opts.config) if opts.config else None, targets, ALL_RULES)
     settings.assume_xla = settings.assume_xla or opts.assume_xla
     settings.unsafe_fixes = settings.unsafe_fixes or opts.unsafe_fixes
+    if opts.target is not None:
+        settings.target_platform = parse_platform(opts.target, "--target")
     if opts.target_version is not None:
         settings.target_version, settings.target_source = parse_target(opts.target_version), "--target-version"
         if settings.target_version is None:
@@ -271,6 +274,9 @@ _shared_options = _options([
     click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
     click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
                  help="Where to keep the cache (default: .xlalint_cache in each project's root)."),
+    click.option("--target", default=None, metavar="PLATFORM",
+                 help="The platform the code is being moved to (`torchtpu`): its migration rules (TPU1xx) "
+                      "run, and torch_xla advice (XLA601/XLA602/XLA701) steps aside."),
     click.option("--target-version", default=None,
                  help="The oldest torch_xla the code must run on (e.g. 2.5): no replacement newer than it "
                       "is suggested. Default: the project's pin in requirements*.txt or pyproject.toml, "
@@ -558,6 +564,7 @@ def show_settings_text(settings: Settings, rules, files: list[Path]) -> str:
         "respect-gitignore": settings.respect_gitignore, "unsafe-fixes": settings.unsafe_fixes, "fixable": settings.fixable, "unfixable": settings.unfixable,
         "assume-xla": settings.assume_xla, "preview": settings.preview,
         "target-version": settings.target_version or "(the newest)",
+        "target": settings.target_platform or "(none)",
     }
     lines = [f"Resolved settings for: {first if first is not None else '(no file)'}",
              f"Settings path: {settings.config_file or '(none: defaults and the command line)'}", ""]

@@ -19,7 +19,10 @@ CONFIG_FILES = ("xlalint.toml", ".xlalint.toml", "pyproject.toml")
 KNOWN_KEYS = {
     "select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude",
     "respect-gitignore", "unsafe-fixes", "assume-xla", "target-version", "preview", "fixable", "unfixable",
+    "target",
 }
+# platforms `--target` / `target = ...` can name: migration rules toward it turn on
+TARGETS = ("torchtpu",)
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist",
     "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".eggs", "*.egg-info", "site-packages",
@@ -35,7 +38,7 @@ class ConfigError(Exception):
 class Settings:
     root: Path  # where relative patterns are anchored (the config file's folder, else cwd)
     config_file: Path | None = None
-    select: list[str] = field(default_factory=lambda: ["XLA", "JAX"])
+    select: list[str] = field(default_factory=lambda: ["XLA", "JAX", "TPU"])
     extend_select: list[str] = field(default_factory=list)
     # selectors the user wrote (configuration or command line): they also enable preview rules
     explicit_select: list[str] = field(default_factory=list)
@@ -54,6 +57,9 @@ class Settings:
     # the newest); `target_source` says where it came from (the config, the command line, a pin)
     target_version: str | None = None
     target_source: str = ""
+    # the platform the code is being moved to (`--target torchtpu`): its migration rules run, and
+    # rules whose advice points to the platform being left step aside
+    target_platform: str | None = None
 
     @property
     def target(self) -> tuple[int, ...] | None:
@@ -61,7 +67,11 @@ class Settings:
 
     def selected_rules(self, all_rules: list[type[Rule]]) -> list[type[Rule]]:
         chosen = [r for r in all_rules if _matches(r.code, self.select + self.extend_select)]
-        chosen = [r for r in chosen if not r.preview or self.preview or self.explicitly_selected(r)]
+        chosen = [r for r in chosen if not r.preview or self.preview or self.explicitly_selected(r)
+                  or (r.target is not None and r.target == self.target_platform)]
+        chosen = [r for r in chosen if (r.target is None or r.target == self.target_platform
+                                        or self.explicitly_selected(r))
+                  and self.target_platform not in r.not_for_targets]
         return [r for r in chosen if not _matches(r.code, self.ignore)]
 
     def fixable_codes(self, rules: list[type[Rule]]) -> frozenset[str] | None:
@@ -182,6 +192,8 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: `{key}` must be true or false")
             setattr(settings, attr, table[key])
+    if "target" in table:
+        settings.target_platform = parse_platform(table["target"], f"{where}: `target`")
     if "target-version" in table:
         value = table["target-version"]
         if not isinstance(value, str) or parse_target(value) is None:
@@ -193,6 +205,13 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
 _VERSION = re.compile(r"^\s*(?:torch[_-]xla\s*(?:\[[^\]]*\])?\s*(?:==|~=|>=)?)?\s*v?(\d+(?:\.\d+){0,2})\s*$", re.I)
 # a pin in requirements*.txt or pyproject.toml: `torch_xla==2.5.1`, `torch-xla[tpu]~=2.6.0`, `torch_xla>=2.4`
 _PIN = re.compile(r"""(?:^|["'\s])torch[_-]xla\s*(?:\[[^\]]*\])?\s*(?:==|~=|>=)\s*(\d+(?:\.\d+){0,2})""", re.I | re.M)
+
+
+def parse_platform(value, where: str) -> str:
+    """The platform a migration targets (`torchtpu`); a ConfigError naming `where` otherwise."""
+    if not isinstance(value, str) or value.strip().lower() not in TARGETS:
+        raise ConfigError(f"{where} must be one of {', '.join(map(repr, TARGETS))}, got {value!r}")
+    return value.strip().lower()
 
 
 def parse_version(text: str) -> tuple[int, ...]:

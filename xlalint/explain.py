@@ -20,9 +20,12 @@ def _summary(rule: type[Rule]) -> str:
 
 def header(rule: type[Rule]) -> str:
     lines = [f"# {rule.name} ({rule.code})", "", f"Category: `{rule.category}`."]
-    if rule.preview:
+    if rule.target is not None:
+        lines.append(f"Migration to {rule.target}: off by default; on with `--target {rule.target}` (or "
+                     f"`target = \"{rule.target}\"`), or when selected explicitly (`--select {rule.code}`).")
+    elif rule.preview:
         lines.append("Preview: off by default; on with `--preview` (or `preview = true`), or when selected "
-                     "explicitly (`--select JAX`).")
+                     f"explicitly (`--select {rule.code[:3]}`).")
     if rule.xla_only:
         lines.append("Runs only in files that import torch_xla or torchax.")
     if rule.fix_availability in FIX_LINE:
@@ -58,6 +61,7 @@ def rule_json(rule: type[Rule]) -> dict:
         "fix_availability": rule.fix_availability,
         "xla_only": rule.xla_only,
         "preview": rule.preview,
+        "target": rule.target,
         "explanation": rule.documentation(),
         "url": DOCS_URL.format(name=rule.name),
         "page": str(doc_page(rule) or ""),

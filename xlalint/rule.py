@@ -86,6 +86,10 @@ class Rule:
     fix_availability: ClassVar[str] = "none"  # none | sometimes | always
     # preview: precision on real code not yet shown; off unless `--preview` or selected explicitly
     preview: ClassVar[bool] = False
+    # a migration rule runs only when the user names its target platform (`--target torchtpu`)
+    target: ClassVar[str | None] = None
+    # targets under which this rule steps aside (its advice points to a platform being left)
+    not_for_targets: ClassVar[tuple[str, ...]] = ()
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
@@ -97,7 +101,7 @@ class Rule:
         super().__init_subclass__(**kwargs)
         if inspect.isabstract(cls) or not getattr(cls, "code", None):
             return
-        assert re.fullmatch(r"(XLA|JAX)\d{3}", cls.code), cls.code
+        assert re.fullmatch(r"(XLA|JAX|TPU)\d{3}", cls.code), cls.code
         assert cls.category in CATEGORIES, cls.category
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", cls.name), cls.name
         for attr in dir(cls):

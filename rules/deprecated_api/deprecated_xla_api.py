@@ -83,6 +83,7 @@ class DeprecatedXlaApi(MigrationVisitor, Rule):
     hint = ""  # the message names the replacement
     fix_availability = "sometimes"
     status = "deprecated"
+    not_for_targets = ("torchtpu",)  # advice toward newer torch_xla competes with the TPU1xx migration
 
     VALID = [
         Valid(

@@ -98,6 +98,7 @@ class RemovedXlaApi(MigrationVisitor, Rule):
     hint = ""  # the message names the replacement
     fix_availability = "sometimes"
     status = "removed"
+    not_for_targets = ("torchtpu",)  # advice toward newer torch_xla competes with the TPU1xx migration
 
     VALID = [
         Valid(
