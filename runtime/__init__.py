@@ -6,7 +6,9 @@ XLA performance hazard on XLA devices:
 * ``optimizer_step``: ``optimizer.step()`` plus, on XLA, the gradient
   all-reduce and the per-step barrier (XLA401).
 * ``clip_grad_norm_``: ``torch.nn.utils.clip_grad_norm_`` without host syncs (XLA501, XLA502).
-* ``sync``: ``torch_xla.sync()`` when torch_xla is in use, a no-op elsewhere.
+* ``sync``: ``torch_xla.sync()`` when torch_xla is in use, a no-op elsewhere
+  (on TorchTPU's ``tpu`` device, ``sync(wait=True)`` waits with
+  ``torch.accelerator.synchronize()``).
 * ``nonzero_static``: ``torch.nonzero_static`` built on ``topk``, with no CPU
   fallback (``torch.nonzero``/``argwhere`` with a known bound).
 * ``masked_sum``, ``masked_mean``, ``masked_max``, ``masked_min``,
@@ -22,6 +24,10 @@ XLA performance hazard on XLA devices:
 
 This package imports only torch and the standard library; torch_xla is
 imported lazily, and only when tensors already live on an XLA device.
+On TorchTPU (``torch.device("tpu")``, torch-tpu 0.2.0) there is no torch_xla:
+every function runs its plain-PyTorch path there (``optimizer_step`` is
+``optimizer.step()``), which is right for TorchTPU's eager (CUDA-like)
+default mode.
 """
 
 from ._accumulate import DeviceAccumulator

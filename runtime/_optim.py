@@ -29,8 +29,11 @@ def optimizer_step(
       ``torch_xla.sync()`` if ``barrier``. Note the default differs from
       ``xm.optimizer_step`` (``barrier=False``): this is the missing per-step
       barrier of XLA109.
-    * Anywhere else (CPU, CUDA, torchax's 'jax' device): exactly
-      ``optimizer.step(**(optimizer_args or {}))``; ``barrier`` is ignored.
+    * Anywhere else (CPU, CUDA, torchax's 'jax' device, TorchTPU's 'tpu'
+      device): exactly ``optimizer.step(**(optimizer_args or {}))``; ``barrier``
+      is ignored. TorchTPU has no torch_xla and runs eagerly: there is no graph
+      to cut, and gradients are reduced by DDP/FSDP2 over the "tpu" process
+      group, not here.
 
     Pass a closure as ``optimizer_args={"closure": closure}``. Returns what
     ``optimizer.step`` returns (the closure's loss, e.g. for LBFGS).
