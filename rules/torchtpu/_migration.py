@@ -320,7 +320,7 @@ def _message(move: Move, old: str, value: str | None = None) -> str:
     elif move.kind == "module":
         head = f"`{old}` has no TorchTPU counterpart"
     else:
-        head = f"`{old}()` is torch_xla's"
+        head = f"`{old}()` is {'early TorchTPU' if move.name.startswith('torch_tpu.') else 'torch_xla'}'s"
     return f"{head}: {move.note}"
 
 
@@ -377,8 +377,8 @@ def _build(move: Move, target: ast.AST, spelled: dict, applicability: Applicabil
     elif move.transform == "compile":
         backend = 'backend="tpu"'
         if isinstance(old, cst.Call):
-            args = ", ".join(cctx.code(a.value) for a in old.args)  # only `f` carries (params)
-            new = cctx.parse_expression(f"{torch}.compile({args}, {backend})")
+            args = "".join(f"{cctx.code(a.value)}, " for a in old.args)  # only `f` carries (params)
+            new = cctx.parse_expression(f"{torch}.compile({args}{backend})")
         else:  # `@torch_xla.compile`
             new = cctx.parse_expression(f"{torch}.compile({backend})")
         title = 'Use `torch.compile(..., backend="tpu")`'
