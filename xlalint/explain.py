@@ -28,6 +28,8 @@ def header(rule: type[Rule]) -> str:
                      f"explicitly (`--select {rule.code[:3]}`).")
     if rule.xla_only:
         lines.append("Runs only in files that import torch_xla or torchax.")
+    for target in rule.not_for_targets:
+        lines.append(f"Off with `--target {target}`: its advice points to torch_xla, which that migration leaves.")
     if rule.fix_availability in FIX_LINE:
         lines.append(FIX_LINE[rule.fix_availability])
     return "\n".join(lines)

@@ -199,26 +199,10 @@ class MigrationVisitor:
         return found
 
     # -- calls and references ------------------------------------------------------------------
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        self._reference(node)
-
-    def visit_Name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, ast.Load):
-            self._reference(node)
-
-    def _reference(self, node: ast.expr) -> None:
-        calls = self._by_name("call")
-        if not calls:
-            return
-        parent = self.ctx.parent(node)
-        if isinstance(parent, ast.Attribute):
-            return  # the longest chain is the reference
-        qualified = self.ctx.qualified_name(node)
-        move = calls.get(qualified or "")
-        if move is None or (isinstance(node, ast.Name) and node.id == qualified):
-            return  # a bare name the file defines itself
-        target = parent if isinstance(parent, ast.Call) and parent.func is node else node
-        self.report(target, _message(move, dotted_name(node) or qualified), fix=self._fix(move, node, target))
+    def finish(self) -> None:
+        for node, target, move, written in _references(self.ctx):
+            if move.code == self.code:
+                self.report(target, _message(move, written), fix=self._fix(move, node, target))
 
     # -- argument values -----------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
@@ -310,6 +294,32 @@ class MigrationVisitor:
             found[module] = spelling[0]
             found["imports"] += [r for r in spelling[1] if r not in found["imports"]]
         return found
+
+
+_CALLS: dict[str, Move] = {m.name: m for m in TABLE if m.kind == "call"}
+
+
+def _references(ctx: "FileContext") -> list[tuple[ast.expr, ast.AST, Move, str]]:
+    """Every reference to a `call` row's function in the file (resolved once for all TPU1xx rules):
+    (the reference, what is reported: its call or itself, the row, the name as written)."""
+    cached = ctx.__dict__.get("_torchtpu_references")
+    if cached is not None:
+        return cached
+    found = []
+    names = [n for n in ctx.index.by_type.get(ast.Name, ()) if isinstance(n.ctx, ast.Load)]
+    for node in (*ctx.index.by_type.get(ast.Attribute, ()), *names):
+        parent = ctx.parent(node)
+        if isinstance(parent, ast.Attribute):
+            continue  # the longest chain is the reference
+        qualified = ctx.qualified_name(node)
+        move = _CALLS.get(qualified or "")
+        if move is None or (isinstance(node, ast.Name) and node.id == qualified):
+            continue  # a bare name the file defines itself
+        target = parent if isinstance(parent, ast.Call) and parent.func is node else node
+        found.append((node, target, move, dotted_name(node) or qualified))
+    found.sort(key=lambda item: ctx.index.order.get(item[0], 0))
+    ctx.__dict__["_torchtpu_references"] = found
+    return found
 
 
 def _message(move: Move, old: str, value: str | None = None) -> str:

@@ -39,7 +39,7 @@ class XlaCollective(MigrationVisitor, Rule):
     {references}
     """, "TPU113")
 
-    code, name, category = "TPU113", "xla-collective", "other"
+    code, name, category = "TPU113", "xla-collective", "deprecated_xla_api"
     summary = "torch_xla's collective: on TorchTPU use `torch.distributed`'s (the signature differs)"
     hint = 'use the `torch.distributed` collective over the `tpu` process group (`all_reduce`, `all_gather_into_tensor`, `reduce_scatter_tensor`, `all_to_all_single`)'
     preview, target, xla_only = True, "torchtpu", True

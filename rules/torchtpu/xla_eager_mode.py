@@ -35,7 +35,7 @@ class XlaEagerMode(MigrationVisitor, Rule):
     {references}
     """, "TPU116")
 
-    code, name, category = "TPU116", "xla-eager-mode", "other"
+    code, name, category = "TPU116", "xla-eager-mode", "deprecated_xla_api"
     summary = "torch_xla's eager switch: eager is TorchTPU's default"
     hint = 'delete it; for fused eager use `torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)` (experimental)'
     preview, target, xla_only = True, "torchtpu", True

@@ -38,7 +38,7 @@ class XlaEnvironment(MigrationVisitor, Rule):
     {references}
     """, "TPU118")
 
-    code, name, category = "TPU118", "xla-environment", "other"
+    code, name, category = "TPU118", "xla-environment", "deprecated_xla_api"
     summary = 'an environment variable for torch_xla: TorchTPU does not read it'
     hint = 'remove it (TorchTPU still reads XLA_FLAGS and LIBTPU_INIT_ARGS)'
     preview, target, xla_only = True, "torchtpu", True

@@ -38,7 +38,7 @@ class XlaMetrics(MigrationVisitor, Rule):
     {references}
     """, "TPU117")
 
-    code, name, category = "TPU117", "xla-metrics", "other"
+    code, name, category = "TPU117", "xla-metrics", "deprecated_xla_api"
     summary = "torch_xla's metrics: TorchTPU has no metrics report"
     hint = 'use `torch.profiler` and `TORCH_LOGS=graph_breaks,recompiles`'
     preview, target, xla_only = True, "torchtpu", True

@@ -41,7 +41,7 @@ class XlaOptimizerStep(MigrationVisitor, Rule):
     {references}
     """, "TPU111")
 
-    code, name, category = "TPU111", "xla-optimizer-step", "optimizer_step"
+    code, name, category = "TPU111", "xla-optimizer-step", "deprecated_xla_api"
     summary = "`xm.optimizer_step` all-reduces gradients across replicas: on TorchTPU that is DDP / FSDP2's job"
     hint = 'wrap the model in DDP or FSDP2 over the `tpu` process group and call `optimizer.step()`'
     preview, target, xla_only = True, "torchtpu", True

@@ -41,7 +41,7 @@ class XlaSpawn(MigrationVisitor, Rule):
     {references}
     """, "TPU112")
 
-    code, name, category = "TPU112", "xla-spawn", "other"
+    code, name, category = "TPU112", "xla-spawn", "deprecated_xla_api"
     summary = "torch_xla's launcher: TorchTPU sets the launch environment, then torch's launchers spawn"
     hint = 'call `torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=...)`, then `torch.multiprocessing.spawn` or torchrun'
     preview, target, xla_only = True, "torchtpu", True

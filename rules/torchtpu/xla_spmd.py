@@ -41,7 +41,7 @@ class XlaSpmd(MigrationVisitor, Rule):
     {references}
     """, "TPU114")
 
-    code, name, category = "TPU114", "xla-spmd", "other"
+    code, name, category = "TPU114", "xla-spmd", "deprecated_xla_api"
     summary = "torch_xla's SPMD sharding: TorchTPU shards with DTensor / FSDP2 (a redesign, not a rename)"
     hint = 'shard with DTensor or FSDP2 over `torch.tpu.distributed.topology_aware_mesh(...)`'
     preview, target, xla_only = True, "torchtpu", True

@@ -41,7 +41,7 @@ class XlaWaitDeviceOps(MigrationVisitor, Rule):
     {references}
     """, "TPU115")
 
-    code, name, category = "TPU115", "xla-wait-device-ops", "item_sync"
+    code, name, category = "TPU115", "xla-wait-device-ops", "deprecated_xla_api"
     summary = "`xm.wait_device_ops()` is torch_xla's: the public wait is `torch.accelerator.synchronize()`"
     hint = 'use `torch.accelerator.synchronize()`'
     fix_availability = "always"
