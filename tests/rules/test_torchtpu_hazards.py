@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,38 +78,37 @@ def test_compile_sites_record_the_options():
 # -- the torch side, measured on CPU --------------------------------------------------------------------
 
 
-def _recording_backend(seen: list):
-    def backend(gm, example_inputs, **kwargs):
-        seen.append((torch._dynamo.config.assume_static_by_default, kwargs))
-        return gm.forward
-    return backend
+# Dynamo runs in a fresh interpreter: other tests rename PrivateUse1 (torchax's "jax"), which breaks it
+RECORDING_BACKEND = """
+import json, torch
+seen = []
+def backend(gm, example_inputs, **kwargs):
+    seen.append([torch._dynamo.config.assume_static_by_default, {k: v for k, v in kwargs.items()}])
+    return gm.forward
+"""
+
+
+def _compile_and_record(call: str) -> list:
+    code = RECORDING_BACKEND + f"torch.compile(lambda x: x + 1, backend=backend{call})(torch.ones(3))\nprint(json.dumps(seen))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("dynamic, static", [(True, False), (False, True), (None, True)])
 def test_dynamic_true_turns_off_what_tpu_backend_checks(dynamic, static):
     """TPU201: TpuBackend raises when `assume_static_by_default` is off at compile time; that is what
     `dynamic=True` does (and `dynamic=False`, which 0.2.0 passes by default, does not)."""
-    torch._dynamo.reset()
-    seen: list = []
-    torch.compile(lambda x: x + 1, backend=_recording_backend(seen), dynamic=dynamic)(torch.ones(3))
+    seen = _compile_and_record(f", dynamic={dynamic}")
     assert seen and seen[0][0] is static
 
 
 def test_mode_reaches_a_non_inductor_backend_as_a_keyword():
     """TPU205: `torch.compile` passes `mode=` (not "default") and `options=` to a custom backend as
     keywords; TpuBackend.__call__ raises TypeError on any keyword but `options`."""
-    torch._dynamo.reset()
-    seen: list = []
-    torch.compile(lambda x: x * 3, backend=_recording_backend(seen), mode="max-autotune")(torch.ones(2))
-    assert seen[0][1] == {"mode": "max-autotune"}
-    torch._dynamo.reset()
-    seen.clear()
-    torch.compile(lambda x: x * 3, backend=_recording_backend(seen), mode="default")(torch.ones(2))
-    assert seen[0][1] == {}
-    torch._dynamo.reset()
-    seen.clear()
-    torch.compile(lambda x: x * 3, backend=_recording_backend(seen), options={"bucket_size": 64})(torch.ones(2))
-    assert seen[0][1] == {"options": {"bucket_size": 64}}
+    assert _compile_and_record(', mode="max-autotune"')[0][1] == {"mode": "max-autotune"}
+    assert _compile_and_record(', mode="default"')[0][1] == {}
+    assert _compile_and_record(', options={"bucket_size": 64}')[0][1] == {"options": {"bucket_size": 64}}
 
 
 @pytest.mark.parametrize("name", sorted(capturable.STATEFUL))
