@@ -89,6 +89,7 @@ def test_wheel_holds_every_module_and_data_file(built):
                 expected.add(f"{package}/{path.relative_to(ROOT / folder).as_posix()}")
     assert expected - names == set(), "left out of the wheel"
     assert "xlalint/py.typed" in names and "xlalint/rules/xla_migrations.toml" in names
+    assert "xlalint/rules/torchtpu/torchtpu_migrations.toml" in names
     assert not [n for n in names if n.startswith(("tests/", "examples/"))]
 
 
