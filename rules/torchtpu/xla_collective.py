@@ -12,7 +12,7 @@ class XlaCollective(MigrationVisitor, Rule):
     __doc__ = migration_doc("""
     ## What it does
     Flags torch_xla's collectives: `xm.all_reduce`, `xm.all_gather`, `xm.reduce_scatter`,
-    `xm.all_to_all`, `xm.collective_permute`. {opt_in}
+    `xm.all_to_all`, `xm.collective_broadcast`, `xm.collective_permute`. {opt_in}
 
     ## Why is this bad?
     They are torch_xla's graph ops with their own signatures (`xm.all_reduce(reduce_type, tensors,
