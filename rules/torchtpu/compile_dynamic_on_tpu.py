@@ -1,4 +1,4 @@
-"""TPU201: `torch.compile(..., dynamic=True)` with TorchTPU's backend raises."""
+"""TPU201 compile-dynamic-on-tpu: `torch.compile(..., dynamic=True)` with TorchTPU's backend raises."""
 
 from __future__ import annotations
 

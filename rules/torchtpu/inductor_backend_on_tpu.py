@@ -1,4 +1,4 @@
-"""TPU202: `torch.compile(..., backend="inductor")` on TorchTPU tensors raises."""
+"""TPU202 inductor-backend-on-tpu: `torch.compile(..., backend="inductor")` on TorchTPU tensors raises."""
 
 from __future__ import annotations
 

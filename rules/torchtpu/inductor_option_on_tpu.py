@@ -1,4 +1,4 @@
-"""TPU205: Inductor's `mode=` / `options=` given to TorchTPU's `tpu` backend."""
+"""TPU205 inductor-option-on-tpu: Inductor's `mode=` / `options=` given to TorchTPU's `tpu` backend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TPU204: `@torch.inference_mode` on a function compiled for TorchTPU."""
+"""TPU204 inference-mode-compiled: `@torch.inference_mode` on a function compiled for TorchTPU."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TPU206: `torch.tpu.synchronize()` and the other device calls 0.2.0 made internal."""
+"""TPU206 internal-tpu-device-api: `torch.tpu.synchronize()` and the other device calls 0.2.0 made internal."""
 
 from __future__ import annotations
 

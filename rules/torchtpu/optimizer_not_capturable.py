@@ -1,4 +1,4 @@
-"""TPU203: a stateful optimizer stepped inside a TorchTPU-compiled function without `capturable=True`."""
+"""TPU203 optimizer-not-capturable: a stateful optimizer stepped inside a TorchTPU-compiled function without `capturable=True`."""
 
 from __future__ import annotations
 

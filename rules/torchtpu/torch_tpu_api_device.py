@@ -1,4 +1,4 @@
-"""TPU109: early TorchTPU's `torch_tpu.api.tpu_device()`, gone in 0.2.0."""
+"""TPU109 torch-tpu-api-device: early TorchTPU's `torch_tpu.api.tpu_device()`, gone in 0.2.0."""
 
 from __future__ import annotations
 

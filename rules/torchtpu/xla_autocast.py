@@ -1,4 +1,4 @@
-"""TPU107: autocast on the `xla` device -> `torch.autocast("tpu", ...)`."""
+"""TPU107 xla-autocast: autocast on the `xla` device -> `torch.autocast("tpu", ...)`."""
 
 from __future__ import annotations
 

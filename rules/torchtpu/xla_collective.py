@@ -1,4 +1,4 @@
-"""TPU113: torch_xla's collective."""
+"""TPU113 xla-collective: torch_xla's collective."""
 
 from __future__ import annotations
 

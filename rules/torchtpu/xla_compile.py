@@ -1,4 +1,4 @@
-"""TPU106: `backend="openxla"` and `torch_xla.compile` -> `torch.compile(..., backend="tpu")`."""
+"""TPU106 xla-compile: `backend="openxla"` and `torch_xla.compile` -> `torch.compile(..., backend="tpu")`."""
 
 from __future__ import annotations
 

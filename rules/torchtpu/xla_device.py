@@ -1,4 +1,4 @@
-"""TPU101: torch_xla's device -> `torch.device("tpu")`."""
+"""TPU101 xla-device: torch_xla's device -> `torch.device("tpu")`."""
 
 from __future__ import annotations
 

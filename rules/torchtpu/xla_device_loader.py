@@ -1,4 +1,4 @@
-"""TPU103: torch_xla's device loaders (`MpDeviceLoader`, `ParallelLoader`)."""
+"""TPU103 xla-device-loader: torch_xla's device loaders (`MpDeviceLoader`, `ParallelLoader`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TPU116: torch_xla's eager switch."""
+"""TPU116 xla-eager-mode: torch_xla's eager switch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TPU118: an environment variable for torch_xla."""
+"""TPU118 xla-environment: an environment variable for torch_xla."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TPU117: torch_xla's metrics."""
+"""TPU117 xla-metrics: torch_xla's metrics."""
 
 from __future__ import annotations
 

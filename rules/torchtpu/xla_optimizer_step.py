@@ -1,4 +1,4 @@
-"""TPU111: `xm.optimizer_step` all-reduces gradients across replicas."""
+"""TPU111 xla-optimizer-step: `xm.optimizer_step` all-reduces gradients across replicas."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TPU104: `init_process_group("xla")` -> `"tpu"`."""
+"""TPU104 xla-process-group: `init_process_group("xla")` -> `"tpu"`."""
 
 from __future__ import annotations
 

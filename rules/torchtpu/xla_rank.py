@@ -1,4 +1,4 @@
-"""TPU105: torch_xla's rank, world size and rendezvous -> `torch.distributed`."""
+"""TPU105 xla-rank: torch_xla's rank, world size and rendezvous -> `torch.distributed`."""
 
 from __future__ import annotations
 

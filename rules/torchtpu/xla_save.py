@@ -1,4 +1,4 @@
-"""TPU108: `xm.save(obj, path)` -> `torch.save` of CPU values."""
+"""TPU108 xla-save: `xm.save(obj, path)` -> `torch.save` of CPU values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TPU112: torch_xla's launcher."""
+"""TPU112 xla-spawn: torch_xla's launcher."""
 
 from __future__ import annotations
 

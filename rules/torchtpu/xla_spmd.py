@@ -1,4 +1,4 @@
-"""TPU114: torch_xla's SPMD sharding."""
+"""TPU114 xla-spmd: torch_xla's SPMD sharding."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TPU102: torch_xla's step barriers (`xm.mark_step()`, `torch_xla.sync()`, `torch_xla.step()`)."""
+"""TPU102 xla-step-barrier: torch_xla's step barriers (`xm.mark_step()`, `torch_xla.sync()`, `torch_xla.step()`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TPU115: `xm.wait_device_ops()` is torch_xla's."""
+"""TPU115 xla-wait-device-ops: `xm.wait_device_ops()` is torch_xla's."""
 
 from __future__ import annotations
 
