@@ -331,7 +331,16 @@ def _message(move: Move, old: str, value: str | None = None) -> str:
         head = f"`{old}` has no TorchTPU counterpart"
     else:
         head = f"`{old}()` is {'early TorchTPU' if move.name.startswith('torch_tpu.') else 'torch_xla'}'s"
-    return f"{head}: {move.note}"
+    return f"{head}: {short_note(move.note, len(head) + 2)}".rstrip(": ")
+
+
+MAX_MESSAGE = 160  # a finding's message is one short sentence; the whole note is in the rule's docs
+
+
+def short_note(note: str, used: int) -> str:
+    """The note's first clause (before `; `) when it fits a message, else nothing (the docs have it all)."""
+    clause = note.split("; ")[0]
+    return clause if used + len(clause) <= MAX_MESSAGE else ""
 
 
 def _carries(call: ast.Call, move: Move) -> bool:

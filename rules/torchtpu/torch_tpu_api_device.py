@@ -42,7 +42,7 @@ class TorchTpuApiDevice(MigrationVisitor, Rule):
 
     code, name, category = "TPU109", "torch-tpu-api-device", "deprecated_xla_api"
     summary = "`torch_tpu.api` is not in torch-tpu 0.2.0: the device is `torch.device(\"tpu\")`"
-    hint = "use `torch.device(\"tpu\")`"
+    hint = "`xlalint explain TPU109` lists each move and the torch-tpu 0.2.0 file it was checked in"
     fix_availability = "sometimes"
     preview, target = True, "torchtpu"
 

@@ -41,7 +41,7 @@ class XlaCollective(MigrationVisitor, Rule):
 
     code, name, category = "TPU113", "xla-collective", "deprecated_xla_api"
     summary = "torch_xla's collective: on TorchTPU use `torch.distributed`'s (the signature differs)"
-    hint = 'use the `torch.distributed` collective over the `tpu` process group (`all_reduce`, `all_gather_into_tensor`, `reduce_scatter_tensor`, `all_to_all_single`)'
+    hint = "`xlalint explain TPU113` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
     VALID = [Valid('import torch.distributed as dist\nimport torch_xla\ndist.all_reduce(t)\n')]

@@ -45,7 +45,7 @@ class XlaCompile(MigrationVisitor, Rule):
 
     code, name, category = "TPU106", "xla-compile", "deprecated_xla_api"
     summary = "torch_xla's compile: TorchTPU compiles with `torch.compile(..., backend=\"tpu\")`"
-    hint = "use `torch.compile(f, backend=\"tpu\")`"
+    hint = "`xlalint explain TPU106` lists each move and the torch-tpu 0.2.0 file it was checked in"
     fix_availability = "always"
     preview, target, xla_only = True, "torchtpu", True
 

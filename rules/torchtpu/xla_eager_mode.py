@@ -37,7 +37,7 @@ class XlaEagerMode(MigrationVisitor, Rule):
 
     code, name, category = "TPU116", "xla-eager-mode", "deprecated_xla_api"
     summary = "torch_xla's eager switch: eager is TorchTPU's default"
-    hint = 'delete it; for fused eager use `torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)` (experimental)'
+    hint = "`xlalint explain TPU116` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
     VALID = [Valid('import torch_xla\nmode = eager_mode  # ours\n')]

@@ -40,7 +40,7 @@ class XlaEnvironment(MigrationVisitor, Rule):
 
     code, name, category = "TPU118", "xla-environment", "deprecated_xla_api"
     summary = 'an environment variable for torch_xla: TorchTPU does not read it'
-    hint = 'remove it (TorchTPU still reads XLA_FLAGS and LIBTPU_INIT_ARGS)'
+    hint = "`xlalint explain TPU118` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
     VALID = [Valid("import os\nimport torch_xla\nos.environ['XLA_FLAGS'] = '--xla_dump_to=/tmp/dump'\nflag = os.environ.get('PJRT_DEVICE')\n")]

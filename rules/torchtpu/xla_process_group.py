@@ -42,7 +42,7 @@ class XlaProcessGroup(MigrationVisitor, Rule):
 
     code, name, category = "TPU104", "xla-process-group", "deprecated_xla_api"
     summary = "the `xla` process-group backend is torch_xla's: TorchTPU registers `tpu`"
-    hint = "use `init_process_group(\"tpu\")`"
+    hint = "`xlalint explain TPU104` lists each move and the torch-tpu 0.2.0 file it was checked in"
     fix_availability = "always"
     preview, target, xla_only = True, "torchtpu", True
 

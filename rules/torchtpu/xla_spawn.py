@@ -43,7 +43,7 @@ class XlaSpawn(MigrationVisitor, Rule):
 
     code, name, category = "TPU112", "xla-spawn", "deprecated_xla_api"
     summary = "torch_xla's launcher: TorchTPU sets the launch environment, then torch's launchers spawn"
-    hint = 'call `torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=...)`, then `torch.multiprocessing.spawn` or torchrun'
+    hint = "`xlalint explain TPU112` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
     VALID = [Valid('import torch\nimport torch_xla\ntorch.multiprocessing.spawn(fn, nprocs=4)\n')]

@@ -43,7 +43,7 @@ class XlaSpmd(MigrationVisitor, Rule):
 
     code, name, category = "TPU114", "xla-spmd", "deprecated_xla_api"
     summary = "torch_xla's SPMD sharding: TorchTPU shards with DTensor / FSDP2 (a redesign, not a rename)"
-    hint = 'shard with DTensor or FSDP2 over `torch.tpu.distributed.topology_aware_mesh(...)`'
+    hint = "`xlalint explain TPU114` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
     VALID = [Valid('import torch_xla\nfrom torch.distributed.tensor import distribute_tensor\n')]

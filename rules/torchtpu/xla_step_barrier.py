@@ -48,7 +48,7 @@ class XlaStepBarrier(MigrationVisitor, Rule):
 
     code, name, category = "TPU102", "xla-step-barrier", "deprecated_xla_api"
     summary = "torch_xla's step barrier: TorchTPU runs eagerly, there is no graph to cut"
-    hint = "delete it (in strict eager nothing accumulates)"
+    hint = "`xlalint explain TPU102` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
     VALID = [Valid("import torch_xla\nmodel.mark_step()  # not torch_xla's\n")]

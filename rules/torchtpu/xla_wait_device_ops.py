@@ -43,7 +43,7 @@ class XlaWaitDeviceOps(MigrationVisitor, Rule):
 
     code, name, category = "TPU115", "xla-wait-device-ops", "deprecated_xla_api"
     summary = "`xm.wait_device_ops()` is torch_xla's: the public wait is `torch.accelerator.synchronize()`"
-    hint = 'use `torch.accelerator.synchronize()`'
+    hint = "`xlalint explain TPU115` lists each move and the torch-tpu 0.2.0 file it was checked in"
     fix_availability = "always"
     preview, target, xla_only = True, "torchtpu", True
 
