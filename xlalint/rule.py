@@ -97,7 +97,7 @@ class Rule:
         super().__init_subclass__(**kwargs)
         if inspect.isabstract(cls) or not getattr(cls, "code", None):
             return
-        assert re.fullmatch(r"(XLA|JAX)\d{3}", cls.code), cls.code
+        assert re.fullmatch(r"(XLA|JAX|DYN)\d{3}", cls.code), cls.code
         assert cls.category in CATEGORIES, cls.category
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", cls.name), cls.name
         for attr in dir(cls):

@@ -388,7 +388,8 @@ def _read(convert, entry):
 def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
     return {path: [sorted(f.steps), sorted(f.called), sorted(f.training_calls),
                    [[list(at), helper, where, [list(r) for r in reads]] for at, helper, where, reads in f.helper_reads],
-                   [[name, list(params), list(static)] for name, params, static in f.static_methods]]
+                   [[name, list(params), list(static)] for name, params, static in f.static_methods],
+                   [list(c) for c in f.compiled]]
             for path, f in facts.items() if f != NO_PROJECT}
 
 
@@ -396,8 +397,9 @@ def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
     return {path: ProjectFacts(frozenset(steps), frozenset(called), frozenset(tuple(c) for c in calls),
                                tuple((tuple(at), helper, where, tuple(ParamRead(*r) for r in reads))
                                      for at, helper, where, reads in helper_reads),
-                               tuple((name, tuple(params), tuple(static)) for name, params, static in static_methods))
-            for path, (steps, called, calls, helper_reads, static_methods) in data.items()}
+                               tuple((name, tuple(params), tuple(static)) for name, params, static in static_methods),
+                               tuple(tuple(c) for c in compiled))
+            for path, (steps, called, calls, helper_reads, static_methods, compiled) in data.items()}
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:

@@ -17,6 +17,7 @@ from ..source import SourceText
 from .tensors import Kind, TensorInference
 
 if TYPE_CHECKING:
+    from .compiled import CompiledRegions
     from .jax_tracing import JittedCallable
 
 XLA_MODULES = ("torch_xla", "torchax")
@@ -260,6 +261,13 @@ class FileContext:
         from .jax_tracing import jitted_callables
 
         return jitted_callables(self)
+
+    @cached_property
+    def compiled(self) -> "CompiledRegions":
+        """The functions `torch.compile` traces, with their options (see `compiled`)."""
+        from .compiled import CompiledRegions
+
+        return CompiledRegions(self)
 
     @cached_property
     def per_call_functions(self) -> set[ast.AST]:

@@ -1,0 +1,146 @@
+"""DYN112: reading a tensor through a boolean mask inside a compiled function."""
+
+from __future__ import annotations
+
+import ast
+
+from xlalint.rule import Invalid, Rule, Valid
+
+from . import break_note, compiled_options, is_tensor
+
+BOOLEAN = {"torch.isnan", "torch.isinf", "torch.isfinite", "torch.logical_and", "torch.logical_or",
+           "torch.logical_not", "torch.logical_xor", "torch.eq", "torch.ne", "torch.gt", "torch.lt", "torch.ge",
+           "torch.le", "torch.isclose", "torch.signbit"}
+MAX_DEPTH = 8
+
+
+def is_mask(ctx, expr: ast.expr, depth: int = 0) -> bool:
+    """`expr` is evidently a boolean tensor: a comparison of tensors, `~m`, `m & n`, `torch.isnan(t)`,
+    `t.bool()`, or a name holding one."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Compare):
+        return not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in expr.ops) and \
+            is_tensor(ctx, expr)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert):
+        return is_mask(ctx, expr.operand, depth + 1)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return is_mask(ctx, expr.left, depth + 1) and is_mask(ctx, expr.right, depth + 1)
+    if isinstance(expr, ast.Name):
+        values = ctx.reaching_values(expr)
+        return bool(values) and all(is_mask(ctx, v, depth + 1) for v in values)
+    if isinstance(expr, ast.Call):
+        if (ctx.qualified_name(expr.func) or "") in BOOLEAN:
+            return True
+        return isinstance(expr.func, ast.Attribute) and expr.func.attr == "bool" and not expr.args and \
+            is_tensor(ctx, expr.func.value)
+    return False
+
+
+class MaskIndexInCompiled(Rule):
+    """## What it does
+    Flags reading a tensor through a boolean mask (`x[x > 0]`, `x[~torch.isnan(x)]`, `x[m]` with `m`
+    a comparison) inside a function `torch.compile` traces. Assigning through a mask
+    (`x[m] = 0`) is not flagged: Dynamo traces it into the graph (measured, one graph).
+
+    ## Why is this bad?
+    The result has as many elements as the mask has `True`s: a data-dependent shape. Dynamo breaks
+    the graph ([GB0036](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0036.html),
+    through `nonzero`) and runs the read eagerly between two graphs, at every call. With
+    `fullgraph=True` compiling raises.
+
+    ## Example
+    ```python
+    @torch.compile
+    def positive_mean(x):
+        y = x * 2
+        return y[y > 0].mean()
+    ```
+
+    Use instead:
+    ```python
+    @torch.compile
+    def positive_mean(x):
+        y = x * 2
+        m = y > 0
+        return torch.where(m, y, 0).sum() / m.sum()  # masked reduction, static shape
+    ```
+    (`xlalint.runtime.masked_mean(y, m)` does the same.)
+
+    ## References
+    - [GB0036](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0036.html)
+    """
+
+    code, name, category = "DYN112", "mask-index-in-compiled", "dynamic_shape"
+    preview = True
+    summary = "boolean-mask read of a tensor inside a compiled function has a data-dependent shape: {consequence} (GB0036)"
+    hint = "keep the full shape: `torch.where(m, x, 0)`, masked reductions (`xlalint.runtime.masked_mean`)"
+    gb_ids = ("GB0036",)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+
+            @torch.compile
+            def positive_mean(x):
+                y = x * 2
+                m = y > 0
+                return torch.where(m, y, 0).sum() / m.sum()
+
+            positive_mean(torch.tensor([1.0, -2.0, 3.0]))
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            @torch.compile
+            def clamp_negative(x):
+                y = x * 2
+                y[y < 0] = 0  # mask assignment: traced, no break
+                return y + 1
+
+            clamp_negative(torch.tensor([1.0, -2.0, 3.0]))
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+
+            @torch.compile
+            def positive_mean(x):
+                y = x * 2
+                return y[y > 0].mean()
+
+            positive_mean(torch.tensor([1.0, -2.0, 3.0]))
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            import torch
+
+            @torch.compile
+            def clean_sum(x):
+                y = x * 2
+                ok = ~torch.isnan(y)
+                return y[ok].sum() + 1
+
+            clean_sum(torch.tensor([1.0, float("nan"), 3.0]))
+            """,
+            line=7,
+        ),
+    ]
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if not isinstance(node.ctx, ast.Load) or isinstance(node.slice, (ast.Slice, ast.Tuple)):
+            return
+        options = compiled_options(self.ctx, node)
+        if options is None or not is_tensor(self.ctx, node.value) or not is_mask(self.ctx, node.slice):
+            return
+        if self.ctx.compiled.captures("capture_dynamic_output_shape_ops"):
+            return
+        self.report(node, self.summary.format(consequence=break_note(options)))
