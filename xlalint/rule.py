@@ -86,6 +86,10 @@ class Rule:
     fix_availability: ClassVar[str] = "none"  # none | sometimes | always
     # preview: precision on real code not yet shown; off unless `--preview` or selected explicitly
     preview: ClassVar[bool] = False
+    # codes of other families' rules this one reports better in its own context (a DYN rule inside
+    # a compiled region): there, their finding on the same code gives way to this one, and when this
+    # rule is not selected their hint becomes this one's (see `engine._in_compiled_regions`)
+    covers: ClassVar[tuple[str, ...]] = ()
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 

@@ -49,6 +49,7 @@ class DynamicShapeOpInCompiled(Rule):
 
     code, name, category = "DYN111", "dynamic-shape-op-in-compiled", "dynamic_shape"
     preview = True
+    covers = ("XLA301",)  # the same hazard, in torch_xla's words
     summary = "`{op}` has a data-dependent output shape inside a compiled function: {consequence} (GB0036)"
     hint = "keep static shapes: three-argument `torch.where`, masks and masked reductions, `nonzero_static(size=K)`"
     gb_ids = ("GB0036",)

@@ -52,6 +52,7 @@ class ItemInCompiled(Rule):
 
     code, name, category = "DYN101", "item-in-compiled", "item_sync"
     preview = True
+    covers = ("XLA101",)  # the same hazard, in torch_xla's words
     summary = "`.{method}()` inside a compiled function: {consequence} and a host read ({gb})"
     hint = "keep the value a tensor (a 0-d tensor broadcasts) and read it after the compiled call returns"
     gb_ids = ("GB0124", "GB0109", "GB0033")

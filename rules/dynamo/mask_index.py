@@ -73,6 +73,7 @@ class MaskIndexInCompiled(Rule):
 
     code, name, category = "DYN112", "mask-index-in-compiled", "dynamic_shape"
     preview = True
+    covers = ("XLA302",)  # the same hazard, in torch_xla's words
     summary = "boolean-mask read of a tensor inside a compiled function has a data-dependent shape: {consequence} (GB0036)"
     hint = "keep the full shape: `torch.where(m, x, 0)`, masked reductions (`xlalint.runtime.masked_mean`)"
     gb_ids = ("GB0036",)

@@ -52,6 +52,7 @@ class PrintInCompiled(Rule):
 
     code, name, category = "DYN105", "print-in-compiled", "item_sync"
     preview = True
+    covers = ("XLA104",)  # the same hazard, in torch_xla's words
     summary = "`{func}` inside a compiled function: {consequence} ({gb})"
     hint = "print after the compiled call returns, or use `torch._higher_order_ops.print(fmt, t)`"
     gb_ids = ("GB0059", "GB0569")

@@ -40,6 +40,7 @@ class ScalarConversionInCompiled(Rule):
 
     code, name, category = "DYN102", "scalar-conversion-in-compiled", "item_sync"
     preview = True
+    covers = ("XLA103",)  # the same hazard, in torch_xla's words
     summary = "`{func}()` of a tensor inside a compiled function: {consequence} and a host read (GB0124)"
     hint = "keep the value a tensor (arithmetic with 0-d tensors broadcasts); convert after the compiled call"
     gb_ids = ("GB0124",)

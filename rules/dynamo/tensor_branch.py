@@ -45,6 +45,7 @@ class TensorBranchInCompiled(Rule):
 
     code, name, category = "DYN104", "tensor-branch-in-compiled", "control_flow_on_tensor"
     preview = True
+    covers = ("XLA201",)  # the same hazard, in torch_xla's words
     summary = "Python branches on a tensor inside a compiled function: {consequence} (GB0170)"
     hint = "select on the device with `torch.where`, or use `torch.cond` for branches with different work"
     gb_ids = ("GB0170",)

@@ -49,6 +49,7 @@ class TensorSizeInCompiled(Rule):
 
     code, name, category = "DYN103", "tensor-size-in-compiled", "varying_shape"
     preview = True
+    covers = ("XLA313",)  # the same hazard, in torch_xla's words
     summary = "a tensor as {what} inside a compiled function: {consequence} and a host read (GB0124/GB0033)"
     hint = "keep the static shape and mask (`torch.arange(L) < n` with `torch.where`), or pass the size as an int"
     gb_ids = ("GB0124", "GB0033")

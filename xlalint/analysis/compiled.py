@@ -259,12 +259,20 @@ class CompiledRegions:
                 field = self.ctx.index.field_of(child)
                 if (field == "body" and polarity < 0) or (field == "orelse" and polarity > 0):
                     return None
+            if isinstance(child, ast.stmt) and self.ctx.index.after_in_block(child, "compiling-exit", self._compiling_exit):
+                return None  # below `if torch.compiler.is_compiling(): return ...`
             if anc in self.functions:
                 return anc
             if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
                 return None
             child = anc
         return None
+
+    def _compiling_exit(self, statement: ast.stmt) -> bool:
+        from .guards import exits_block
+
+        return isinstance(statement, ast.If) and not statement.orelse and exits_block(statement.body) and \
+            self._compiling_test(statement.test) > 0
 
     def _compiling_test(self, test: ast.expr) -> int:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -306,6 +314,40 @@ class CompiledRegions:
     def captures(self, switch: str) -> bool:
         """`capture_scalar_outputs` / `capture_dynamic_output_shape_ops` is on in this file."""
         return self.config.get(switch, False)
+
+
+# what Dynamo traces without a break although torch_xla would sync on it (measured, torch 2.13)
+NON_BREAKING_METHODS = {"cpu", "numpy", "detach", "size", "dim"}
+NON_BREAKING_BUILTINS = {"len", "max", "min", "isinstance"}
+PRINTING = {"print", "str", "repr", "format"}
+
+
+def traced_without_break(ctx: "FileContext", node: ast.AST) -> bool:
+    """Under compile, the code at `node` is traced into the graph although torch_xla would sync
+    there: an `assert` on a tensor, a boolean-mask assignment (`x[m] = 0`), `.cpu()`/`.numpy()`,
+    `len(t)`, `max(t)`, shapes, and an f-string of a tensor that is not printed (all measured:
+    one graph). A finding of another family there is no hazard inside a compiled region."""
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return True
+    if isinstance(node, (ast.Assign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return all(isinstance(t, ast.Subscript) for t in targets)
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Attribute) and node.func.attr in NON_BREAKING_METHODS:
+            return True
+        if isinstance(node.func, ast.Name) and node.func.id in NON_BREAKING_BUILTINS:
+            return True
+    formatted = isinstance(node, (ast.JoinedStr, ast.FormattedValue))
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, ast.Assert):
+            return True
+        if isinstance(anc, ast.Call) and isinstance(anc.func, ast.Name) and anc.func.id in PRINTING:
+            return False
+        if isinstance(anc, (ast.JoinedStr, ast.FormattedValue)):
+            formatted = True
+        if isinstance(anc, ast.stmt):
+            break
+    return formatted
 
 
 def _method(cls: ast.ClassDef, name: str) -> ast.AST | None:

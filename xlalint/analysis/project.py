@@ -187,7 +187,7 @@ def summarize(ctx, name: str) -> ModuleSummary:
         for key, target in ctx.jax_jitted.items():
             if key.startswith("self.") and target.filtered:
                 summary.static_jitted[qualname(index, target.func)] = [list(target.params), sorted(target.static)]
-    if ctx.compiled.roots or ctx.compiled.disabled or ctx.project.compiled:
+    if ctx.compiled.roots or ctx.compiled.disabled or ctx.compiled.compile_calls or ctx.project.compiled:
         from .compiled import summary_entries
 
         summary.compiled, summary.compiled_imports, summary.compile_disabled = summary_entries(ctx)
