@@ -38,7 +38,7 @@ def test_fix_availability_matches_examples():
 def test_codes_and_names_are_unique():
     assert len({r.code for r in ALL_RULES}) == len(ALL_RULES)
     assert len({r.name for r in ALL_RULES}) == len(ALL_RULES)
-    assert all(re.fullmatch(r"(XLA|JAX)[1-9]\d\d", r.code) for r in ALL_RULES)
+    assert all(re.fullmatch(r"(XLA|JAX|DYN)[1-9]\d\d", r.code) for r in ALL_RULES)
 
 
 def test_generated_docs_are_current():

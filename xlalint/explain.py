@@ -22,7 +22,7 @@ def header(rule: type[Rule]) -> str:
     lines = [f"# {rule.name} ({rule.code})", "", f"Category: `{rule.category}`."]
     if rule.preview:
         lines.append("Preview: off by default; on with `--preview` (or `preview = true`), or when selected "
-                     "explicitly (`--select JAX`).")
+                     f"explicitly (`--select {rule.code[:3]}`).")
     if rule.xla_only:
         lines.append("Runs only in files that import torch_xla or torchax.")
     if rule.fix_availability in FIX_LINE:

@@ -60,7 +60,7 @@ class LoggingInCompiled(Rule):
     preview = True
     summary = "`{func}` inside a compiled function: {consequence} ({gb})"
     hint = "log after the compiled call returns, or register the method in `torch._dynamo.config.ignore_logger_methods`"
-    gb_ids = ("GB0291", "GB0007", "GB6215")
+    gb_ids = ("GB0291", "GB0007")
 
     VALID = [
         Valid(

@@ -102,7 +102,8 @@ class UntraceableCallInCompiled(Rule):
       [GB0025](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0025.html),
       [GB0264](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0264.html),
       [GB4198](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb4198.html),
-      [GB5976](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb5976.html)
+      [GB5976](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb5976.html),
+      [GB0156](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0156.html)
     """
 
     code, name, category = "DYN121", "untraceable-call-in-compiled", "other"

@@ -109,37 +109,64 @@ class VaryingShapeIntoStaticCompile(Rule):
         for loop in self.ctx.index.ancestors(node):
             if isinstance(loop, (*FUNCTIONS, ast.Lambda)):
                 return
-            if isinstance(loop, ast.For) and self._padded_loader(loop.iter) and \
-                    self._reads(node, {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}):
+            if isinstance(loop, ast.For) and self._reads(node, self._padded_names(loop)):
                 self.report(node, self.summary.format(func=getattr(target[0], "name", "lambda"),
                                                       consequence=recompile_note(target[1])))
                 return
 
-    def _reads(self, call: ast.Call, names: set[str]) -> bool:
+    @staticmethod
+    def _reads(call: ast.Call, names: set[str]) -> bool:
         return any(isinstance(n, ast.Name) and n.id in names for a in (*call.args, *call.keywords) for n in ast.walk(a))
 
-    def _padded_loader(self, iterable: ast.expr) -> bool:
+    def _padded_names(self, loop: ast.For) -> set[str]:
+        """The loop variables that hold a batch padded to its longest sequence: the whole batch, or
+        the elements of the collate function's returned tuple that come from `pad_sequence`."""
+        iterable, target = loop.iter, loop.target
+        while isinstance(iterable, ast.Call) and dotted_name(iterable.func) in ("enumerate", "tqdm", "iter") \
+                and iterable.args:
+            if dotted_name(iterable.func) == "enumerate":
+                if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+                    return set()
+                target = target.elts[1]
+            iterable = iterable.args[0]
         values = [iterable] if isinstance(iterable, ast.Call) else self.ctx.assigned_values(iterable)
         for value in values:
             if not (isinstance(value, ast.Call) and (dotted_name(value.func) or "").endswith("DataLoader")):
                 continue
             collate = keyword_value(value, "collate_fn")
-            if isinstance(collate, ast.Name):
-                for func in self.ctx.index.functions.get(collate.id, ()):
-                    if self._pads_to_longest(func):
-                        return True
-        return False
+            for func in self.ctx.index.functions.get(collate.id, ()) if isinstance(collate, ast.Name) else ():
+                padded = self._padded_positions(func)
+                if padded is None:
+                    continue
+                if not padded or not isinstance(target, ast.Tuple):
+                    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+                return {n.id for i in padded if i < len(target.elts)
+                        for n in ast.walk(target.elts[i]) if isinstance(n, ast.Name)}
+        return set()
 
-    def _pads_to_longest(self, func: ast.AST) -> bool:
-        """The collate function pads with `pad_sequence` and returns that length as it is (no
-        padding to a fixed length after it)."""
-        pads = fixed = False
+    def _padded_positions(self, func: ast.AST) -> set[int] | None:
+        """None: the collate function does not pad to the longest (or pads to a fixed length after);
+        else the positions of its returned tuple that are padded (empty: the whole result)."""
+        padded: set[str] = set()
+        pads = False
         for node in ast.walk(func):
             if isinstance(node, ast.Call):
                 name = self.ctx.qualified_name(node.func) or ""
+                if name in ("torch.nn.functional.pad", "torch.constant_pad_nd") or \
+                        any(keyword(node, k) is not None for k in FIXED):
+                    return None
                 if name in PAD_TO_LONGEST:
                     pads = True
-                elif name in ("torch.nn.functional.pad", "torch.constant_pad_nd") or \
-                        any(keyword(node, k) is not None for k in FIXED):
-                    fixed = True
-        return pads and not fixed
+                    parent = self.ctx.parent(node)
+                    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and \
+                            isinstance(parent.targets[0], ast.Name):
+                        padded.add(parent.targets[0].id)
+        if not pads:
+            return None
+        positions: set[int] = set()
+        for node in ast.walk(func):
+            if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple):
+                positions |= {i for i, e in enumerate(node.value.elts)
+                              if (isinstance(e, ast.Name) and e.id in padded) or
+                              (isinstance(e, ast.Call) and (self.ctx.qualified_name(e.func) or "") in PAD_TO_LONGEST)}
+        return positions

@@ -75,3 +75,13 @@ def test_every_untraceable_row_breaks_with_its_id(row):
         """)
     run = _run(code)
     assert row.gb in run.gb_ids and run.graphs >= 2, (row.gb, run.gb_ids, run.graphs)
+
+
+@pytest.mark.parametrize("rule", [r for r in DYN if getattr(r, "gb_ids", ())], ids=lambda r: r.code)
+def test_explain_links_the_graph_break_page_of_every_id(rule):
+    from rules.dynamo import gb_page
+    from xlalint.explain import explain_text
+
+    text = explain_text(rule)
+    assert all(gb_page(gb) in text for gb in rule.gb_ids), [gb for gb in rule.gb_ids if gb_page(gb) not in text]
+    assert "--select DYN" in text
