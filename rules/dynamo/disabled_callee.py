@@ -109,5 +109,4 @@ class DisabledCalleeInCompiled(Rule):
             return
         options = compiled_options(self.ctx, node)
         if options is not None:
-            consequence = break_note(options).replace("a graph break", "a graph break")
-            self.report(node, self.summary.format(func=callees[0].name, consequence=consequence))
+            self.report(node, self.summary.format(func=callees[0].name, consequence=break_note(options)))

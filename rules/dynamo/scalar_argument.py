@@ -6,7 +6,7 @@ import ast
 
 from xlalint.analysis.index import FUNCTIONS, LOOPS
 from xlalint.analysis.jax_tracing import reads_any
-from xlalint.analysis.steps import _loop_counters
+from xlalint.analysis.steps import loop_counters
 from xlalint.rule import Invalid, Rule, Valid
 
 from . import is_tensor, recompile_note
@@ -116,9 +116,9 @@ class ScalarArgumentPerCall(Rule):
         if not regions.callables or regions.region(node) is not None:
             return
         target = regions.target(node)
-        if target is None or not target[1].static or not self._in_loop(node):
+        if target is None or not target[1].static:
             return
-        counters = _loop_counters(self.ctx, node)
+        counters = self._counters(node)
         if not counters:
             return
         for arg in [*node.args, *(k.value for k in node.keywords)]:
@@ -129,10 +129,12 @@ class ScalarArgumentPerCall(Rule):
                                                   consequence=recompile_note(target[1])))
             return
 
-    def _in_loop(self, node: ast.AST) -> bool:
+    def _counters(self, node: ast.AST) -> set[str]:
+        """The names the loops around `node` (in its function) count their iterations in."""
+        found: set[str] = set()
         for anc in self.ctx.index.ancestors(node):
+            if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+                break
             if isinstance(anc, LOOPS):
-                return True
-            if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
-                return False
-        return False
+                found |= loop_counters(self.ctx, anc)
+        return found
