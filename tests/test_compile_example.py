@@ -41,10 +41,18 @@ def _run(path: Path, steps: int):
 
 
 def test_dynamo_agrees_original_breaks_and_recompiles_fixed_compiles_once():
+    _skip_without_dynamo()
     before, metrics_before = _run(PROJECT / "train_compiled.py", 18)
     after, metrics_after = _run(PROJECT / "fixed" / "train_compiled.py", 18)
-    assert before.gb_ids >= {"GB0124", "GB0170", "GB0007", "GB0246"}, before.gb_ids
+    # the first breaks of each frame (after the recompile limit the rest runs eagerly, unseen)
+    assert before.gb_ids >= {"GB0170", "GB0007", "GB0246"}, before.gb_ids
     assert len(before.recompiles) >= 8 and before.graphs > 8
     assert (after.graphs, after.breaks, after.recompiles) == (2, [], [])
     assert metrics_after["loss"] == pytest.approx(metrics_before["loss"], rel=1e-5)
     assert metrics_after["acc"] == pytest.approx(metrics_before["acc"], rel=1e-5)
+
+
+def _skip_without_dynamo():
+    torch = pytest.importorskip("torch")
+    if torch._C._get_privateuse1_backend_name() != "privateuseone":
+        pytest.skip("torchax was imported in this process (tests/rules/test_dynamo_rules.py reruns this in a fresh one)")

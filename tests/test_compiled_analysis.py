@@ -172,6 +172,7 @@ def test_clean_compile_code_gets_no_finding_from_any_rule():
 
 
 def test_clean_compile_code_compiles_without_a_break():
+    _skip_without_dynamo()
     pytest.importorskip("torch")
     import sys
 
@@ -215,3 +216,9 @@ def test_in_a_torch_xla_file_the_xla_rules_keep_their_advice():
     code = HAZARD.replace("import torch\n", "import torch\nimport torch_xla\n", 1)
     found = {d.code: d for d in lint_code(code, ALL_RULES)}
     assert "XLA101" in found and found["XLA101"].hint is None
+
+
+def _skip_without_dynamo():
+    torch = pytest.importorskip("torch")
+    if torch._C._get_privateuse1_backend_name() != "privateuseone":
+        pytest.skip("torchax was imported in this process (tests/rules/test_dynamo_rules.py reruns this in a fresh one)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+from xlalint.analysis.names import is_number
+from xlalint.diagnostics import Fix
 from xlalint.rule import Invalid, Rule, Valid
 
 from . import break_note, compiled_options, is_tensor
@@ -12,6 +14,31 @@ BOOLEAN = {"torch.isnan", "torch.isinf", "torch.isfinite", "torch.logical_and", 
            "torch.logical_not", "torch.logical_xor", "torch.eq", "torch.ne", "torch.gt", "torch.lt", "torch.ge",
            "torch.le", "torch.isclose", "torch.signbit"}
 MAX_DEPTH = 8
+
+
+ELEMENTWISE = {"torch.isnan", "torch.isinf", "torch.isfinite", "torch.isposinf", "torch.isneginf", "torch.signbit"}
+
+
+def elementwise_of(ctx, mask: ast.expr, base: str, depth: int = 0) -> bool:
+    """`mask` is evidently computed elementwise from the tensor named `base` alone (`base > 0`,
+    `~torch.isnan(base)`, `(base > 0) & (base < 1)`, or a name holding one): it has its shape."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(mask, ast.Compare):
+        operands = [mask.left, *mask.comparators]
+        same = [o for o in operands if isinstance(o, ast.Name) and o.id == base]
+        return len(same) == 1 and all(o in same or is_number(o) for o in operands)
+    if isinstance(mask, ast.UnaryOp) and isinstance(mask.op, ast.Invert):
+        return elementwise_of(ctx, mask.operand, base, depth + 1)
+    if isinstance(mask, ast.BinOp) and isinstance(mask.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return elementwise_of(ctx, mask.left, base, depth + 1) and elementwise_of(ctx, mask.right, base, depth + 1)
+    if isinstance(mask, ast.Name):
+        values = ctx.reaching_values(mask)
+        return len(values) == 1 and elementwise_of(ctx, values[0], base, depth + 1)
+    if isinstance(mask, ast.Call) and len(mask.args) == 1 and not mask.keywords:
+        arg = mask.args[0]
+        return (ctx.qualified_name(mask.func) or "") in ELEMENTWISE and isinstance(arg, ast.Name) and arg.id == base
+    return False
 
 
 def is_mask(ctx, expr: ast.expr, depth: int = 0) -> bool:
@@ -67,6 +94,12 @@ class MaskIndexInCompiled(Rule):
     ```
     (`xlalint.runtime.masked_mean(y, m)` does the same.)
 
+    ## Fix safety
+    `y[m].sum()` is rewritten to `torch.where(m, y, 0).sum()` (`where`, not `y * m`: a NaN outside
+    the mask must not leak in) when the mask is evidently computed elementwise from `y` itself
+    (`y > 0`, `~torch.isnan(y)`), so it has `y`'s shape: the same terms are added, the same dtype
+    comes out, exact up to summation order. The fix is safe; other masks get no fix.
+
     ## References
     - [GB0036](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0036.html)
     """
@@ -76,6 +109,7 @@ class MaskIndexInCompiled(Rule):
     covers = ("XLA302",)  # the same hazard, in torch_xla's words
     summary = "boolean-mask read of a tensor inside a compiled function has a data-dependent shape: {consequence} (GB0036)"
     hint = "keep the full shape: `torch.where(m, x, 0)`, masked reductions (`xlalint.runtime.masked_mean`)"
+    fix_availability = "sometimes"
     gb_ids = ("GB0036",)
 
     VALID = [
@@ -133,6 +167,17 @@ class MaskIndexInCompiled(Rule):
             clean_sum(torch.tensor([1.0, float("nan"), 3.0]))
             """,
             line=7,
+            expected_replacement="""
+            import torch
+
+            @torch.compile
+            def clean_sum(x):
+                y = x * 2
+                ok = ~torch.isnan(y)
+                return torch.where(ok, y, 0).sum() + 1
+
+            clean_sum(torch.tensor([1.0, float("nan"), 3.0]))
+            """,
         ),
     ]
 
@@ -144,4 +189,25 @@ class MaskIndexInCompiled(Rule):
             return
         if self.ctx.compiled.captures("capture_dynamic_output_shape_ops"):
             return
-        self.report(node, self.summary.format(consequence=break_note(options)))
+        fix = None
+        if isinstance(node.value, ast.Name) and elementwise_of(self.ctx, node.slice, node.value.id) and _summed(self.ctx, node):
+            torch_name = next((k for k, b in self.ctx.index.imports.items() if b.qualified == "torch"), "torch")
+            fix = lambda cctx: _sum_with_where(cctx, node, torch_name)  # noqa: E731
+        self.report(node, self.summary.format(consequence=break_note(options)), fix=fix)
+
+
+def _summed(ctx, node: ast.Subscript) -> bool:
+    """`node.sum()`, with no arguments."""
+    attribute, call = ctx.parent(node), ctx.parent(ctx.parent(node))
+    return isinstance(attribute, ast.Attribute) and attribute.attr == "sum" and \
+        isinstance(call, ast.Call) and call.func is attribute and not call.args and not call.keywords
+
+
+def _sum_with_where(cctx, node: ast.Subscript, torch_name: str):
+    subscript, mask = cctx.locate(node), cctx.locate(node.slice)
+    if subscript is None or mask is None:
+        return None
+    call = cctx.parent(cctx.parent(subscript))  # the `.sum()` around it
+    mask, base = cctx.code(mask), cctx.code(subscript.value)
+    return Fix.replace(call, cctx.parse_expression(f"{torch_name}.where({mask}, {base}, 0).sum()"),
+                       title="Mask with `where` and reduce over the full tensor (exact up to summation order)", safe=True)

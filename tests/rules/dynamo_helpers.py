@@ -46,6 +46,13 @@ class Run:
         return {m.upper() for r in self.breaks for m in GB_ID.findall(r)}
 
 
+def dynamo_usable() -> bool:
+    """Dynamo can compile in this process: no other package took the accelerator slot. Once torchax
+    is imported (other tests import it), Dynamo's tracing asks `torch.accelerator` for the current
+    stream of the `jax` device and fails ("PyTorch is not linked with support for jax devices")."""
+    return torch._C._get_privateuse1_backend_name() == "privateuseone"
+
+
 def observe(body) -> Run:
     """Run `body(backend)` with a fresh Dynamo and a `CompileCounter` backend; `body` compiles
     with that backend (the example's own `torch.compile(...)` calls are routed to it by `load`)."""

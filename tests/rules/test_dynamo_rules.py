@@ -7,7 +7,11 @@ than once. Each VALID example, and the fixed form of each INVALID example with a
 exactly one graph with no break and no recompile. The untraceable-call table is proven row by row.
 """
 
+import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -17,9 +21,30 @@ from rules.dynamo import untraceable_call  # noqa: E402
 from xlalint.rules import ALL_RULES  # noqa: E402
 from xlalint.testing import fix_code  # noqa: E402
 
-from dynamo_helpers import load, observe  # noqa: E402  (tests/rules/dynamo_helpers.py)
+from dynamo_helpers import dynamo_usable, load, observe  # noqa: E402  (tests/rules/dynamo_helpers.py)
 
 DYN = [r for r in ALL_RULES if r.code.startswith("DYN")]
+ROOT = Path(__file__).resolve().parents[2]
+FRESH = "XLALINT_DYNAMO_FRESH"  # set in the fresh process below
+
+
+@pytest.fixture(autouse=True)
+def _dynamo(request):
+    if request.node.name.startswith("test_in_a_fresh_process"):
+        return
+    if not dynamo_usable():
+        pytest.skip("torchax was imported in this process: Dynamo cannot compile here (run in a fresh process)")
+
+
+def test_in_a_fresh_process_when_this_one_cannot_compile():
+    """Where another test imported torchax first, the Dynamo proofs run in a fresh interpreter."""
+    if dynamo_usable() or os.environ.get(FRESH):
+        pytest.skip("Dynamo works in this process: the proofs run here")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging",
+                           str(Path(__file__)), str(ROOT / "tests" / "test_compile_example.py"),
+                           str(ROOT / "tests" / "test_compiled_analysis.py")],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, FRESH: "1"})
+    assert proc.returncode == 0, proc.stdout[-4000:]
 
 
 def _cases(kind):
