@@ -72,6 +72,6 @@ def test_the_rule_authoring_guide_names_what_exists():
             break
         else:
             raise AssertionError(dotted)
-    table = dict((family, codes) for codes, family in re.findall(r"`((?:XLA|JAX)\d+)`\s[^`]*`rules/(\w+)/`", guide))
+    table = dict((family, codes) for codes, family in re.findall(r"`((?:XLA|JAX)\d+|DYN)`\s[^`]*`rules/(\w+)/`", guide))
     families = [m.name for m in pkgutil.iter_modules(xlalint.rules.__path__) if m.ispkg]
     assert table == {f: importlib.import_module(f"xlalint.rules.{f}").CODES for f in families}

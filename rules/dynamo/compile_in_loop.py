@@ -1,4 +1,5 @@
-"""DYN205: `torch.compile` of a new closure at every loop iteration."""
+"""DYN205 compile-in-loop: Flags `torch.compile(f)` inside a loop where `f` is a lambda or a function
+defined in the loop that reads a variable the loop changes (its target, or a name assigned in its body)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rules.dynamo import untraceable_call  # noqa: E402
+from xlalint.rules.dynamo.untraceable_call_in_compiled import TABLE  # noqa: E402
 from xlalint.rules import ALL_RULES  # noqa: E402
 from xlalint.testing import fix_code  # noqa: E402
 
@@ -84,7 +84,7 @@ def test_fixed_example_compiles_to_one_graph(rule, case):
     assert (run.graphs, run.breaks, run.recompiles) == (1, [], [])
 
 
-@pytest.mark.parametrize("row", untraceable_call.TABLE, ids=lambda r: r.name)
+@pytest.mark.parametrize("row", TABLE, ids=lambda r: r.name)
 def test_every_untraceable_row_breaks_with_its_id(row):
     module = row.name.rpartition(".")[0] if row.method is None else ""
     imports = {"io", "os", "time", "random", "copy", "json", "torch", *([module.split(".")[0]] if module else [])}
@@ -104,7 +104,7 @@ def test_every_untraceable_row_breaks_with_its_id(row):
 
 @pytest.mark.parametrize("rule", [r for r in DYN if getattr(r, "gb_ids", ())], ids=lambda r: r.code)
 def test_explain_links_the_graph_break_page_of_every_id(rule):
-    from rules.dynamo import gb_page
+    from xlalint.rules.dynamo._common import gb_page
     from xlalint.explain import explain_text
 
     text = explain_text(rule)

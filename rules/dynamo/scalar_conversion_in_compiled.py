@@ -1,4 +1,5 @@
-"""DYN102: `float(t)`, `int(t)`, `bool(t)` inside a compiled function."""
+"""DYN102 scalar-conversion-in-compiled: Flags `float(t)`, `int(t)` and `bool(t)` of a tensor inside a
+function `torch.compile` traces."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import ast
 
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import break_note, compiled_options, is_tensor
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 
 class ScalarConversionInCompiled(Rule):

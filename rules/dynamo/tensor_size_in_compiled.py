@@ -1,4 +1,6 @@
-"""DYN103: a tensor used as a size or a slice bound inside a compiled function."""
+"""DYN103 tensor-size-in-compiled: Flags a tensor used where a Python integer is needed inside a function
+`torch.compile` traces: a slice bound (`x[:n]`), `range(n)`, or the size of
+`torch.zeros`/`ones`/`empty`/`rand`/`randn`/ `arange`/`full`."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import ast
 from xlalint.analysis.names import positional
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import break_note, compiled_options, is_tensor
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 # torch factories whose leading arguments are sizes
 SIZED = {"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn", "torch.arange", "torch.full"}

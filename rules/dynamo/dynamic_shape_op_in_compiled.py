@@ -1,4 +1,7 @@
-"""DYN111: operators with a data-dependent output shape inside a compiled function."""
+"""DYN111 dynamic-shape-op-in-compiled: Flags, inside a function `torch.compile` traces, operators whose
+output size depends on the data: `nonzero`, `argwhere`, one-argument `torch.where(c)`, `unique`,
+`unique_consecutive`, `masked_select`, and `repeat_interleave` with a tensor of repeats (function or
+method form)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import ast
 from xlalint.analysis.names import keyword, positional
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import break_note, compiled_options, is_tensor
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 OPS = {"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select"}
 

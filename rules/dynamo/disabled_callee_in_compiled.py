@@ -1,4 +1,6 @@
-"""DYN122: a compiled function calls a function under `torch.compiler.disable`."""
+"""DYN122 disabled-callee-in-compiled: Flags a call, inside a function `torch.compile` traces, of a function
+of the same module under `@torch.compiler.disable` (or `torch._dynamo.disable`, or wrapped `f =
+torch.compiler.disable(f)`)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import ast
 
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import break_note, compiled_options
+from xlalint.rules.dynamo._common import break_note, compiled_options
 
 
 class DisabledCalleeInCompiled(Rule):

@@ -1,4 +1,6 @@
-"""DYN101: `.item()` / `.tolist()` inside a compiled function."""
+"""DYN101 item-in-compiled: Flags `t.item()` and `t.tolist()` on a tensor inside a function `torch.compile`
+traces (decorated, wrapped by `torch.compile(f)`, the `forward` of a compiled module, or a function they
+call)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import ast
 
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import compiled_options, is_tensor
+from xlalint.rules.dynamo._common import compiled_options, is_tensor
 
 GB = {"item": "GB0124", "tolist": "GB0109"}
 

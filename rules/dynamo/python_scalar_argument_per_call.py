@@ -1,4 +1,7 @@
-"""DYN201: a loop counter passed to a function compiled with static shapes."""
+"""DYN201 python-scalar-argument-per-call: Flags a call, in a loop, of a function compiled with
+`dynamic=False` (or `backend="tpu"`, which forces it) that passes a Python number changing every
+iteration: the loop's counter (`for step in range(n)`, `enumerate`'s index, `step += 1`) or a value
+computed from it (`warmup = step / total`)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from xlalint.analysis.jax_tracing import reads_any
 from xlalint.analysis.steps import loop_counters
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import is_tensor, recompile_note
+from xlalint.rules.dynamo._common import is_tensor, recompile_note
 
 
 class ScalarArgumentPerCall(Rule):

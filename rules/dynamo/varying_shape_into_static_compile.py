@@ -1,4 +1,6 @@
-"""DYN204: batches padded to their own longest sequence, fed to a static compile."""
+"""DYN204 varying-shape-into-static-compile: Flags a call of a function compiled with `dynamic=False` (or
+`backend="tpu"`) on the batches of a `DataLoader` whose `collate_fn` pads each batch to its own longest
+sequence (`pad_sequence` in a collate function of this file)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from xlalint.analysis.index import FUNCTIONS
 from xlalint.analysis.names import dotted_name, keyword, keyword_value
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import recompile_note
+from xlalint.rules.dynamo._common import recompile_note
 
 PAD_TO_LONGEST = {"torch.nn.utils.rnn.pad_sequence"}
 FIXED = ("padding_value_to", "total_length", "pad_to_multiple_of", "max_length")

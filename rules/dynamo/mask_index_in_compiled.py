@@ -1,4 +1,5 @@
-"""DYN112: reading a tensor through a boolean mask inside a compiled function."""
+"""DYN112 mask-index-in-compiled: Flags reading a tensor through a boolean mask (`x[x > 0]`,
+`x[~torch.isnan(x)]`, `x[m]` with `m` a comparison) inside a function `torch.compile` traces."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from xlalint.analysis.names import is_number
 from xlalint.diagnostics import Fix
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import break_note, compiled_options, is_tensor
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 BOOLEAN = {"torch.isnan", "torch.isinf", "torch.isfinite", "torch.logical_and", "torch.logical_or",
            "torch.logical_not", "torch.logical_xor", "torch.eq", "torch.ne", "torch.gt", "torch.lt", "torch.ge",

@@ -1,4 +1,6 @@
-"""DYN202: an integer attribute of a compiled module changed in `forward`."""
+"""DYN202 module-int-attribute-mutated: Flags `self.<attr> += ...` (or `self.<attr> = self.<attr> + ...`) in
+a compiled module's `forward` (or a function it calls) where `__init__` sets `self.<attr>` to a Python
+int."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import ast
 from xlalint.analysis.names import dotted_name
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import compiled_options
+from xlalint.rules.dynamo._common import compiled_options
 
 
 class ModuleIntAttributeMutated(Rule):

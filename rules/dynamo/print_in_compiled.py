@@ -1,4 +1,5 @@
-"""DYN105: `print`, `str(t)`, `repr(t)` inside a compiled function."""
+"""DYN105 print-in-compiled: Flags `print(...)` (of anything: a plain string too), and `str(t)` / `repr(t)`
+of a tensor, inside a function `torch.compile` traces."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import ast
 
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import break_note, compiled_options, is_tensor
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 
 class PrintInCompiled(Rule):

@@ -1,4 +1,6 @@
-"""DYN203: an optimizer whose float learning rate a scheduler changes, stepped in a static compile."""
+"""DYN203 scheduled-lr-in-compiled-step: Flags `opt.step()` inside a function compiled with `dynamic=False`
+(or `backend="tpu"`) where `opt` is a `torch.optim` optimizer created with a Python float learning rate
+and a `torch.optim.lr_scheduler` scheduler of this file changes it."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import ast
 from xlalint.analysis.names import dotted_name, keyword_value, positional
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import compiled_options, is_tensor, recompile_note
+from xlalint.rules.dynamo._common import compiled_options, is_tensor, recompile_note
 
 
 class ScheduledLrInCompiledStep(Rule):

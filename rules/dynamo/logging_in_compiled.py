@@ -1,4 +1,6 @@
-"""DYN106: logging and `warnings.warn` inside a compiled function."""
+"""DYN106 logging-in-compiled: Flags calls of a `logging.Logger` (`logger.info(...)` where `logger =
+logging.getLogger(...)`), of the `logging` module's functions, and `warnings.warn(...)` inside a function
+`torch.compile` traces."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import ast
 from xlalint.analysis.names import dotted_name
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import break_note, compiled_options
+from xlalint.rules.dynamo._common import break_note, compiled_options
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
 

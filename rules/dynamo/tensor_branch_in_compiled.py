@@ -1,4 +1,6 @@
-"""DYN104: a Python branch on a tensor inside a compiled function."""
+"""DYN104 tensor-branch-in-compiled: Flags `if`, `while` and conditional expressions whose test is a tensor
+(`if loss > 0:`, `while err.max() > tol:`, `a if t.any() else b`) inside a function `torch.compile`
+traces."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import ast
 
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import break_note, compiled_options, is_tensor
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 
 class TensorBranchInCompiled(Rule):

@@ -1,4 +1,5 @@
-"""DYN113: `one_hot` without `num_classes` inside a compiled function."""
+"""DYN113 one-hot-without-num-classes: Flags `F.one_hot(t)` without `num_classes` inside a function
+`torch.compile` traces."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from xlalint.analysis.names import dotted_name, keyword, positional
 from xlalint.diagnostics import Fix
 from xlalint.rule import Invalid, Rule, Valid
 
-from . import break_note, compiled_options, is_tensor
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 ONE_HOT = {"torch.nn.functional.one_hot", "torch.one_hot"}
 PASSING = {"float", "half", "bfloat16", "double", "long", "int", "to", "type_as"}  # keep the width
