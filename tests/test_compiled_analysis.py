@@ -117,6 +117,11 @@ def test_compiled_across_modules():
     "    s = f'{x}'\n    h = x.cpu()\n    return x[: x.shape[0]] * n + max(x)\n\nf(torch.ones(3))\n",
     # not compiled: the same hazards run eagerly
     "import torch\n\ndef f(x):\n    if x.sum() > 0:\n        print(x.item())\n    return x[x > 0]\n\nf(torch.ones(3))\n",
+    # branches Dynamo folds away: torch.jit.is_scripting(), a module flag only ever False
+    "import torch\nimport warnings\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.debug_print = False\n\n    def forward(self, x):\n        if torch.jit.is_scripting():\n"
+    "            warnings.warn('scripted')\n        if self.debug_print:\n            print(x.sum().item())\n"
+    "        return x\n\nmodel = torch.compile(Net())\nmodel(torch.ones(3))\n",
     # the branch torch.compiler.is_compiling() rules out
     "import torch\n\n@torch.compile\ndef f(x):\n    if torch.compiler.is_compiling():\n        return x\n"
     "    print(x.item())\n    return x\n\nf(torch.ones(3))\n",

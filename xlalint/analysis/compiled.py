@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 COMPILERS = {"torch.compile", "torch._dynamo.optimize"}
 DISABLERS = {"torch.compiler.disable", "torch._dynamo.disable", "torch._disable_dynamo"}
 IS_COMPILING = {"torch.compiler.is_compiling", "torch._dynamo.is_compiling", "torch.compiler.is_dynamo_compiling"}
+# false while Dynamo traces (it folds them): their branch is dead code there
+NOT_WHILE_COMPILING = {"torch.jit.is_scripting", "torch.jit.is_tracing", "torch.onnx.is_in_onnx_export"}
 CONFIG = "torch._dynamo.config."
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit (2.13)
 
@@ -275,10 +277,19 @@ class CompiledRegions:
             self._compiling_test(statement.test) > 0
 
     def _compiling_test(self, test: ast.expr) -> int:
+        """1: `test` is true while Dynamo traces (`is_compiling()`); -1: false (`torch.jit.is_scripting()`,
+        a module flag only ever set to False, as `self.debug_print = False`: a static attribute
+        Dynamo folds); 0: unknown."""
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return -self._compiling_test(test.operand)
-        if isinstance(test, ast.Call) and self.ctx.qualified_name(test.func) in IS_COMPILING:
-            return 1
+        if isinstance(test, ast.Call):
+            name = self.ctx.qualified_name(test.func)
+            return 1 if name in IS_COMPILING else -1 if name in NOT_WHILE_COMPILING else 0
+        name = dotted_name(test) or ""
+        if name.startswith("self.") and name.count(".") == 1:
+            values = self.ctx.attribute_values(name)
+            if values and all(isinstance(v, ast.Constant) and not v.value for v in values):
+                return -1
         return 0
 
     def options(self, node: ast.AST) -> CompileOptions:
