@@ -31,12 +31,12 @@ def is_tensor(ctx: FileContext, expr: ast.expr | None) -> bool:
 def break_note(options: CompileOptions) -> str:
     """What a graph break costs under these options."""
     if options.fullgraph:
-        return "with `fullgraph=True` compiling raises `Unsupported`"
-    return "a graph break: the graph is split and the code between runs eagerly"
+        return "an error at compile time (`fullgraph=True`)"
+    return "a graph break"
 
 
 def recompile_note(options: CompileOptions) -> str:
     """What a new value costs under these options."""
     if options.static:
-        return f"a recompilation per value{options.describe()}, then eager after the limit of 8"
-    return "a recompilation per value"
+        return f"a recompile per value{options.describe()}, eager after 8"
+    return "a recompile per value"
