@@ -17,16 +17,18 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import __version__
 from .analysis.project import (NO_PROJECT, ModuleSummary, ProjectFacts, ProjectIndex, module_name, project_root, source_root,
                                summarize, summary_from_json, summary_to_json)
+from .analysis.asked import AskedFacts, holds
 from .analysis.reads import ParamRead
 from .cache import CACHE_DIR_NAME, ProjectCache, digest
 from .config import Settings
 from .diagnostics import Diagnostic
 from .discovery import discover
-from .engine import MARKERS, FileResult, analyse, fix_source, lint_source
+from .engine import MARKERS, FileResult, analyse, fix_source, lint_context, lint_source
 from .notebook import MAX_NOTEBOOK_BYTES, Notebook, is_notebook
 from .progress import Progress
 from .rules import RULES_BY_CODE
@@ -80,17 +82,63 @@ def _ignore_interrupts() -> None:
 
 # -- work done in worker processes (module-level functions: they are pickled by reference) ------------
 
-def _summarize_task(task: tuple[str, str, ProjectFacts]) -> dict | None:
-    path, name, facts = task
+class CheckTask(NamedTuple):
+    path: str
+    raw: bytes
+    codes: tuple[str, ...]  # the rules that apply to this file
+    assume_xla: bool
+    target: tuple[int, ...] | None  # the oldest torch_xla the code must run on
+    fixable: tuple[str, ...] | None  # the codes whose fixes may be built (None: all)
+    facts: ProjectFacts
+    with_edits: bool
+
+
+class FixTask(NamedTuple):
+    path: str
+    raw: bytes
+    codes: tuple[str, ...]
+    assume_xla: bool
+    target: tuple[int, ...] | None
+    fixable: tuple[str, ...] | None
+    facts: ProjectFacts
+    unsafe: bool
+
+
+class SummaryTask(NamedTuple):
+    path: str
+    name: str  # the module's dotted name
+    facts: ProjectFacts  # what the project says about it so far (NO_PROJECT on the first pass)
+    check: CheckTask | None = None  # a file the run checks: checked on the same analysis
+
+
+class Summarised(NamedTuple):
+    summary: dict | None  # None: the index lacks the file (it is reported when it is checked)
+    check: tuple[list[dict], str | None] | None = None  # the `CheckTask`'s result, when it had one
+    # what that check's analysis asked of `facts` (see analysis.asked); None: it was checked with
+    # `facts` themselves, not on the summary's analysis
+    asked: frozenset | None = frozenset()
+
+
+def _summarize_task(task: SummaryTask) -> Summarised:
+    check = task.check
+    asked = AskedFacts(task.facts)
     try:
-        source = decode_source(Path(path), read_bounded(Path(path))[0])
-        return summary_to_json(summarize(analyse(source, project=facts), name))
+        raw = check.raw if check is not None else read_bounded(Path(task.path))[0]
+        # a checked file keeps its path as given (rules read it); the summary is keyed by the real one
+        source = decode_source(Path(check.path if check is not None else task.path), raw)
+        ctx = analyse(source, project=asked, target_version=check.target if check is not None else None)
+        summary = summarize(ctx, task.name)
+        summary.path = task.path
     except (SourceError, OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-        return None  # the file is reported when it is linted; the index just lacks it
+        # the file is reported when it is linted; the index just lacks it
+        return Summarised(None, _check_task(check) if check is not None else None, None)
     except Exception:  # a bug in xlalint: the index lacks the file rather than the run failing
         if os.environ.get("XLALINT_DEBUG"):
             raise
-        return None
+        return Summarised(None, _check_task(check) if check is not None else None, None)
+    if check is None:
+        return Summarised(summary_to_json(summary))
+    return Summarised(summary_to_json(summary), _check_task(check, source, ctx), frozenset(asked.questions))
 
 
 def _source(path: str, raw: bytes) -> tuple[SourceFile, Notebook | None]:
@@ -102,33 +150,37 @@ def _source(path: str, raw: bytes) -> tuple[SourceFile, Notebook | None]:
     return decode_source(Path(path), raw), None
 
 
-def _check_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool]) -> tuple[list[dict], str | None]:
-    path, raw, codes, (assume_xla, target, fixable), facts, with_edits = task
+def _check_task(task: CheckTask, source: SourceFile | None = None, ctx=None) -> tuple[list[dict], str | None]:
+    """`source` and `ctx`: the file as a project summary already analysed it (never a notebook)."""
     notebook = None
     try:
-        source, notebook = _source(path, raw)
-        found = lint_source(source, [RULES_BY_CODE[c] for c in codes], with_edits=with_edits, assume_xla=assume_xla,
-                            project=facts, target_version=target, fixable=_frozen(fixable))
+        rules = [RULES_BY_CODE[c] for c in task.codes]
+        if ctx is not None:
+            found = lint_context(source, ctx, rules, with_edits=task.with_edits, fixable=_frozen(task.fixable))
+        else:
+            source, notebook = _source(task.path, task.raw)
+            found = lint_source(source, rules, with_edits=task.with_edits, assume_xla=task.assume_xla,
+                                project=task.facts, target_version=task.target, fixable=_frozen(task.fixable))
         if notebook is not None:
             found = [notebook.in_cells(d) for d in found]
         return [d.to_json() for d in found], None
     except SourceError as exc:
         return [], notebook.error_in_cells(str(exc)) if notebook is not None else str(exc)
     except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
-        return [], internal_error(Path(path), exc)
+        return [], internal_error(Path(task.path), exc)
 
 
 def _frozen(codes: tuple[str, ...] | None) -> frozenset[str] | None:
     return None if codes is None else frozenset(codes)
 
 
-def _fix_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool]):
-    path, raw, codes, (assume_xla, target, fixable), facts, unsafe = task
+def _fix_task(task: FixTask):
     notebook = None
     try:
-        source, notebook = _source(path, raw)
-        result = fix_source(source, [RULES_BY_CODE[c] for c in codes], unsafe=unsafe, assume_xla=assume_xla,
-                            project=facts, target_version=target, fixable=_frozen(fixable))
+        source, notebook = _source(task.path, task.raw)
+        result = fix_source(source, [RULES_BY_CODE[c] for c in task.codes], unsafe=task.unsafe,
+                            assume_xla=task.assume_xla, project=task.facts, target_version=task.target,
+                            fixable=_frozen(task.fixable))
         for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
                 diagnostic.fix.replacements = {}
@@ -138,7 +190,7 @@ def _fix_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool
     except SourceError as exc:
         return None, notebook.error_in_cells(str(exc)) if notebook is not None else str(exc)
     except Exception as exc:  # noqa: BLE001
-        return None, internal_error(Path(path), exc)
+        return None, internal_error(Path(task.path), exc)
 
 
 STEP_LABELS = {"_summarize_task": "indexing the project", "_check_task": "checking", "_fix_task": "fixing"}
@@ -170,6 +222,9 @@ class Workspace:
         self._pool: ProcessPoolExecutor | None = None
         self._pool_size = 0
         self._caches: dict[Path, ProjectCache] = {}
+        # during `check`: resolved path -> (the facts, what was asked of them, the check's result) of
+        # each summary that also checked the file (see `SummaryTask.check`)
+        self.shared: dict[Path, list[tuple[ProjectFacts, frozenset | None, tuple]]] = {}
         self.warnings: list[str] = []  # one line each, for the user (a cache that is not used)
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -250,8 +305,10 @@ class Workspace:
             members = discover(roots, self.settings, missing=[])[:MAX_PROJECT_FILES]
         return members
 
-    def facts(self, files: list[Path]) -> dict[Path, ProjectFacts]:
-        """For each file, what the rest of its project says about it (see `ProjectFacts`)."""
+    def facts(self, files: list[Path], checks: dict[Path, CheckTask] | None = None) -> dict[Path, ProjectFacts]:
+        """For each file, what the rest of its project says about it (see `ProjectFacts`).
+        `checks`: files (by resolved path) to check on the analysis that summarises them, where
+        one is made (see `self.shared`)."""
         by_root: dict[Path, list[Path]] = {}
         for path in files:
             by_root.setdefault(project_root(path), []).append(path)
@@ -260,12 +317,12 @@ class Workspace:
             if not is_dir(root):  # a `--stdin-filename` in a folder that does not exist: no project
                 result.update((path, NO_PROJECT) for path in targets)
                 continue
-            facts = self._project_facts(root, targets)
+            facts = self._project_facts(root, targets, checks or {})
             for path in targets:
                 result[path] = facts.get(str(path.resolve()), NO_PROJECT)
         return result
 
-    def _project_facts(self, root: Path, targets: list[Path]) -> dict[str, ProjectFacts]:
+    def _project_facts(self, root: Path, targets: list[Path], checks: dict[Path, CheckTask]) -> dict[str, ProjectFacts]:
         """Summarise the project, then summarise again the modules whose loops call a function
         elsewhere that trains (those loops are step loops: what runs in them changes)."""
         cache = self._cache(root)
@@ -289,17 +346,17 @@ class Workspace:
         cached = _read(_facts_from_json, cache.result(FACTS_SLOT, key))
         if cached is not None:
             return cached
-        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents)
+        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents, checks)
         facts = ProjectIndex(list(summaries.values())).facts()
         again = {Path(path): f for path, f in facts.items() if f.training_calls}
         if again:
-            summaries.update(self._summaries(cache, root, again, contents))
+            summaries.update(self._summaries(cache, root, again, contents, checks))
             facts = ProjectIndex(list(summaries.values())).facts()
         cache.put_result(FACTS_SLOT, key, _facts_to_json(facts))
         return facts
 
     def _summaries(self, cache: ProjectCache, root: Path, wanted: dict[Path, ProjectFacts],
-                   contents: dict[Path, str]) -> dict[str, ModuleSummary]:
+                   contents: dict[Path, str], checks: dict[Path, CheckTask]) -> dict[str, ModuleSummary]:
         found, todo = {}, []
         for path, facts in wanted.items():
             relpath = _relative(path, root)
@@ -311,42 +368,68 @@ class Workspace:
             if cached is not None:
                 found[str(path)] = cached
             else:
-                todo.append((str(path), module_name(path, source_root(path)), facts, relpath, key))
-        for (path, _, _, relpath, key), computed in zip(todo, self._map(_summarize_task, [t[:3] for t in todo])):
-            if computed is not None:
-                cache.put_summary(relpath, key, computed)
-                found[path] = summary_from_json(computed)
+                check = checks.get(path)
+                task = SummaryTask(str(path), module_name(path, source_root(path)), facts,
+                                   check._replace(facts=facts) if check is not None else None)
+                todo.append((task, relpath, key))
+        for (task, relpath, key), computed in zip(todo, self._map(_summarize_task, [t[0] for t in todo])):
+            if computed.check is not None:
+                self.shared.setdefault(Path(task.path), []).append((task.facts, computed.asked, computed.check))
+            if computed.summary is not None:
+                cache.put_summary(relpath, key, computed.summary)
+                found[task.path] = summary_from_json(computed.summary)
         return found
 
     # -- check and fix --------------------------------------------------------------------------------
     def check(self, files: list[Path], *, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
         """`given`: contents to check instead of what the files hold (standard input)."""
-        facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
+        readable = list(_readable(files, outcomes, given))
+        checks: dict[Path, CheckTask] = {}
+        if not self.settings.assume_xla:  # summaries are analysed without --assume-xla: else not shared
+            seen: dict[Path, int] = {}
+            for path, raw in readable:
+                seen[path.resolve()] = seen.get(path.resolve(), 0) + 1
+            for path, raw in readable:
+                if (given is None or path not in given) and not is_notebook(path) and seen[path.resolve()] == 1:
+                    checks[path.resolve()] = self._check(path, raw, NO_PROJECT)
+        self.shared = {}
+        facts = self.facts(files, checks)
         tasks, keys = [], []
-        for path, raw in _readable(files, outcomes, given):
+        for path, raw in readable:
             codes = self._codes(path)
             root = project_root(path)
             key = digest(repr((digest(raw), codes, self._options, facts[path].key(), self.with_edits,
                                __version__)).encode())
-            cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(_relative(path.resolve(), root), key))
+            relpath = _relative(path.resolve(), root)
+            cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(relpath, key))
+            if cached is None and path.resolve() in checks:
+                # checked on the analysis that summarised it, if its project facts answer alike
+                cached = next((_outcome(path, *result) for asked_of, asked, result in self.shared.get(path.resolve(), ())
+                               if holds(asked_of, asked, facts[path])), None)
+                if cached is not None and cached.error is None:
+                    self._cache(root).put_result(relpath, key, [[d.to_json() for d in cached.diagnostics], None])
             if cached is not None:
                 outcomes[path] = cached
                 continue
-            tasks.append((str(path), raw, codes, self._options, facts[path], self.with_edits))
+            tasks.append(self._check(path, raw, facts[path]))
             keys.append((path, root, key))
+        self.shared = {}
         for (path, root, key), (found, error) in zip(keys, self._map(_check_task, tasks)):
             outcomes[path] = _outcome(path, found, error)
             if error is None:
                 self._cache(root).put_result(_relative(path.resolve(), root), key, [found, None])
         return [outcomes[p] for p in files]
 
+    def _check(self, path: Path, raw: bytes, facts: ProjectFacts) -> CheckTask:
+        return CheckTask(str(path), raw, self._codes(path), *self._options, facts, self.with_edits)
+
     def fix(self, files: list[Path], *, unsafe: bool, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
         facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, paths, stamps = [], [], {}
         for path, raw in _readable(files, outcomes, given, stamps):
-            tasks.append((str(path), raw, self._codes(path), self._options, facts[path], unsafe))
+            tasks.append(FixTask(str(path), raw, self._codes(path), *self._options, facts[path], unsafe))
             paths.append(path)
         for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
             if result is not None:
