@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import __version__
-from .analysis.project import (NO_PROJECT, ModuleSummary, ProjectFacts, ProjectIndex, module_name, project_root, source_root,
+from .analysis.project import (NO_PROJECT, PROJECT_MARKERS, ModuleSummary, ProjectFacts, ProjectIndex, module_name, project_root, source_root,
                                summarize, summary_from_json, summary_to_json)
 from .analysis.asked import AskedFacts, holds
 from .analysis.reads import ParamRead
@@ -32,7 +32,7 @@ from .engine import MARKERS, FileResult, analyse, fix_source, lint_context, lint
 from .notebook import MAX_NOTEBOOK_BYTES, Notebook, is_notebook
 from .progress import Progress
 from .rules import RULES_BY_CODE
-from .source import SourceError, SourceFile, Stamp, decode_source, is_dir, read_bounded
+from .source import SourceError, SourceFile, Stamp, decode_source, is_dir, read_bounded, stat_or_none
 
 MAX_PROJECT_FILES = 20_000
 PARALLEL_MIN = 8  # fewer tasks than this run in-process: starting workers would cost more
@@ -208,10 +208,24 @@ def _back_to_notebook(notebook: Notebook, result) -> None:
     result.display = (notebook.readable(), after.readable())
 
 
+def run_root(paths: list[Path]) -> Path:
+    """The one root of a run (Ruff's): the common folder of the paths it was given (a file's
+    folder), or the project above it (the nearest folder with a pyproject.toml, setup.py,
+    setup.cfg or .git). The cache lives there, and files under it in no project are one project."""
+    folders = [p.resolve() if is_dir(p) else p.resolve().parent for p in paths] or [Path.cwd()]
+    common = Path(os.path.commonpath(folders))
+    for folder in (common, *common.parents):
+        if any(stat_or_none(folder / marker) is not None for marker in PROJECT_MARKERS):
+            return folder
+    return common
+
+
 class Workspace:
     def __init__(self, settings: Settings, rules, *, jobs: int | None = None, cache: bool = True,
-                 cache_dir: Path | None = None, with_edits: bool = True, progress: Progress | None = None) -> None:
+                 cache_dir: Path | None = None, with_edits: bool = True, progress: Progress | None = None,
+                 root: Path | None = None) -> None:
         self.settings = settings
+        self.root = root.resolve() if root is not None else None  # see `run_root`; None: the files' own
         self.progress = progress  # a progress line for long runs (a terminal's), else None
         # the text edits of each fix (JSON output); without them a fix is only built, never applied
         self.with_edits = with_edits
@@ -275,11 +289,16 @@ class Workspace:
         for cache in self._caches.values():
             cache.save()
 
+    def project_of(self, path: Path) -> Path:
+        """The root of the project `path` belongs to (see `project_root`)."""
+        return project_root(path, within=self.root)
+
     def _cache(self, root: Path) -> ProjectCache:
+        """The cache of a project: a file of the run's one cache folder (each project its own file)."""
         if root not in self._caches:
             folder = None
             if self.use_cache:
-                folder = self.cache_dir if self.cache_dir is not None else root / CACHE_DIR_NAME
+                folder = self.cache_dir if self.cache_dir is not None else (self.root or root) / CACHE_DIR_NAME
             self._caches[root] = ProjectCache(folder, root)
             if self._caches[root].warning:
                 self.warnings.append(self._caches[root].warning)
@@ -311,7 +330,7 @@ class Workspace:
         one is made (see `self.shared`)."""
         by_root: dict[Path, list[Path]] = {}
         for path in files:
-            by_root.setdefault(project_root(path), []).append(path)
+            by_root.setdefault(self.project_of(path), []).append(path)
         result: dict[Path, ProjectFacts] = {}
         for root, targets in by_root.items():
             if not is_dir(root):  # a `--stdin-filename` in a folder that does not exist: no project
@@ -383,6 +402,7 @@ class Workspace:
     # -- check and fix --------------------------------------------------------------------------------
     def check(self, files: list[Path], *, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
         """`given`: contents to check instead of what the files hold (standard input)."""
+        self._default_root(files)
         outcomes: dict[Path, FileOutcome] = {}
         readable = list(_readable(files, outcomes, given))
         checks: dict[Path, CheckTask] = {}
@@ -398,7 +418,7 @@ class Workspace:
         tasks, keys = [], []
         for path, raw in readable:
             codes = self._codes(path)
-            root = project_root(path)
+            root = self.project_of(path)
             key = digest(repr((digest(raw), codes, self._options, facts[path].key(), self.with_edits,
                                __version__)).encode())
             relpath = _relative(path.resolve(), root)
@@ -421,10 +441,15 @@ class Workspace:
                 self._cache(root).put_result(_relative(path.resolve(), root), key, [found, None])
         return [outcomes[p] for p in files]
 
+    def _default_root(self, files: list[Path]) -> None:
+        if self.root is None and files:  # not given: the root of a run given these files
+            self.root = run_root(files)
+
     def _check(self, path: Path, raw: bytes, facts: ProjectFacts) -> CheckTask:
         return CheckTask(str(path), raw, self._codes(path), *self._options, facts, self.with_edits)
 
     def fix(self, files: list[Path], *, unsafe: bool, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
+        self._default_root(files)
         facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, paths, stamps = [], [], {}

@@ -130,13 +130,16 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def project_root(path: Path, *, follow: bool = True) -> Path:
-    """The nearest folder above `path` with a pyproject.toml, setup.py, setup.cfg or .git; else the
-    file's source root. `follow=False`: the project where `path` is, if a symbolic link, not its target's."""
+def project_root(path: Path, *, follow: bool = True, within: Path | None = None) -> Path:
+    """The nearest folder above `path` with a pyproject.toml, setup.py, setup.cfg or .git; else
+    `within` (a run's root, resolved) when `path` is below it, else the file's source root.
+    `follow=False`: the project where `path` is, if a symbolic link, not its target's."""
     start = path.resolve() if follow else path.parent.resolve() / path.name
     for folder in start.parents:
         if any(stat_or_none(folder / marker) is not None for marker in PROJECT_MARKERS):
             return folder
+    if within is not None and within in start.parents:  # a tree with no marker: one project per run
+        return within
     return source_root(start)
 
 
