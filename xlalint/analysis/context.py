@@ -222,16 +222,12 @@ class FileContext:
         return bool(self.project.training_calls) and \
             (call.lineno, self.text.column(call.lineno, call.col_offset)) in self.project.training_calls
 
-    @cached_property
-    def _helper_reads(self) -> dict[tuple[int, int], tuple[str, str, tuple[ParamRead, ...]]]:
-        return {at: (helper, path, reads) for at, helper, path, reads in self.project.helper_reads}
-
     def helper_reads(self, call: ast.Call) -> tuple[str, str, tuple[ParamRead, ...]] | None:
         """(the function as called, its file, its host reads of its arguments) when `call` runs a
         project function that reads an argument to the host on every call (see `reads`)."""
         if not self.project.helper_reads:
             return None
-        return self._helper_reads.get((call.lineno, self.text.column(call.lineno, call.col_offset)))
+        return self.project.reads_at((call.lineno, self.text.column(call.lineno, call.col_offset)))
 
     def is_per_step(self, node: ast.AST, *, periodic: bool = False) -> bool:
         return steps.is_per_step(self, node, periodic=periodic)

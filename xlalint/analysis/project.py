@@ -15,6 +15,7 @@ import ast
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from ..source import is_file, stat_or_none
@@ -59,6 +60,14 @@ class ProjectFacts:
     # its functions torch.compile traces because of other modules (a compiled caller, a compiled
     # model of its class): (qualname, the options' key, see `compiled.CompileOptions`)
     compiled: tuple[tuple[str, str], ...] = ()
+
+    def reads_at(self, at: tuple[int, int]) -> tuple[str, str, tuple[ParamRead, ...]] | None:
+        """(the function as called, its file, its reads) of the helper called at `at` (line, column)."""
+        return self._reads_by_call.get(at)
+
+    @cached_property
+    def _reads_by_call(self) -> dict:
+        return {at: (helper, path, reads) for at, helper, path, reads in self.helper_reads}
 
     def key(self) -> str:
         return repr((sorted(self.steps), sorted(self.called), sorted(self.training_calls), self.helper_reads,
