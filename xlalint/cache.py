@@ -41,24 +41,27 @@ def digest(data: bytes) -> str:
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """The version plus the size and mtime of every source and data file under the folders of the
-    xlalint packages loaded (the rules included: they decide the findings): a cache written by
-    other code (an edited checkout, another install) is never read. Folders of loaded packages,
-    not a list of them: the same code in a wheel and in a source checkout, whatever its layout."""
+    """The version plus the content of every source and data file under the folders of the xlalint
+    packages loaded (the rules included: they decide the findings): a cache written by other code
+    (an edited checkout, another install) is never read. Folders of loaded packages, not a list of
+    them: the same code in a wheel and in a source checkout, whatever its layout. Contents, not
+    modification times: a CI job installs the same code afresh each run, and its restored cache
+    must still be read (~1 MB hashed, a few ms)."""
     import xlalint.rules  # noqa: F401  (the rules decide the findings: make sure their packages count)
 
     folders = {Path(module.__file__).resolve().parent for name, module in list(sys.modules.items())
                if name.partition(".")[0] == "xlalint" and hasattr(module, "__path__") and getattr(module, "__file__", None)}
     roots = sorted(f for f in folders if not any(parent in folders for parent in f.parents))
-    stats = []
+    hashed = hashlib.blake2b(repr((__version__, FORMAT)).encode(), digest_size=16)
     for package in roots:
         for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.toml")):
             try:
-                info = path.stat()
+                content = path.read_bytes()
             except OSError:
                 continue
-            stats.append((path.as_posix(), info.st_size, info.st_mtime_ns))
-    return digest(repr((__version__, FORMAT, stats)).encode())
+            hashed.update(f"{path.relative_to(package).as_posix()} {len(content)}\n".encode())
+            hashed.update(content)
+    return hashed.hexdigest()
 
 
 class ProjectCache:
