@@ -26,6 +26,7 @@ XLA_MODULES = ("torch_xla", "torchax")
 CONVENTIONAL_MODULES = {"xm": "torch_xla.core.xla_model", "xr": "torch_xla.runtime",
                         "xmp": "torch_xla.distributed.xla_multiprocessing"}
 MAX_CALL_SITES = 8  # call sites read for what a parameter is passed
+_NOT_ENTERED = frozenset({*FUNCTIONS, ast.Lambda, ast.ClassDef})  # see `calls_within`
 
 
 class FileContext:
@@ -107,13 +108,20 @@ class FileContext:
             roots = owner.body if isinstance(owner, (*FUNCTIONS, ast.For, ast.AsyncFor, ast.While, ast.Module)) \
                 else [owner]
             stack = list(roots)
-            while stack:
+            push, node_type, call = stack.append, ast.AST, ast.Call
+            while stack:  # ast.iter_child_nodes inlined: this walk is a tenth of a cold run
                 current = stack.pop()
-                if isinstance(current, ast.Call):
+                kind = type(current)
+                if kind is call:
                     found.append(current)
-                for child in ast.iter_child_nodes(current):
-                    if not isinstance(child, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-                        stack.append(child)
+                for name in kind._fields:
+                    value = getattr(current, name, None)
+                    if type(value) is list:
+                        for child in value:
+                            if isinstance(child, node_type) and type(child) not in _NOT_ENTERED:
+                                push(child)
+                    elif isinstance(value, node_type) and type(value) not in _NOT_ENTERED:
+                        push(value)
             found.sort(key=self.index.order.__getitem__)
             self._calls_within[owner] = found
         return found
