@@ -14,6 +14,7 @@ import os
 import signal
 import tempfile
 import traceback
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,6 +237,7 @@ class Workspace:
         self._pool: ProcessPoolExecutor | None = None
         self._pool_size = 0
         self._caches: dict[Path, ProjectCache] = {}
+        self._roots: dict[Path, Path] = {}  # a folder (resolved) -> the root of its files' project
         # during `check`: resolved path -> (the facts, what was asked of them, the check's result) of
         # each summary that also checked the file (see `SummaryTask.check`)
         self.shared: dict[Path, list[tuple[ProjectFacts, frozenset | None, tuple]]] = {}
@@ -290,8 +292,12 @@ class Workspace:
             cache.save()
 
     def project_of(self, path: Path) -> Path:
-        """The root of the project `path` belongs to (see `project_root`)."""
-        return project_root(path, within=self.root)
+        """The root of the project `path` belongs to (see `project_root`), looked up once per folder."""
+        real = path.resolve()
+        root = self._roots.get(real.parent)
+        if root is None:
+            root = self._roots[real.parent] = project_root(real, within=self.root)
+        return root
 
     def _cache(self, root: Path) -> ProjectCache:
         """The cache of a project: a file of the run's one cache folder (each project its own file)."""
@@ -356,7 +362,9 @@ class Workspace:
                 continue  # the file is reported when it is linted; the index just lacks it
             if MARKERS.search(raw):
                 contents[path] = digest(raw)
-        cache.keep_only({_relative(p, root) for p in contents})
+        # entries of files gone (notebooks and files naming no torch, XLA or JAX stay: their results
+        # are cached too, else a warm run checks them again, and a pool of workers starts for them)
+        cache.keep_only({_relative(p, root) for p in members})
         # what module resolution reads besides contents: each member's name, which the `__init__.py`
         # files above it decide (an empty one has no marker, so it is no member)
         contents = {p: digest(f"{c} {module_name(p, source_root(p))}".encode()) for p, c in contents.items()}
@@ -406,13 +414,12 @@ class Workspace:
         outcomes: dict[Path, FileOutcome] = {}
         readable = list(_readable(files, outcomes, given))
         checks: dict[Path, CheckTask] = {}
+        real = {path: path.resolve() for path, _ in readable}
         if not self.settings.assume_xla:  # summaries are analysed without --assume-xla: else not shared
-            seen: dict[Path, int] = {}
+            seen = Counter(real.values())
             for path, raw in readable:
-                seen[path.resolve()] = seen.get(path.resolve(), 0) + 1
-            for path, raw in readable:
-                if (given is None or path not in given) and not is_notebook(path) and seen[path.resolve()] == 1:
-                    checks[path.resolve()] = self._check(path, raw, NO_PROJECT)
+                if (given is None or path not in given) and not is_notebook(path) and seen[real[path]] == 1:
+                    checks[real[path]] = self._check(path, raw, NO_PROJECT)
         self.shared = {}
         facts = self.facts(files, checks)
         tasks, keys = [], []
@@ -421,11 +428,11 @@ class Workspace:
             root = self.project_of(path)
             key = digest(repr((digest(raw), codes, self._options, facts[path].key(), self.with_edits,
                                __version__)).encode())
-            relpath = _relative(path.resolve(), root)
+            relpath = _relative(real[path], root)
             cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(relpath, key))
-            if cached is None and path.resolve() in checks:
+            if cached is None and real[path] in checks:
                 # checked on the analysis that summarised it, if its project facts answer alike
-                cached = next((_outcome(path, *result) for asked_of, asked, result in self.shared.get(path.resolve(), ())
+                cached = next((_outcome(path, *result) for asked_of, asked, result in self.shared.get(real[path], ())
                                if holds(asked_of, asked, facts[path])), None)
                 if cached is not None and cached.error is None:
                     self._cache(root).put_result(relpath, key, [[d.to_json() for d in cached.diagnostics], None])
