@@ -395,9 +395,11 @@ class Workspace:
             if cached is not None:
                 found[str(path)] = cached
             else:
-                check = checks.get(path)
-                task = SummaryTask(str(path), module_name(path, source_root(path)), facts,
-                                   check._replace(facts=facts) if check is not None else None)
+                # checked on the first pass only: a module summarised again (its loops call a trainer
+                # elsewhere) is one whose facts the first pass did not know, and rules cost more
+                # than the analysis; it is checked once, with its final facts
+                check = checks.get(path) if facts is NO_PROJECT else None
+                task = SummaryTask(str(path), module_name(path, source_root(path)), facts, check)
                 todo.append((task, relpath, key))
         for (task, relpath, key), computed in zip(todo, self._map(_summarize_task, [t[0] for t in todo])):
             if computed.check is not None:
