@@ -1,21 +1,25 @@
-"""How fast is `xlalint check`, next to the floor of parsing every file with libcst once? Prints
-figures side by side; not a test.
+"""How fast is `xlalint check`, next to the floors of parsing every file once (`ast.parse`,
+`libcst.parse_module`) and to TorchFix and Ruff on the same files? Prints figures side by side in
+one run; not a test.
 
 Usage:
-    python benchmarks/lint_speed.py [--others BIN] [--largest N] CORPUS [CORPUS ...]
+    python benchmarks/lint_speed.py [--others BIN] [--repeat N] [--one-file PROJECT FILE] [CORPUS ...]
 
-CORPUS: any folders of Python code, e.g. a checkout of pytorch/xla or diffusers, or the dev corpus
-that ../shared/eval/fetch_corpus.sh extracts into ~/.cache/xlalint-corpus/src (the default). Each is
-copied to a temporary folder first (a file is edited there for the "one file changed" run).
---others BIN: a bin/ folder holding `torchfix` and `fixit` (say, a venv with `pip install torchfix
-fixit`), timed on the same files; looked up on PATH when not given, skipped when absent.
+CORPUS: folders of Python code, e.g. work trees of pytorch/xla and diffusers (default: the dev corpus
+that ../shared/eval/fetch_corpus.sh extracts into ~/.cache/xlalint-corpus/src). Each is copied to a
+temporary folder first (a file is edited there for the "one file changed" run).
+--others BIN: a bin/ folder holding `torchfix` and `ruff` (a venv with `pip install torchfix ruff`);
+looked up on PATH when not given; a tool not found is a row saying so.
+--one-file PROJECT FILE: also time checking FILE alone (a path inside PROJECT, a folder of about 120
+modules) cold and warm: what a first pre-commit run or a CI job checking one changed file pays.
+--repeat N: each figure is the minimum of N runs (default 3): the machine may be shared, and the
+minimum is the run least disturbed by others.
 
-Per corpus it prints, for each run: wall and CPU seconds (the process and its workers), lines/s of
-wall time, the peak RSS of the largest process, and CPU / floor, where the floor is the CPU time of
-`libcst.parse_module` over every file once (and Python's own `ast.parse`, for scale). Runs:
-cold (`--no-cache`, default jobs = every core, then `--jobs 1`), warm (the cache filled, nothing
-changed), warm after one file changed; TorchFix and Fixit. Then the N largest files, each linted
-alone in-process, to show the cost stays linear in lines.
+Per corpus, each row gives wall and CPU seconds (the process and the workers it waited for), CPU
+as a multiple of the `ast.parse` floor (the issue's targets are stated in it), lines per second of
+wall time and the peak RSS of the largest process. Rows: the two floors; cold (`--no-cache`) at
+the default jobs (one per core) and at `--jobs 1`; warm (the cache filled, nothing changed); warm
+after one file changed; TorchFix (`--select ALL`) and Ruff (`--select ALL`, no cache).
 """
 
 from __future__ import annotations
@@ -34,11 +38,10 @@ import libcst as cst
 
 from xlalint.config import Settings
 from xlalint.discovery import discover
-from xlalint.engine import lint_source
-from xlalint.rules import ALL_RULES
 from xlalint.source import SourceError, read_source
 
 DEV_CORPUS = Path.home() / ".cache/xlalint-corpus/src"
+XLALINT = [sys.executable, "-m", "xlalint", "check", "--exit-zero", "--quiet"]
 
 
 def timed(command: list[str], cwd: Path) -> tuple[float, float, float, int]:
@@ -47,38 +50,51 @@ def timed(command: list[str], cwd: Path) -> tuple[float, float, float, int]:
     proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
 
 
-def floor(files: list[Path]) -> tuple[float, float, int, int]:
-    """CPU seconds of libcst and of ast parsing every file once; lines; files parsed."""
+def best(runs: int, run) -> tuple[float, float, float, int]:
+    """The least disturbed of `runs` runs: the minimum wall and CPU (each its own minimum)."""
+    results = [run() for _ in range(runs)]
+    return (min(r[0] for r in results), min(r[1] for r in results), max(r[2] for r in results),
+            max(r[3] for r in results))
+
+
+def floors(files: list[Path], runs: int) -> tuple[float, float, int, int]:
+    """CPU seconds of `ast.parse` and of libcst parsing every file once (minimum of `runs`); lines;
+    files parsed."""
     texts = []
     for path in files:
         try:
             texts.append(read_source(path).raw)
         except SourceError:
             pass
-    start = time.process_time()
-    for raw in texts:
-        try:
-            cst.parse_module(raw)
-        except Exception:  # noqa: BLE001 - what libcst cannot parse costs what it cost
-            pass
-    libcst_s = time.process_time() - start
-    start = time.process_time()
-    for raw in texts:
-        try:
-            ast.parse(raw)
-        except (SyntaxError, ValueError, RecursionError):
-            pass
-    ast_s = time.process_time() - start
-    return libcst_s, ast_s, sum(raw.count(b"\n") for raw in texts), len(texts)
+
+    def parse_all(parse, errors) -> float:
+        start = time.process_time()
+        for raw in texts:
+            try:
+                parse(raw)
+            except errors:  # what a parser rejects costs what it cost
+                pass
+        return time.process_time() - start
+
+    ast_s = min(parse_all(ast.parse, (SyntaxError, ValueError, RecursionError)) for _ in range(runs))
+    libcst_s = min(parse_all(cst.parse_module, Exception) for _ in range(max(1, runs - 1)))
+    return ast_s, libcst_s, sum(raw.count(b"\n") for raw in texts), len(texts)
 
 
-def row(label: str, wall: float, cpu: float, rss: float, lines: int, base: float, note: str = "") -> None:
-    print(f"  {label:<34} {wall:8.2f} {cpu:8.2f} {lines / wall if wall else 0:10.0f} {rss:8.0f} "
-          f"{cpu / base if base else 0:8.2f}  {note}")
+class Table:
+    def __init__(self, floor: float, lines: int) -> None:
+        self.floor, self.lines = floor, lines
+        print(f"  {'run':<40} {'wall s':>8} {'CPU s':>8} {'CPU/ast':>8} {'lines/s':>10} {'RSS MiB':>8}")
+
+    def row(self, label: str, wall: float, cpu: float, rss: float | None = None, note: str = "") -> None:
+        print(f"  {label:<40} {wall:8.2f} {cpu:8.2f} {cpu / self.floor:8.1f} {self.lines / wall if wall else 0:10.0f} "
+              f"{rss if rss is not None else 0:8.0f}  {note}")
+
+    def note(self, label: str, text: str) -> None:
+        print(f"  {label:<40} {text}")
 
 
 def find_tool(name: str, others: Path | None) -> str | None:
@@ -87,68 +103,77 @@ def find_tool(name: str, others: Path | None) -> str | None:
     return shutil.which(name)
 
 
-def bench(corpus: Path, others: Path | None, largest: int) -> None:
+def bench(corpus: Path, others: Path | None, runs: int) -> None:
     with tempfile.TemporaryDirectory(prefix="xlalint-bench-") as tmp:
         copy = Path(tmp) / corpus.name
         shutil.copytree(corpus, copy, symlinks=True, ignore=shutil.ignore_patterns(".git", ".xlalint_cache"))
         files = discover([copy], Settings(root=copy))
-        libcst_s, ast_s, lines, parsed = floor(files)
-        print(f"\n{corpus}: {parsed} files, {lines} lines, {os.cpu_count()} cores")
-        print(f"  {'run':<34} {'wall s':>8} {'CPU s':>8} {'lines/s':>10} {'RSS MiB':>8} {'CPU/floor':>8}")
-        print(f"  {'floor: libcst parse, every file':<34} {libcst_s:8.2f} {libcst_s:8.2f} {lines / libcst_s:10.0f} "
-              f"{'':>8} {1:8.2f}")
-        print(f"  {'ast.parse, every file (for scale)':<34} {ast_s:8.2f} {ast_s:8.2f} {lines / ast_s:10.0f} "
-              f"{'':>8} {ast_s / libcst_s:8.2f}")
-        xlalint = [sys.executable, "-m", "xlalint", "check", "--exit-zero", "--quiet"]
-        cache = Path(tmp) / "cache"
-        for label, extra in (("xlalint cold (--no-cache)", ["--no-cache"]),
+        ast_s, libcst_s, lines, parsed = floors(files, runs)
+        print(f"\n{corpus}: {parsed} files, {lines} lines, {os.cpu_count()} cores; each figure the minimum of {runs} runs")
+        table = Table(ast_s, lines)
+        table.row("floor: ast.parse, every file", ast_s, ast_s)
+        table.row("floor: libcst parse, every file", libcst_s, libcst_s)
+        for label, extra in ((f"xlalint cold (--no-cache), {os.cpu_count()} jobs", ["--no-cache"]),
                              ("xlalint cold, --jobs 1", ["--no-cache", "--jobs", "1"])):
-            wall, cpu, rss, code = timed(xlalint + extra + [str(copy)], copy)
-            row(label, wall, cpu, rss, lines, libcst_s, "" if code in (0, 2) else f"exit {code}")
-        timed(xlalint + ["--cache-dir", str(cache), str(copy)], copy)  # fill the cache
-        wall, cpu, rss, _ = timed(xlalint + ["--cache-dir", str(cache), str(copy)], copy)
-        row("xlalint warm (nothing changed)", wall, cpu, rss, lines, libcst_s)
+            wall, cpu, rss, code = best(runs, lambda: timed(XLALINT + extra + ["."], copy))
+            table.row(label, wall, cpu, rss, "" if code in (0, 2) else f"exit {code}")
+        cache = ["--cache-dir", str(Path(tmp) / "cache")]
+        timed(XLALINT + cache + ["."], copy)  # fill the cache
+        table.row("xlalint warm (nothing changed)", *best(runs, lambda: timed(XLALINT + cache + ["."], copy))[:3])
         touched = max(files, key=lambda p: p.stat().st_size)
-        with open(touched, "a", encoding="utf-8") as handle:
-            handle.write("\n# changed\n")
-        wall, cpu, rss, _ = timed(xlalint + ["--cache-dir", str(cache), str(copy)], copy)
-        row("xlalint warm, one file changed", wall, cpu, rss, lines, libcst_s, f"({touched.name})")
-        for name, command in (("torchfix", ["{}", "--select", "ALL", "."]), ("fixit", ["{}", "lint", "."])):
+
+        def one_changed():
+            with open(touched, "a", encoding="utf-8") as handle:  # a new content each run
+                handle.write(f"\n# changed {time.perf_counter()}\n")
+            return timed(XLALINT + cache + ["."], copy)
+
+        table.row("xlalint warm, one file changed", *best(runs, one_changed)[:3], note=f"({touched.name})")
+        for name, command in (("torchfix", ["{}", "--select", "ALL", "."]),
+                              ("ruff", ["{}", "check", "--isolated", "--no-cache", "--select", "ALL", "--exit-zero",
+                                        "-q", "."])):
             tool = find_tool(name, others)
             if tool is None:
-                print(f"  {name:<34} not installed (pass --others BIN)")
+                table.note(f"{name} --select ALL", "not installed (pass --others BIN)")
                 continue
-            wall, cpu, rss, _ = timed([tool if part == "{}" else part for part in command], copy)
-            row(name, wall, cpu, rss, lines, libcst_s)
-        print(f"  the {largest} largest files, each linted alone in-process (every rule, no project index):")
-        for path in sorted(files, key=lambda p: p.stat().st_size, reverse=True)[:largest]:
-            try:
-                source = read_source(path)
-            except SourceError:
-                continue
-            start = time.process_time()
-            try:
-                lint_source(source, ALL_RULES, assume_xla=True)
-            except SourceError:
-                pass
-            spent = time.process_time() - start
-            count = source.raw.count(b"\n")
-            print(f"    {str(path.relative_to(copy)):<60} {count:7d} lines {spent:6.2f} s "
-                  f"{count / spent if spent else 0:8.0f} lines/s")
+            table.row(f"{name} --select ALL", *best(runs, lambda: timed([tool if p == "{}" else p for p in command],
+                                                                         copy))[:3])
+
+
+def bench_one_file(project: Path, file: Path, runs: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="xlalint-bench-") as tmp:
+        copy = Path(tmp) / project.name
+        shutil.copytree(project, copy, symlinks=True, ignore=shutil.ignore_patterns(".git", ".xlalint_cache"))
+        members = discover([copy], Settings(root=copy))
+        target = copy / file
+        ast_s, _, lines, _ = floors([target], runs)
+        print(f"\none file of a project: {file} ({lines} lines) in {project} ({len(members)} files)")
+        table = Table(ast_s, lines)
+        table.row("floor: ast.parse, that file", ast_s, ast_s)
+        table.row("xlalint cold (--no-cache)", *best(runs, lambda: timed(XLALINT + ["--no-cache", str(file)], copy))[:3])
+        cache = ["--cache-dir", str(Path(tmp) / "cache")]
+        timed(XLALINT + cache + [str(file)], copy)
+        table.row("xlalint warm", *best(runs, lambda: timed(XLALINT + cache + [str(file)], copy))[:3])
+        startup = best(runs, lambda: timed([sys.executable, "-m", "xlalint", "--version"], copy))
+        table.row("xlalint --version (start-up)", *startup[:3])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpora", nargs="*", type=Path)
-    parser.add_argument("--others", type=Path, help="bin/ folder with torchfix and fixit")
-    parser.add_argument("--largest", type=int, default=5)
+    parser.add_argument("--others", type=Path, help="bin/ folder with torchfix and ruff")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--one-file", nargs=2, type=Path, metavar=("PROJECT", "FILE"))
     args = parser.parse_args()
-    corpora = args.corpora or [DEV_CORPUS]
-    for corpus in corpora:
+    corpora = args.corpora or ([] if args.one_file else [DEV_CORPUS])
+    for corpus in corpora + ([args.one_file[0]] if args.one_file else []):
         if not corpus.is_dir():
             sys.exit(f"lint_speed.py: error: {corpus} is not a folder (fetch it first)")
+    if args.one_file and not (args.one_file[0] / args.one_file[1]).is_file():
+        sys.exit(f"lint_speed.py: error: {args.one_file[1]} is not a file of {args.one_file[0]}")
     for corpus in corpora:
-        bench(corpus, args.others, args.largest)
+        bench(corpus, args.others, max(1, args.repeat))
+    if args.one_file:
+        bench_one_file(*args.one_file, max(1, args.repeat))
 
 
 if __name__ == "__main__":

@@ -127,7 +127,8 @@ def test_an_unchanged_project_reuses_its_facts(run_cli, package):
 
 
 def test_editing_a_rule_invalidates_the_cache():
-    """Rules live outside xlalint/ in a source checkout: their edits must still change the key."""
+    """Rules live outside xlalint/ in a source checkout: their edits must still change the key; a
+    fresh install of the same code (new modification times, as in every CI job) must not."""
     import os
 
     import xlalint.rules.host_sync.item_in_step as family
@@ -135,13 +136,21 @@ def test_editing_a_rule_invalidates_the_cache():
 
     path = family.__file__
     before = os.stat(path)
+    with open(path, "rb") as handle:
+        content = handle.read()
     code_fingerprint.cache_clear()
     old = code_fingerprint()
     try:
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
         code_fingerprint.cache_clear()
+        assert code_fingerprint() == old
+        with open(path, "ab") as handle:
+            handle.write(b"\n# edited\n")
+        code_fingerprint.cache_clear()
         assert code_fingerprint() != old
     finally:
+        with open(path, "wb") as handle:
+            handle.write(content)
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
         code_fingerprint.cache_clear()
     assert code_fingerprint() == old

@@ -38,7 +38,7 @@ def test_fix_availability_matches_examples():
 def test_codes_and_names_are_unique():
     assert len({r.code for r in ALL_RULES}) == len(ALL_RULES)
     assert len({r.name for r in ALL_RULES}) == len(ALL_RULES)
-    assert all(re.fullmatch(r"(XLA|JAX|TPU)[1-9]\d\d", r.code) for r in ALL_RULES)
+    assert all(re.fullmatch(r"(XLA|JAX|DYN|TPU)[1-9]\d\d", r.code) for r in ALL_RULES)
 
 
 def test_generated_docs_are_current():
@@ -72,6 +72,6 @@ def test_the_rule_authoring_guide_names_what_exists():
             break
         else:
             raise AssertionError(dotted)
-    table = dict((family, codes) for codes, family in re.findall(r"`((?:XLA|JAX|TPU)\d*)`\s[^`]*`rules/(\w+)/`", guide))
+    table = dict((family, codes) for codes, family in re.findall(r"`((?:XLA|JAX|TPU)\d*|DYN)`\s[^`]*`rules/(\w+)/`", guide))
     families = [m.name for m in pkgutil.iter_modules(xlalint.rules.__path__) if m.ispkg]
     assert table == {f: importlib.import_module(f"xlalint.rules.{f}").CODES for f in families}

@@ -1,7 +1,9 @@
 """The cache (Ruff's model): per project, module summaries and check results keyed by content hash.
 
-One JSON file per project root under the cache folder (default `.xlalint_cache/` in the project
-root), holding only entries for files that still exist, so it stays the size of the project. JSON,
+One cache folder per run (default `.xlalint_cache/` in the run's root, see `workspace.run_root`),
+marked by a `CACHEDIR.TAG` (backup tools skip it) and a `.gitignore` of `*` (git ignores it), with
+one JSON file per project root, holding only entries for files that still exist, so it stays the
+size of the project. JSON,
 never pickle: a cache folder can arrive with a cloned repository, and loading it must not run
 code. Writes go to a temporary file renamed over the old one, so concurrent runs never see a torn
 file (the last writer wins; a lost entry is only recomputed). Any unreadable cache is ignored.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -27,6 +30,9 @@ CACHE_DIR_NAME = ".xlalint_cache"
 FORMAT = 1
 MAX_CACHE_BYTES = 512 << 20  # a project of 20,000 files stays far below
 IGNORE_FILE = ".gitignore"
+TAG_FILE = "CACHEDIR.TAG"  # https://bford.info/cachedir/
+TAG = b"Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by xlalint.\n"
+IGNORE = b"# Automatically created by xlalint.\n*\n"
 
 
 def digest(data: bytes) -> str:
@@ -35,24 +41,27 @@ def digest(data: bytes) -> str:
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """The version plus the size and mtime of every source and data file under the folders of the
-    xlalint packages loaded (the rules included: they decide the findings): a cache written by
-    other code (an edited checkout, another install) is never read. Folders of loaded packages,
-    not a list of them: the same code in a wheel and in a source checkout, whatever its layout."""
+    """The version plus the content of every source and data file under the folders of the xlalint
+    packages loaded (the rules included: they decide the findings): a cache written by other code
+    (an edited checkout, another install) is never read. Folders of loaded packages, not a list of
+    them: the same code in a wheel and in a source checkout, whatever its layout. Contents, not
+    modification times: a CI job installs the same code afresh each run, and its restored cache
+    must still be read (~1 MB hashed, a few ms)."""
     import xlalint.rules  # noqa: F401  (the rules decide the findings: make sure their packages count)
 
     folders = {Path(module.__file__).resolve().parent for name, module in list(sys.modules.items())
                if name.partition(".")[0] == "xlalint" and hasattr(module, "__path__") and getattr(module, "__file__", None)}
     roots = sorted(f for f in folders if not any(parent in folders for parent in f.parents))
-    stats = []
+    hashed = hashlib.blake2b(repr((__version__, FORMAT)).encode(), digest_size=16)
     for package in roots:
         for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.toml")):
             try:
-                info = path.stat()
+                content = path.read_bytes()
             except OSError:
                 continue
-            stats.append((path.as_posix(), info.st_size, info.st_mtime_ns))
-    return digest(repr((__version__, FORMAT, stats)).encode())
+            hashed.update(f"{path.relative_to(package).as_posix()} {len(content)}\n".encode())
+            hashed.update(content)
+    return hashed.hexdigest()
 
 
 class ProjectCache:
@@ -67,7 +76,7 @@ class ProjectCache:
         self.dirty = False
         self.warning: str | None = None  # why the cache is not used, in one line
         if self.file is not None:
-            link = next((p for p in (folder, folder / IGNORE_FILE, self.file) if _is_link(p)), None)
+            link = next((p for p in (folder, folder / IGNORE_FILE, folder / TAG_FILE, self.file) if _is_link(p)), None)
             if link is not None:
                 self.warning = f"{link}: a symbolic link in the cache; running without a cache"
                 self.file = None
@@ -117,9 +126,9 @@ class ProjectCache:
             self.folder.mkdir(parents=True, exist_ok=True)
             if _is_link(self.folder):
                 return
-            ignore = self.folder / IGNORE_FILE
-            if not os.path.lexists(ignore):  # created exclusively, without following links, then renamed
-                write_atomic(ignore, b"# Automatically created by xlalint.\n*\n")
+            for name, content in ((IGNORE_FILE, IGNORE), (TAG_FILE, TAG)):
+                if not os.path.lexists(self.folder / name):  # written to a new file, then renamed: no link followed
+                    write_atomic(self.folder / name, content)
             payload = json.dumps({"code": code_fingerprint(), "summaries": self.summaries, "results": self.results},
                                  separators=(",", ":"))
             write_atomic(self.file, payload.encode("utf-8"))  # concurrent runs: the last complete write wins
@@ -132,3 +141,38 @@ def _is_link(path: Path) -> bool:
         return stat.S_ISLNK(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+# what `ProjectCache` writes, and the temporary files `write_atomic` may leave if killed mid-write
+_OURS = re.compile(r"[0-9a-f]{32}\.json|\.(?:[0-9a-f]{32}\.json|\.gitignore|CACHEDIR\.TAG)\..*\.xlalint-tmp")
+
+
+def clean(folders: list[Path]) -> list[Path]:
+    """Remove the caches in `folders` (cache folders): the files xlalint wrote there, then each
+    folder if nothing else is left in it (a `--cache-dir` may be shared). A folder that is a
+    symbolic link is unlinked, never followed. The folders removed, or emptied of the cache."""
+    removed = []
+    for folder in folders:
+        if _is_link(folder):
+            folder.unlink()
+            removed.append(folder)
+            continue
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        found = False
+        for entry in entries:
+            if entry.name in (IGNORE_FILE, TAG_FILE) or _OURS.fullmatch(entry.name):
+                if entry.is_dir(follow_symlinks=False):
+                    continue
+                os.unlink(entry.path)
+                found = True
+        try:
+            folder.rmdir()
+            found = True
+        except OSError:  # something else lives there: it stays
+            pass
+        if found:
+            removed.append(folder)
+    return removed

@@ -27,7 +27,8 @@ from .rules import ALL_RULES, RULES_BY_CODE
 from .noqa import add_noqa
 from .analysis.project import project_root
 from .source import SourceError, Stamp, decode_source, read_bounded, stat_or_none, write_fixed
-from .workspace import Workspace, crash_report
+from .cache import CACHE_DIR_NAME, clean as clean_cache
+from .workspace import Workspace, crash_report, run_root
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
@@ -219,6 +220,11 @@ class Report:
             sys.exit(EXIT_ERROR)
 
 
+def _root(paths: tuple[str, ...]) -> Path:
+    """The run's one root (the cache lives there; see `workspace.run_root`)."""
+    return run_root([Path(p) for p in paths] or [Path(".")])
+
+
 def _close(workspace: Workspace) -> None:
     workspace.close()
     for warning in workspace.warnings:
@@ -357,7 +363,8 @@ def run_check(opts: Options) -> int:
     # only JSON and SARIF show each fix's edits: computing them generates each fix's statements again
     workspace = Workspace(settings, rules, jobs=opts.jobs, cache=not opts.no_cache, cache_dir=opts.cache_dir,
                           with_edits=opts.output_format in WITH_EDITS and not opts.show_statistics,
-                          progress=_progress(opts.quiet))
+                          progress=_progress(opts.quiet),
+                          root=None if stdin.wanted else _root(opts.paths))
     try:
         outcomes = workspace.check(files, given={stdin.path: stdin.raw} if stdin.wanted else None)
     finally:
@@ -463,7 +470,7 @@ def run_fix(opts: Options) -> int:
     fixed_codes: dict[Path, list[str]] = {}
     written: set[Path] = set()  # files written, by their real path (a symbolic link and its target: once)
     workspace = Workspace(settings, rules, jobs=opts.jobs, cache=not opts.no_cache, cache_dir=opts.cache_dir,
-                          progress=_progress(opts.quiet))
+                          progress=_progress(opts.quiet), root=_root(opts.paths))
     try:
         outcomes = workspace.fix(files, unsafe=unsafe)
     finally:
@@ -614,6 +621,39 @@ def _fix_stdin(opts: Options, run: Prepared) -> int:
     if diff:
         return EXIT_FINDINGS if result.fixed is not None else EXIT_OK
     return EXIT_FINDINGS if remaining or (opts.exit_non_zero_on_fix and result.fixed is not None) else EXIT_OK
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
+              help="The cache folder to remove (default: .xlalint_cache in the root of PATHS, and any below it).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing.")
+def clean(paths, cache_dir, quiet):
+    """Remove the cache of a run over PATHS (default: the current directory)."""
+    for path in paths:
+        if not path.exists():
+            _error(f"{path}: error: no such file or directory")
+            sys.exit(EXIT_ERROR)
+    if cache_dir is not None:
+        folders = [cache_dir]
+    else:
+        root = _root(tuple(map(str, paths)))
+        folders = [root / CACHE_DIR_NAME, *_caches_below(root)]  # below: one per folder, as earlier versions wrote them
+    try:
+        removed = clean_cache(folders)
+    except OSError as exc:
+        _error(f"{exc.filename}: error: cannot remove: {exc.strerror or exc}")
+        sys.exit(EXIT_ERROR)
+    if not quiet:
+        for folder in removed:
+            click.echo(f"removed {printable(str(folder))}", err=True)
+
+
+def _caches_below(root: Path):
+    for folder, dirs, _ in os.walk(root):  # links to folders are not followed
+        if CACHE_DIR_NAME in dirs and Path(folder) != root:
+            yield Path(folder) / CACHE_DIR_NAME
+        dirs[:] = [d for d in dirs if d not in (CACHE_DIR_NAME, ".git")]
 
 
 @main.command()

@@ -38,7 +38,7 @@ class ConfigError(Exception):
 class Settings:
     root: Path  # where relative patterns are anchored (the config file's folder, else cwd)
     config_file: Path | None = None
-    select: list[str] = field(default_factory=lambda: ["XLA", "JAX", "TPU"])
+    select: list[str] = field(default_factory=lambda: ["XLA", "JAX", "DYN", "TPU"])
     extend_select: list[str] = field(default_factory=list)
     # selectors the user wrote (configuration or command line): they also enable preview rules
     explicit_select: list[str] = field(default_factory=list)

@@ -131,6 +131,7 @@ class Diagnostic:
     fix: Fix | None = None
     noqa_row: int | None = None
     cell: int | None = None  # in a notebook: the cell (from 1), and rows count in that cell
+    hint: str | None = None  # what to do instead, where the context changes the rule's own hint
 
     @property
     def url(self) -> str:
@@ -159,10 +160,12 @@ class Diagnostic:
             "noqa_row": self.noqa_row,
             "severity": "error",
             "url": self.url,
+            **({"hint": self.hint} if self.hint else {}),
         }
 
     @classmethod
     def from_json(cls, data: dict) -> "Diagnostic":
         return cls(data["code"], data["name"], data["message"], data["category"], Path(data["filename"]),
                    Location.from_json(data["location"]), Location.from_json(data["end_location"]),
-                   Fix.from_json(data["fix"]) if data["fix"] else None, data["noqa_row"], data.get("cell"))
+                   Fix.from_json(data["fix"]) if data["fix"] else None, data["noqa_row"], data.get("cell"),
+                   data.get("hint"))

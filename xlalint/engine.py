@@ -99,6 +99,7 @@ class _Found:
     end: Location
     fix: Fix | None = None
     fix_spans: tuple[tuple[Location, Location], ...] = ()
+    hint: str | None = None
 
 
 def _location(ctx: FileContext, node: ast.AST) -> tuple[Location, Location]:
@@ -126,7 +127,38 @@ def _run_rules(ctx: FileContext, rules: list[type[Rule]]) -> list[_Found]:
             start, end = _location(ctx, report.node)
             found.append(_Found(type(rule), report.node, report.message, report.fix, start, end))
     found.sort(key=lambda f: (f.start, f.rule.code))
-    return found
+    return _in_compiled_regions(ctx, found)
+
+
+def _in_compiled_regions(ctx: FileContext, found: list[_Found]) -> list[_Found]:
+    """Inside a `torch.compile` region of a file that does not use torch_xla, a hazard is a
+    Dynamo graph break, not an XLA sync: a finding the compile family also reports on the same
+    code is reported once (by the compile rule), and one it does not gets the compile rule's hint
+    instead of torch_xla advice (`xm.add_step_closure` does not exist there). What Dynamo traces
+    without a break (`.cpu()`, an `assert`, a mask assignment) is no finding there at all."""
+    if not found or not ctx.compiled.functions or ctx.uses_xla:
+        return found
+    from .analysis.compiled import traced_without_break
+    from .rules import ALL_RULES
+
+    covering = {code: rule for rule in ALL_RULES for code in rule.covers}
+    kept = []
+    for item in found:
+        foreign = item.rule.code[:3] != "DYN"
+        if not foreign or ctx.compiled.region(item.node) is None:
+            kept.append(item)
+            continue
+        if traced_without_break(ctx, item.node):
+            continue  # `.cpu()`, `assert`, `x[m] = v`, `f"{t}"`: no hazard under compile
+        better = covering.get(item.rule.code)
+        if better is None:
+            kept.append(item)
+            continue
+        if any(other.rule is better and other.start <= item.end and item.start <= other.end for other in found):
+            continue  # the compile rule reports this hazard here
+        item.hint = better.hint
+        kept.append(item)
+    return kept
 
 
 def _keep(source: SourceFile, found: list[_Found], ctx: FileContext | None = None,
@@ -194,7 +226,7 @@ def _cst_span(cst_ctx: "CstContext", node: "cst.CSTNode") -> tuple[Location, Loc
 
 def _diagnostic(source: SourceFile, item: _Found) -> Diagnostic:
     return Diagnostic(item.rule.code, item.rule.name, item.message, item.rule.category, source.path,
-                      item.start, item.end, item.fix, noqa_row=item.start.row)
+                      item.start, item.end, item.fix, noqa_row=item.start.row, hint=item.hint)
 
 
 def analyse(source: SourceFile, *, assume_xla: bool = False, project: ProjectFacts = NO_PROJECT,
@@ -219,6 +251,12 @@ def lint_source(
         parse(source)  # no rule can fire, but invalid Python is still reported
         return []
     ctx = analyse(source, assume_xla=assume_xla, project=project, target_version=target_version)
+    return lint_context(source, ctx, rules, with_edits=with_edits, with_fixes=with_fixes, fixable=fixable)
+
+
+def lint_context(source: SourceFile, ctx: FileContext, rules: list[type[Rule]], *, with_edits: bool = False,
+                 with_fixes: bool = True, fixable: frozenset[str] | None = None) -> list[Diagnostic]:
+    """The findings of `rules` on a file already analysed (`ctx`, which a project summary may share)."""
     found = _keep(source, _run_rules(ctx, rules), ctx, rules)
     if with_fixes:
         _build_fixes(source, ctx, found, with_edits=with_edits, fixable=fixable)

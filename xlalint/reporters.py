@@ -144,7 +144,7 @@ def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsa
         elif d.fix is not None and d.fix.applicability is Applicability.UNSAFE:
             fixable = click.style(" [unsafe fix]", fg="cyan")
         lines.append(f"{where} {click.style(d.code, fg='red', bold=True)}{fixable} {printable(d.message)}")
-        hint = RULES_BY_CODE[d.code].hint if d.code in RULES_BY_CODE else ""
+        hint = d.hint or (RULES_BY_CODE[d.code].hint if d.code in RULES_BY_CODE else "")
         if fmt == "text" and not quiet:
             lines += _frame(d, sources or SourceLines())
             if d.fix is not None and d.fix.title:

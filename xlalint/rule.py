@@ -90,6 +90,10 @@ class Rule:
     target: ClassVar[str | None] = None
     # targets under which this rule steps aside (its advice points to a platform being left)
     not_for_targets: ClassVar[tuple[str, ...]] = ()
+    # codes of other families' rules this one reports better in its own context (a DYN rule inside
+    # a compiled region): there, their finding on the same code gives way to this one, and when this
+    # rule is not selected their hint becomes this one's (see `engine._in_compiled_regions`)
+    covers: ClassVar[tuple[str, ...]] = ()
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
@@ -101,7 +105,7 @@ class Rule:
         super().__init_subclass__(**kwargs)
         if inspect.isabstract(cls) or not getattr(cls, "code", None):
             return
-        assert re.fullmatch(r"(XLA|JAX|TPU)\d{3}", cls.code), cls.code
+        assert re.fullmatch(r"(XLA|JAX|DYN|TPU)\d{3}", cls.code), cls.code
         assert cls.category in CATEGORIES, cls.category
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", cls.name), cls.name
         for attr in dir(cls):

@@ -14,23 +14,26 @@ import os
 import signal
 import tempfile
 import traceback
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import __version__
-from .analysis.project import (NO_PROJECT, ModuleSummary, ProjectFacts, ProjectIndex, module_name, project_root, source_root,
+from .analysis.project import (NO_PROJECT, PROJECT_MARKERS, ModuleSummary, ProjectFacts, ProjectIndex, module_name, project_root, source_root,
                                summarize, summary_from_json, summary_to_json)
+from .analysis.asked import AskedFacts, holds
 from .analysis.reads import ParamRead
 from .cache import CACHE_DIR_NAME, ProjectCache, digest
 from .config import Settings
 from .diagnostics import Diagnostic
 from .discovery import discover
-from .engine import MARKERS, FileResult, analyse, fix_source, lint_source
+from .engine import MARKERS, FileResult, analyse, fix_source, lint_context, lint_source
 from .notebook import MAX_NOTEBOOK_BYTES, Notebook, is_notebook
 from .progress import Progress
 from .rules import RULES_BY_CODE
-from .source import SourceError, SourceFile, Stamp, decode_source, is_dir, read_bounded
+from .source import SourceError, SourceFile, Stamp, decode_source, is_dir, read_bounded, stat_or_none
 
 MAX_PROJECT_FILES = 20_000
 PARALLEL_MIN = 8  # fewer tasks than this run in-process: starting workers would cost more
@@ -80,17 +83,63 @@ def _ignore_interrupts() -> None:
 
 # -- work done in worker processes (module-level functions: they are pickled by reference) ------------
 
-def _summarize_task(task: tuple[str, str, ProjectFacts]) -> dict | None:
-    path, name, facts = task
+class CheckTask(NamedTuple):
+    path: str
+    raw: bytes
+    codes: tuple[str, ...]  # the rules that apply to this file
+    assume_xla: bool
+    target: tuple[int, ...] | None  # the oldest torch_xla the code must run on
+    fixable: tuple[str, ...] | None  # the codes whose fixes may be built (None: all)
+    facts: ProjectFacts
+    with_edits: bool
+
+
+class FixTask(NamedTuple):
+    path: str
+    raw: bytes
+    codes: tuple[str, ...]
+    assume_xla: bool
+    target: tuple[int, ...] | None
+    fixable: tuple[str, ...] | None
+    facts: ProjectFacts
+    unsafe: bool
+
+
+class SummaryTask(NamedTuple):
+    path: str
+    name: str  # the module's dotted name
+    facts: ProjectFacts  # what the project says about it so far (NO_PROJECT on the first pass)
+    check: CheckTask | None = None  # a file the run checks: checked on the same analysis
+
+
+class Summarised(NamedTuple):
+    summary: dict | None  # None: the index lacks the file (it is reported when it is checked)
+    check: tuple[list[dict], str | None] | None = None  # the `CheckTask`'s result, when it had one
+    # what that check's analysis asked of `facts` (see analysis.asked); None: it was checked with
+    # `facts` themselves, not on the summary's analysis
+    asked: frozenset | None = frozenset()
+
+
+def _summarize_task(task: SummaryTask) -> Summarised:
+    check = task.check
+    asked = AskedFacts(task.facts)
     try:
-        source = decode_source(Path(path), read_bounded(Path(path))[0])
-        return summary_to_json(summarize(analyse(source, project=facts), name))
+        raw = check.raw if check is not None else read_bounded(Path(task.path))[0]
+        # a checked file keeps its path as given (rules read it); the summary is keyed by the real one
+        source = decode_source(Path(check.path if check is not None else task.path), raw)
+        ctx = analyse(source, project=asked, target_version=check.target if check is not None else None)
+        summary = summarize(ctx, task.name)
+        summary.path = task.path
     except (SourceError, OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-        return None  # the file is reported when it is linted; the index just lacks it
+        # the file is reported when it is linted; the index just lacks it
+        return Summarised(None, _check_task(check) if check is not None else None, None)
     except Exception:  # a bug in xlalint: the index lacks the file rather than the run failing
         if os.environ.get("XLALINT_DEBUG"):
             raise
-        return None
+        return Summarised(None, _check_task(check) if check is not None else None, None)
+    if check is None:
+        return Summarised(summary_to_json(summary))
+    return Summarised(summary_to_json(summary), _check_task(check, source, ctx), frozenset(asked.questions))
 
 
 def _source(path: str, raw: bytes) -> tuple[SourceFile, Notebook | None]:
@@ -102,33 +151,37 @@ def _source(path: str, raw: bytes) -> tuple[SourceFile, Notebook | None]:
     return decode_source(Path(path), raw), None
 
 
-def _check_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool]) -> tuple[list[dict], str | None]:
-    path, raw, codes, (assume_xla, target, fixable), facts, with_edits = task
+def _check_task(task: CheckTask, source: SourceFile | None = None, ctx=None) -> tuple[list[dict], str | None]:
+    """`source` and `ctx`: the file as a project summary already analysed it (never a notebook)."""
     notebook = None
     try:
-        source, notebook = _source(path, raw)
-        found = lint_source(source, [RULES_BY_CODE[c] for c in codes], with_edits=with_edits, assume_xla=assume_xla,
-                            project=facts, target_version=target, fixable=_frozen(fixable))
+        rules = [RULES_BY_CODE[c] for c in task.codes]
+        if ctx is not None:
+            found = lint_context(source, ctx, rules, with_edits=task.with_edits, fixable=_frozen(task.fixable))
+        else:
+            source, notebook = _source(task.path, task.raw)
+            found = lint_source(source, rules, with_edits=task.with_edits, assume_xla=task.assume_xla,
+                                project=task.facts, target_version=task.target, fixable=_frozen(task.fixable))
         if notebook is not None:
             found = [notebook.in_cells(d) for d in found]
         return [d.to_json() for d in found], None
     except SourceError as exc:
         return [], notebook.error_in_cells(str(exc)) if notebook is not None else str(exc)
     except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
-        return [], internal_error(Path(path), exc)
+        return [], internal_error(Path(task.path), exc)
 
 
 def _frozen(codes: tuple[str, ...] | None) -> frozenset[str] | None:
     return None if codes is None else frozenset(codes)
 
 
-def _fix_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool]):
-    path, raw, codes, (assume_xla, target, fixable), facts, unsafe = task
+def _fix_task(task: FixTask):
     notebook = None
     try:
-        source, notebook = _source(path, raw)
-        result = fix_source(source, [RULES_BY_CODE[c] for c in codes], unsafe=unsafe, assume_xla=assume_xla,
-                            project=facts, target_version=target, fixable=_frozen(fixable))
+        source, notebook = _source(task.path, task.raw)
+        result = fix_source(source, [RULES_BY_CODE[c] for c in task.codes], unsafe=task.unsafe,
+                            assume_xla=task.assume_xla, project=task.facts, target_version=task.target,
+                            fixable=_frozen(task.fixable))
         for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
                 diagnostic.fix.replacements = {}
@@ -138,7 +191,7 @@ def _fix_task(task: tuple[str, bytes, tuple[str, ...], tuple, ProjectFacts, bool
     except SourceError as exc:
         return None, notebook.error_in_cells(str(exc)) if notebook is not None else str(exc)
     except Exception as exc:  # noqa: BLE001
-        return None, internal_error(Path(path), exc)
+        return None, internal_error(Path(task.path), exc)
 
 
 STEP_LABELS = {"_summarize_task": "indexing the project", "_check_task": "checking", "_fix_task": "fixing"}
@@ -156,10 +209,24 @@ def _back_to_notebook(notebook: Notebook, result) -> None:
     result.display = (notebook.readable(), after.readable())
 
 
+def run_root(paths: list[Path]) -> Path:
+    """The one root of a run (Ruff's): the common folder of the paths it was given (a file's
+    folder), or the project above it (the nearest folder with a pyproject.toml, setup.py,
+    setup.cfg or .git). The cache lives there, and files under it in no project are one project."""
+    folders = [p.resolve() if is_dir(p) else p.resolve().parent for p in paths] or [Path.cwd()]
+    common = Path(os.path.commonpath(folders))
+    for folder in (common, *common.parents):
+        if any(stat_or_none(folder / marker) is not None for marker in PROJECT_MARKERS):
+            return folder
+    return common
+
+
 class Workspace:
     def __init__(self, settings: Settings, rules, *, jobs: int | None = None, cache: bool = True,
-                 cache_dir: Path | None = None, with_edits: bool = True, progress: Progress | None = None) -> None:
+                 cache_dir: Path | None = None, with_edits: bool = True, progress: Progress | None = None,
+                 root: Path | None = None) -> None:
         self.settings = settings
+        self.root = root.resolve() if root is not None else None  # see `run_root`; None: the files' own
         self.progress = progress  # a progress line for long runs (a terminal's), else None
         # the text edits of each fix (JSON output); without them a fix is only built, never applied
         self.with_edits = with_edits
@@ -170,6 +237,10 @@ class Workspace:
         self._pool: ProcessPoolExecutor | None = None
         self._pool_size = 0
         self._caches: dict[Path, ProjectCache] = {}
+        self._roots: dict[Path, Path] = {}  # a folder (resolved) -> the root of its files' project
+        # during `check`: resolved path -> (the facts, what was asked of them, the check's result) of
+        # each summary that also checked the file (see `SummaryTask.check`)
+        self.shared: dict[Path, list[tuple[ProjectFacts, frozenset | None, tuple]]] = {}
         self.warnings: list[str] = []  # one line each, for the user (a cache that is not used)
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -220,11 +291,20 @@ class Workspace:
         for cache in self._caches.values():
             cache.save()
 
+    def project_of(self, path: Path) -> Path:
+        """The root of the project `path` belongs to (see `project_root`), looked up once per folder."""
+        real = path.resolve()
+        root = self._roots.get(real.parent)
+        if root is None:
+            root = self._roots[real.parent] = project_root(real, within=self.root)
+        return root
+
     def _cache(self, root: Path) -> ProjectCache:
+        """The cache of a project: a file of the run's one cache folder (each project its own file)."""
         if root not in self._caches:
             folder = None
             if self.use_cache:
-                folder = self.cache_dir if self.cache_dir is not None else root / CACHE_DIR_NAME
+                folder = self.cache_dir if self.cache_dir is not None else (self.root or root) / CACHE_DIR_NAME
             self._caches[root] = ProjectCache(folder, root)
             if self._caches[root].warning:
                 self.warnings.append(self._caches[root].warning)
@@ -250,22 +330,24 @@ class Workspace:
             members = discover(roots, self.settings, missing=[])[:MAX_PROJECT_FILES]
         return members
 
-    def facts(self, files: list[Path]) -> dict[Path, ProjectFacts]:
-        """For each file, what the rest of its project says about it (see `ProjectFacts`)."""
+    def facts(self, files: list[Path], checks: dict[Path, CheckTask] | None = None) -> dict[Path, ProjectFacts]:
+        """For each file, what the rest of its project says about it (see `ProjectFacts`).
+        `checks`: files (by resolved path) to check on the analysis that summarises them, where
+        one is made (see `self.shared`)."""
         by_root: dict[Path, list[Path]] = {}
         for path in files:
-            by_root.setdefault(project_root(path), []).append(path)
+            by_root.setdefault(self.project_of(path), []).append(path)
         result: dict[Path, ProjectFacts] = {}
         for root, targets in by_root.items():
             if not is_dir(root):  # a `--stdin-filename` in a folder that does not exist: no project
                 result.update((path, NO_PROJECT) for path in targets)
                 continue
-            facts = self._project_facts(root, targets)
+            facts = self._project_facts(root, targets, checks or {})
             for path in targets:
                 result[path] = facts.get(str(path.resolve()), NO_PROJECT)
         return result
 
-    def _project_facts(self, root: Path, targets: list[Path]) -> dict[str, ProjectFacts]:
+    def _project_facts(self, root: Path, targets: list[Path], checks: dict[Path, CheckTask]) -> dict[str, ProjectFacts]:
         """Summarise the project, then summarise again the modules whose loops call a function
         elsewhere that trains (those loops are step loops: what runs in them changes)."""
         cache = self._cache(root)
@@ -280,7 +362,9 @@ class Workspace:
                 continue  # the file is reported when it is linted; the index just lacks it
             if MARKERS.search(raw):
                 contents[path] = digest(raw)
-        cache.keep_only({_relative(p, root) for p in contents})
+        # entries of files gone (notebooks and files naming no torch, XLA or JAX stay: their results
+        # are cached too, else a warm run checks them again, and a pool of workers starts for them)
+        cache.keep_only({_relative(p, root) for p in members})
         # what module resolution reads besides contents: each member's name, which the `__init__.py`
         # files above it decide (an empty one has no marker, so it is no member)
         contents = {p: digest(f"{c} {module_name(p, source_root(p))}".encode()) for p, c in contents.items()}
@@ -289,17 +373,17 @@ class Workspace:
         cached = _read(_facts_from_json, cache.result(FACTS_SLOT, key))
         if cached is not None:
             return cached
-        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents)
+        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents, checks)
         facts = ProjectIndex(list(summaries.values())).facts()
         again = {Path(path): f for path, f in facts.items() if f.training_calls}
         if again:
-            summaries.update(self._summaries(cache, root, again, contents))
+            summaries.update(self._summaries(cache, root, again, contents, checks))
             facts = ProjectIndex(list(summaries.values())).facts()
         cache.put_result(FACTS_SLOT, key, _facts_to_json(facts))
         return facts
 
     def _summaries(self, cache: ProjectCache, root: Path, wanted: dict[Path, ProjectFacts],
-                   contents: dict[Path, str]) -> dict[str, ModuleSummary]:
+                   contents: dict[Path, str], checks: dict[Path, CheckTask]) -> dict[str, ModuleSummary]:
         found, todo = {}, []
         for path, facts in wanted.items():
             relpath = _relative(path, root)
@@ -311,42 +395,75 @@ class Workspace:
             if cached is not None:
                 found[str(path)] = cached
             else:
-                todo.append((str(path), module_name(path, source_root(path)), facts, relpath, key))
-        for (path, _, _, relpath, key), computed in zip(todo, self._map(_summarize_task, [t[:3] for t in todo])):
-            if computed is not None:
-                cache.put_summary(relpath, key, computed)
-                found[path] = summary_from_json(computed)
+                # checked on the first pass only: a module summarised again (its loops call a trainer
+                # elsewhere) is one whose facts the first pass did not know, and rules cost more
+                # than the analysis; it is checked once, with its final facts
+                check = checks.get(path) if facts is NO_PROJECT else None
+                task = SummaryTask(str(path), module_name(path, source_root(path)), facts, check)
+                todo.append((task, relpath, key))
+        for (task, relpath, key), computed in zip(todo, self._map(_summarize_task, [t[0] for t in todo])):
+            if computed.check is not None:
+                self.shared.setdefault(Path(task.path), []).append((task.facts, computed.asked, computed.check))
+            if computed.summary is not None:
+                cache.put_summary(relpath, key, computed.summary)
+                found[task.path] = summary_from_json(computed.summary)
         return found
 
     # -- check and fix --------------------------------------------------------------------------------
     def check(self, files: list[Path], *, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
         """`given`: contents to check instead of what the files hold (standard input)."""
-        facts = self.facts(files)
+        self._default_root(files)
         outcomes: dict[Path, FileOutcome] = {}
+        readable = list(_readable(files, outcomes, given))
+        checks: dict[Path, CheckTask] = {}
+        real = {path: path.resolve() for path, _ in readable}
+        if not self.settings.assume_xla:  # summaries are analysed without --assume-xla: else not shared
+            seen = Counter(real.values())
+            for path, raw in readable:
+                if (given is None or path not in given) and not is_notebook(path) and seen[real[path]] == 1:
+                    checks[real[path]] = self._check(path, raw, NO_PROJECT)
+        self.shared = {}
+        facts = self.facts(files, checks)
         tasks, keys = [], []
-        for path, raw in _readable(files, outcomes, given):
+        for path, raw in readable:
             codes = self._codes(path)
-            root = project_root(path)
+            root = self.project_of(path)
             key = digest(repr((digest(raw), codes, self._options, facts[path].key(), self.with_edits,
                                __version__)).encode())
-            cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(_relative(path.resolve(), root), key))
+            relpath = _relative(real[path], root)
+            cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(relpath, key))
+            if cached is None and real[path] in checks:
+                # checked on the analysis that summarised it, if its project facts answer alike
+                cached = next((_outcome(path, *result) for asked_of, asked, result in self.shared.get(real[path], ())
+                               if holds(asked_of, asked, facts[path])), None)
+                if cached is not None and cached.error is None:
+                    self._cache(root).put_result(relpath, key, [[d.to_json() for d in cached.diagnostics], None])
             if cached is not None:
                 outcomes[path] = cached
                 continue
-            tasks.append((str(path), raw, codes, self._options, facts[path], self.with_edits))
+            tasks.append(self._check(path, raw, facts[path]))
             keys.append((path, root, key))
+        self.shared = {}
         for (path, root, key), (found, error) in zip(keys, self._map(_check_task, tasks)):
             outcomes[path] = _outcome(path, found, error)
             if error is None:
                 self._cache(root).put_result(_relative(path.resolve(), root), key, [found, None])
         return [outcomes[p] for p in files]
 
+    def _default_root(self, files: list[Path]) -> None:
+        if self.root is None and files:  # not given: the root of a run given these files
+            self.root = run_root(files)
+
+    def _check(self, path: Path, raw: bytes, facts: ProjectFacts) -> CheckTask:
+        return CheckTask(str(path), raw, self._codes(path), *self._options, facts, self.with_edits)
+
     def fix(self, files: list[Path], *, unsafe: bool, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
+        self._default_root(files)
         facts = self.facts(files)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, paths, stamps = [], [], {}
         for path, raw in _readable(files, outcomes, given, stamps):
-            tasks.append((str(path), raw, self._codes(path), self._options, facts[path], unsafe))
+            tasks.append(FixTask(str(path), raw, self._codes(path), *self._options, facts[path], unsafe))
             paths.append(path)
         for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
             if result is not None:
@@ -388,7 +505,8 @@ def _read(convert, entry):
 def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
     return {path: [sorted(f.steps), sorted(f.called), sorted(f.training_calls),
                    [[list(at), helper, where, [list(r) for r in reads]] for at, helper, where, reads in f.helper_reads],
-                   [[name, list(params), list(static)] for name, params, static in f.static_methods]]
+                   [[name, list(params), list(static)] for name, params, static in f.static_methods],
+                   [list(c) for c in f.compiled]]
             for path, f in facts.items() if f != NO_PROJECT}
 
 
@@ -396,8 +514,9 @@ def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
     return {path: ProjectFacts(frozenset(steps), frozenset(called), frozenset(tuple(c) for c in calls),
                                tuple((tuple(at), helper, where, tuple(ParamRead(*r) for r in reads))
                                      for at, helper, where, reads in helper_reads),
-                               tuple((name, tuple(params), tuple(static)) for name, params, static in static_methods))
-            for path, (steps, called, calls, helper_reads, static_methods) in data.items()}
+                               tuple((name, tuple(params), tuple(static)) for name, params, static in static_methods),
+                               tuple(tuple(c) for c in compiled))
+            for path, (steps, called, calls, helper_reads, static_methods, compiled) in data.items()}
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:

@@ -123,36 +123,59 @@ class ModuleIndex:
 
 
 def build_index(tree: ast.Module) -> ModuleIndex:
+    # The hottest loop of a cold run: types compared exactly (`ast.parse` makes no subclasses),
+    # fields read from `_fields`, and only the node types `_record` files are handed to it.
     index = ModuleIndex()
     parents, fields, order, by_type = index.parents, index.fields, index.order, index.by_type
-    # (node, scope, guard depth at module level, inside an import statement)
+    all_names, bare_names, name_uses, calls = index.all_names, index.bare_names, index.name_uses, index.calls
+    module, name_type, attribute_type, call_type, store = ast.Module, ast.Name, ast.Attribute, ast.Call, ast.Store
+    node_type = ast.AST
+    # (node, scope, guard depth at module level)
     stack: list[tuple[ast.AST, ast.AST, int]] = [(tree, tree, 0)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, scope, guards = stack.pop()
+        node, scope, guards = pop()
         order[node] = len(order)
-        by_type[type(node)].append(node)
-        inner_scope = node if isinstance(node, SCOPES) else scope
-        inner_guards = guards + 1 if isinstance(node, _GUARDS) and isinstance(scope, ast.Module) else guards
-        _record(index, node, scope, guards)
+        kind = type(node)
+        by_type[kind].append(node)
+        if kind is name_type:  # the commonest nodes, filed here as `_record` would
+            all_names.add(node.id)
+            bare_names.add(node.id)
+            name_uses[node.id].append(node)
+            if type(node.ctx) is store and type(scope) is module:
+                index.module_names.add(node.id)
+        elif kind is attribute_type:
+            all_names.add(node.attr)
+        elif kind is call_type:
+            calls.append(node)
+        elif kind in _RECORDED:
+            _record(index, node, scope, guards)
+        is_scope = kind in _SCOPE_TYPES
+        inner_scope = node if is_scope else scope
+        inner_guards = guards + 1 if kind in _GUARD_TYPES and type(scope) is module else guards
+        outer_fields = is_scope and node is not scope  # decorators and annotations: the enclosing scope
         children = []
-        for name, value in ast.iter_fields(node):
-            if isinstance(value, list):
+        for name in kind._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
                 for item in value:
-                    if isinstance(item, ast.AST):
+                    if isinstance(item, node_type):
                         parents[item] = node
                         fields[item] = name
-                        children.append(item)
-            elif isinstance(value, ast.AST):
+                        children.append((item, scope if outer_fields and name in _OUTER_FIELDS else inner_scope))
+            elif isinstance(value, node_type):
                 parents[value] = node
                 fields[value] = name
-                children.append(value)
+                children.append((value, scope if outer_fields and name in _OUTER_FIELDS else inner_scope))
         # decorators and defaults run in the enclosing scope; the body in the function's own
-        for child in reversed(children):
-            child_scope = inner_scope
-            if node is not scope and isinstance(node, SCOPES) and fields[child] in ("decorator_list", "returns"):
-                child_scope = scope
-            stack.append((child, child_scope, inner_guards))
+        for child, child_scope in reversed(children):
+            push((child, child_scope, inner_guards))
     return index
+
+
+_SCOPE_TYPES = frozenset(SCOPES)
+_GUARD_TYPES = frozenset(_GUARDS)
+_OUTER_FIELDS = ("decorator_list", "returns")
 
 
 def _record(index: ModuleIndex, node: ast.AST, scope: ast.AST, guards: int) -> None:
@@ -220,6 +243,12 @@ def _record(index: ModuleIndex, node: ast.AST, scope: ast.AST, guards: int) -> N
             if alias.name == "*":
                 continue
             _import(index, scope, guards, alias.asname or alias.name, f"{node.module}.{alias.name}", node)
+
+
+# the node types `_record` files besides Name, Attribute and Call (which `build_index` files itself)
+_RECORDED = frozenset({*FUNCTIONS, ast.ClassDef, ast.arg, ast.keyword, ast.alias, ast.Assign, ast.AnnAssign,
+                       ast.AugAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.While, ast.withitem, ast.Import,
+                       ast.ImportFrom})
 
 
 def _bind(index: ModuleIndex, scope: ast.AST, name: str, value: ast.expr | None) -> None:

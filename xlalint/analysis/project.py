@@ -15,6 +15,7 @@ import ast
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from ..source import is_file, stat_or_none
@@ -56,10 +57,21 @@ class ProjectFacts:
     # methods of the project compiled with Equinox's filter_jit, by a name no other method has:
     # (name, parameters without self, the static ones) - a call `x.name(...)` runs one of them
     static_methods: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = ()
+    # its functions torch.compile traces because of other modules (a compiled caller, a compiled
+    # model of its class): (qualname, the options' key, see `compiled.CompileOptions`)
+    compiled: tuple[tuple[str, str], ...] = ()
+
+    def reads_at(self, at: tuple[int, int]) -> tuple[str, str, tuple[ParamRead, ...]] | None:
+        """(the function as called, its file, its reads) of the helper called at `at` (line, column)."""
+        return self._reads_by_call.get(at)
+
+    @cached_property
+    def _reads_by_call(self) -> dict:
+        return {at: (helper, path, reads) for at, helper, path, reads in self.helper_reads}
 
     def key(self) -> str:
         return repr((sorted(self.steps), sorted(self.called), sorted(self.training_calls), self.helper_reads,
-                     self.static_methods))
+                     self.static_methods, self.compiled))
 
     def moved(self, before: str, after: str) -> "ProjectFacts":
         """These facts for the module's text `after` a fix edited `before`: the calls they name by
@@ -72,7 +84,8 @@ class ProjectFacts:
             self.steps, self.called,
             frozenset((lines[line], column) for line, column in self.training_calls if line in lines),
             tuple(((lines[at[0]], at[1]), helper, path, reads)
-                  for at, helper, path, reads in self.helper_reads if at[0] in lines), self.static_methods)
+                  for at, helper, path, reads in self.helper_reads if at[0] in lines), self.static_methods,
+            self.compiled)
 
 
 NO_PROJECT = ProjectFacts()
@@ -102,6 +115,11 @@ class ModuleSummary:
     reads: dict[str, list[ParamRead]] = field(default_factory=dict)  # qualname -> its arguments' host reads
     # methods compiled with filter_jit: qualname -> [parameters without self, the static ones]
     static_jitted: dict[str, list[list[str]]] = field(default_factory=dict)
+    # torch.compile: its compiled functions (qualname -> options key), the imported classes it
+    # compiles (name as written -> options key), its `torch.compiler.disable` functions
+    compiled: dict[str, str] = field(default_factory=dict)
+    compiled_imports: dict[str, str] = field(default_factory=dict)
+    compile_disabled: list[str] = field(default_factory=list)
 
 
 # -- where a file belongs ----------------------------------------------------------------------------
@@ -121,13 +139,16 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def project_root(path: Path, *, follow: bool = True) -> Path:
-    """The nearest folder above `path` with a pyproject.toml, setup.py, setup.cfg or .git; else the
-    file's source root. `follow=False`: the project where `path` is, if a symbolic link, not its target's."""
+def project_root(path: Path, *, follow: bool = True, within: Path | None = None) -> Path:
+    """The nearest folder above `path` with a pyproject.toml, setup.py, setup.cfg or .git; else
+    `within` (a run's root, resolved) when `path` is below it, else the file's source root.
+    `follow=False`: the project where `path` is, if a symbolic link, not its target's."""
     start = path.resolve() if follow else path.parent.resolve() / path.name
     for folder in start.parents:
         if any(stat_or_none(folder / marker) is not None for marker in PROJECT_MARKERS):
             return folder
+    if within is not None and within in start.parents:  # a tree with no marker: one project per run
+        return within
     return source_root(start)
 
 
@@ -178,6 +199,10 @@ def summarize(ctx, name: str) -> ModuleSummary:
         for key, target in ctx.jax_jitted.items():
             if key.startswith("self.") and target.filtered:
                 summary.static_jitted[qualname(index, target.func)] = [list(target.params), sorted(target.static)]
+    if ctx.compiled.roots or ctx.compiled.disabled or ctx.compiled.compile_calls or ctx.project.compiled:
+        from .compiled import summary_entries
+
+        summary.compiled, summary.compiled_imports, summary.compile_disabled = summary_entries(ctx)
     return summary
 
 
@@ -435,9 +460,48 @@ class ProjectIndex:
             if reads and call.hot:
                 helper_reads[summary.path].add(((call.line, call.column), call.callee, path, tuple(reads)))
         static = self._static_methods()
+        compiled = self._compiled(resolved)
         return {path: ProjectFacts(frozenset(steps[path]), frozenset(called[path]), frozenset(training_calls[path]),
-                                   tuple(sorted(helper_reads[path])), static)
+                                   tuple(sorted(helper_reads[path])), static, tuple(sorted(compiled[path].items())))
                 for path in self.summaries}
+
+    def _compiled(self, resolved) -> dict[str, dict[str, str]]:
+        """Module path -> its functions torch.compile traces because of other modules (qualname ->
+        options key): the `forward` of a class compiled elsewhere, and what compiled functions call."""
+        from .compiled import CompileOptions
+
+        seeds: dict[FunctionRef, CompileOptions] = {}
+        for s in self.summaries.values():
+            for name, key in s.compiled.items():
+                seeds[(s.path, name)] = CompileOptions.from_key(key)
+            for written, key in s.compiled_imports.items():
+                found = self.resolve_name(s, written)
+                forward = self.method(found[0], found[1], "forward") if found and found[1] in found[0].classes else None
+                if forward is not None:
+                    seeds[forward] = seeds[forward].merge(CompileOptions.from_key(key)) if forward in seeds \
+                        else CompileOptions.from_key(key)
+        if not seeds:
+            return defaultdict(dict)
+        disabled = {(s.path, name) for s in self.summaries.values() for name in s.compile_disabled}
+        edges: dict[FunctionRef, list[FunctionRef]] = defaultdict(list)
+        for summary, call, target in resolved:
+            if call.caller and target not in disabled:
+                edges[(summary.path, call.caller)].append(target)
+        reached = dict(seeds)
+        work = list(reached)
+        while work:
+            ref = work.pop()
+            for following in edges.get(ref, ()):
+                merged = reached[following].merge(reached[ref]) if following in reached else reached[ref]
+                if reached.get(following) != merged:
+                    reached[following] = merged
+                    work.append(following)
+        found: dict[str, dict[str, str]] = defaultdict(dict)
+        for (path, name), options in reached.items():
+            own = self.summaries[path].compiled.get(name)
+            if own != options.key():
+                found[path][name] = options.key()
+        return found
 
     def _static_methods(self) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
         """filter_jit methods whose name no other method or function of the project has: a call of
@@ -510,7 +574,8 @@ def summary_to_json(s: ModuleSummary) -> dict:
             "calls": [[c.caller, c.callee, c.receiver_class, c.hot, c.per_step, c.looped, c.line, c.column]
                       for c in s.calls],
             "reads": {name: [list(r) for r in reads] for name, reads in s.reads.items()},
-            "static_jitted": s.static_jitted}
+            "static_jitted": s.static_jitted, "compiled": s.compiled, "compiled_imports": s.compiled_imports,
+            "compile_disabled": s.compile_disabled}
 
 
 def summary_from_json(data: dict) -> ModuleSummary:
@@ -518,4 +583,6 @@ def summary_from_json(data: dict) -> ModuleSummary:
                          dict(data["functions"]), set(data["step_functions"]), set(data["trains"]),
                          [CallSite(*c) for c in data["calls"]],
                          {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()},
-                         {name: [list(p), list(st)] for name, (p, st) in data.get("static_jitted", {}).items()})
+                         {name: [list(p), list(st)] for name, (p, st) in data.get("static_jitted", {}).items()},
+                         dict(data.get("compiled", {})), dict(data.get("compiled_imports", {})),
+                         list(data.get("compile_disabled", [])))

@@ -276,6 +276,10 @@ class TensorInference:
         if isinstance(func, FUNCTIONS) and is_named_step(self.ctx, func) and self.ctx.is_step_function(func):
             return Kind.TENSOR  # forward(self, x), training_step(self, batch, ...): data
         passed = self._passed(param) if isinstance(func, FUNCTIONS) else Kind.UNKNOWN
+        if passed == Kind.UNKNOWN and func in self.ctx.compiled.roots:
+            from .compiled import compiled_parameter_kind  # `step = torch.compile(f); step(x, 3)`
+
+            passed = compiled_parameter_kind(self.ctx, param) or Kind.UNKNOWN
         if passed >= Kind.CPU or passed == Kind.NOT_TENSOR:
             return passed  # what the module's own callers pass
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN

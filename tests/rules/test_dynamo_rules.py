@@ -1,0 +1,112 @@
+"""torch.compile rules (DYN): every example runs under Dynamo on CPU, and Dynamo agrees.
+
+Each INVALID example is run with a `CompileCounter` backend and the `graph_breaks`/`recompiles`
+logs captured: a break rule's example breaks with one of the rule's graph-break ids (more than
+one graph, or a `fullgraph=True` error naming the id); a recompile rule's example compiles more
+than once. Each VALID example, and the fixed form of each INVALID example with a fix, compiles to
+exactly one graph with no break and no recompile. The untraceable-call table is proven row by row.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from xlalint.rules.dynamo.untraceable_call_in_compiled import TABLE  # noqa: E402
+from xlalint.rules import ALL_RULES  # noqa: E402
+from xlalint.testing import fix_code  # noqa: E402
+
+from dynamo_helpers import dynamo_usable, load, observe  # noqa: E402  (tests/rules/dynamo_helpers.py)
+
+DYN = [r for r in ALL_RULES if r.code.startswith("DYN")]
+ROOT = Path(__file__).resolve().parents[2]
+FRESH = "XLALINT_DYNAMO_FRESH"  # set in the fresh process below
+
+
+@pytest.fixture(autouse=True)
+def _dynamo(request):
+    if request.node.name.startswith("test_in_a_fresh_process"):
+        return
+    if not dynamo_usable():
+        pytest.skip("torchax was imported in this process: Dynamo cannot compile here (run in a fresh process)")
+
+
+def test_in_a_fresh_process_when_this_one_cannot_compile():
+    """Where another test imported torchax first, the Dynamo proofs run in a fresh interpreter."""
+    if dynamo_usable() or os.environ.get(FRESH):
+        pytest.skip("Dynamo works in this process: the proofs run here")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging",
+                           str(Path(__file__)), str(ROOT / "tests" / "test_compile_example.py"),
+                           str(ROOT / "tests" / "test_compiled_analysis.py")],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, FRESH: "1"})
+    assert proc.returncode == 0, proc.stdout[-4000:]
+
+
+def _cases(kind):
+    for rule in DYN:
+        for i, case in enumerate(getattr(rule, kind)):
+            yield pytest.param(rule, case, id=f"{rule.code}-{kind}_{i}")
+
+
+def _run(code: str):
+    return observe(lambda backend: load(code, backend))
+
+
+@pytest.mark.parametrize("rule, case", list(_cases("INVALID")))
+def test_invalid_example_shows_the_harm_under_dynamo(rule, case):
+    run = _run(case.code)
+    if getattr(rule, "recompiles", False):
+        assert run.graphs >= 2 and run.recompiles, (run.graphs, run.recompiles)
+        assert not run.user_breaks, run.user_breaks
+    else:
+        assert run.gb_ids & set(rule.gb_ids), (rule.gb_ids, run.gb_ids, run.breaks)
+        # the function's graph is split, or (a break Dynamo cannot resume from) it all runs eagerly
+        assert run.graphs >= 2 or (run.graphs == 0 and "Failed to handle graph break gracefully" in run.breaks[0]), \
+            run.graphs
+
+
+@pytest.mark.parametrize("rule, case", list(_cases("VALID")))
+def test_valid_example_compiles_to_one_graph(rule, case):
+    run = _run(case.code)
+    assert (run.graphs, run.user_breaks, run.recompiles) == (1, [], []), (run.graphs, run.breaks, run.recompiles)
+
+
+@pytest.mark.parametrize("rule, case", [p for p in _cases("INVALID") if p.values[1].expected_replacement])
+def test_fixed_example_compiles_to_one_graph(rule, case):
+    fixed = fix_code(case.code, [rule], unsafe=case.applicability.value == "unsafe")
+    assert fixed == case.expected_replacement
+    run = _run(fixed)
+    assert (run.graphs, run.breaks, run.recompiles) == (1, [], [])
+
+
+@pytest.mark.parametrize("row", TABLE, ids=lambda r: r.name)
+def test_every_untraceable_row_breaks_with_its_id(row):
+    module = row.name.rpartition(".")[0] if row.method is None else ""
+    imports = {"io", "os", "time", "random", "copy", "json", "torch", *([module.split(".")[0]] if module else [])}
+    code = "\n".join(f"import {m}" for m in sorted(imports)) + textwrap.dedent(f"""
+
+        @torch.compile
+        def f(x):
+            y = x * 2
+            {row.example}
+            return y + 1
+
+        f(torch.ones(3, requires_grad=True))
+        """)
+    run = _run(code)
+    assert row.gb in run.gb_ids and run.graphs >= 2, (row.gb, run.gb_ids, run.graphs)
+
+
+@pytest.mark.parametrize("rule", [r for r in DYN if getattr(r, "gb_ids", ())], ids=lambda r: r.code)
+def test_explain_links_the_graph_break_page_of_every_id(rule):
+    from xlalint.rules.dynamo._common import gb_page
+    from xlalint.explain import explain_text
+
+    text = explain_text(rule)
+    assert all(gb_page(gb) in text for gb in rule.gb_ids), [gb for gb in rule.gb_ids if gb_page(gb) not in text]
+    assert "--select DYN" in text

@@ -1,0 +1,241 @@
+"""One analysis per file per run: a cold check analyses each file once, for the project summary and
+for its findings, and gives the findings of a separate analysis with the project's facts."""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from xlalint import workspace
+from xlalint.analysis.asked import FIELDS, AskedFacts, holds
+from xlalint.analysis.project import NO_PROJECT, ProjectFacts
+
+# A small training project whose modules depend on each other in every way the project index knows:
+# helpers called every step from another module (metrics), a function that trains called in a loop
+# elsewhere (engine, loop), a helper reading its argument on the host (helper_reads), hooks, a
+# package re-export, a script outside the package, a filter_jit method called from another module.
+MODULES = {
+    "pyproject.toml": "[project]\nname = 'trainer'\n",
+    "trainer/__init__.py": "from trainer.engine import train_step\n",
+    "trainer/metrics.py": """\
+import torch
+
+
+class Meter:
+    def __init__(self):
+        self.total = 0.0
+
+    def update(self, value):
+        self.total += value.item()
+
+
+def log_loss(loss):
+    print(f"loss {loss}")
+
+
+def summary(values):
+    return torch.stack(values).mean().item()
+""",
+    "trainer/engine.py": """\
+import torch
+import torch_xla.core.xla_model as xm
+
+
+def train_step(model, batch, optimizer):
+    loss = model(batch).sum()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss
+
+
+def evaluate(model, batches):
+    return [model(b).sum().item() for b in batches]
+""",
+    "trainer/loop.py": """\
+import torch
+import torch_xla.core.xla_model as xm
+from trainer import train_step
+from trainer.metrics import Meter, log_loss, summary
+
+
+def fit(model, loader, optimizer, epochs):
+    meter = Meter()
+    device = xm.xla_device()
+    for epoch in range(epochs):
+        for step, batch in enumerate(loader):
+            batch = batch.to(device)
+            loss = train_step(model, batch, optimizer)
+            meter.update(loss)
+            log_loss(loss)
+            if loss.sum() > 10:
+                print("diverging")
+        xm.mark_step()
+    return summary([torch.zeros(1)])
+""",
+    "trainer/hooks.py": """\
+import torch
+
+
+def watch(module):
+    module.register_forward_hook(report)
+
+
+def report(module, inputs, output):
+    print(output.max().item())
+""",
+    "trainer/model.py": """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.layer(x)
+        if y.sum() > 0:
+            y = y * 2
+        return y[y > 0]
+""",
+    "scripts/run.py": """\
+import torch
+import torch_xla.core.xla_model as xm
+from torch.utils.data import DataLoader
+from trainer.loop import fit
+from trainer.model import Net
+
+model = Net().to(xm.xla_device())
+loader = DataLoader(range(10), batch_size=3)
+fit(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), epochs=2)
+""",
+    "pages.py": """\
+import equinox as eqx
+import jax.numpy as jnp
+
+
+class PageTable(eqx.Module):
+    pages: jnp.ndarray
+
+    @eqx.filter_jit
+    def free_pages(self, slot: int):
+        return self.pages.at[slot].set(0)
+""",
+    "serve.py": """\
+import jax
+from pages import PageTable
+
+
+def serve(table: PageTable, requests):
+    for slot in range(len(requests)):
+        table = table.free_pages(slot)
+    return table
+""",
+}
+
+
+JAX = ("pages.py", "serve.py")
+
+
+@pytest.fixture
+def trainer(project):
+    for name, text in MODULES.items():
+        project.write(name, text)
+    return project
+
+
+@pytest.fixture
+def torch_trainer(project):
+    """Without the filter_jit method: its name is asked of every module with an attribute call (a
+    fact about the whole project), so its presence alone has every file analysed again."""
+    for name, text in MODULES.items():
+        if name not in JAX:
+            project.write(name, text)
+    return project
+
+
+def check(run_cli, root, monkeypatch, *, share: bool):
+    """The JSON findings of a cold check, and how often each file was analysed."""
+    analysed: Counter = Counter()
+    real = workspace.analyse
+
+    def counting(source, **kwargs):
+        analysed[Path(source.path).name] += 1
+        return real(source, **kwargs)
+
+    monkeypatch.setattr(workspace, "analyse", counting)
+    monkeypatch.setattr(workspace, "lint_source", _counting_lint(workspace.lint_source, analysed))
+    if not share:  # every file checked on an analysis of its own, with its facts (as before)
+        monkeypatch.setattr(workspace, "holds", lambda *args: False)
+    code, out, err = run_cli("check", "--preview", "--no-cache", "--jobs", "1", "--output-format", "json", root)
+    monkeypatch.undo()
+    assert code == 1 and err == "", err
+    return json.loads(out), analysed
+
+
+def _counting_lint(real, analysed):
+    def lint(source, *args, **kwargs):
+        analysed[Path(source.path).name] += 1
+        return real(source, *args, **kwargs)
+    return lint
+
+
+def test_the_findings_are_those_of_a_separate_analysis(run_cli, trainer, monkeypatch):
+    shared, _ = check(run_cli, trainer, monkeypatch, share=True)
+    separate, twice = check(run_cli, trainer, monkeypatch, share=False)
+    assert shared == separate
+    found = {(Path(d["filename"]).name, d["code"]) for d in shared}
+    # what only the rest of the project says is in them: per-step helpers, a helper's host read, a
+    # hook, a filter_jit method of another module
+    assert {("metrics.py", "XLA101"), ("loop.py", "XLA109"), ("hooks.py", "XLA101"), ("serve.py", "JAX109")} <= found
+    # summarised, then checked (`__init__.py` names no torch, XLA or JAX: parsed, never analysed)
+    assert {name for name, count in twice.items() if count != 2} == {"__init__.py"}
+
+
+def test_each_file_is_analysed_once_unless_its_facts_answer_otherwise(run_cli, torch_trainer, monkeypatch):
+    shared, once = check(run_cli, torch_trainer, monkeypatch, share=True)
+    separate, twice = check(run_cli, torch_trainer, monkeypatch, share=False)
+    assert shared == separate
+    # metrics.py: its helpers run every step (the loop in loop.py says so); hooks.py: `report` runs
+    # every forward; loop.py: its calls run a trainer elsewhere and a helper that reads on the host
+    assert {name for name, count in once.items() if count == 2} == {"metrics.py", "hooks.py", "loop.py"}
+    assert {name for name, count in once.items() if count == 1} == {"model.py", "run.py", "engine.py", "__init__.py"}
+
+
+def test_one_file_checked_alone_is_analysed_once(run_cli, torch_trainer, monkeypatch):
+    shared, once = check(run_cli, torch_trainer / "trainer" / "model.py", monkeypatch, share=True)
+    separate, _ = check(run_cli, torch_trainer / "trainer" / "model.py", monkeypatch, share=False)
+    assert shared == separate and {d["code"] for d in shared} >= {"XLA201"}
+    assert once["model.py"] == 1
+
+
+def test_asked_facts_answer_as_the_facts_and_note_each_question():
+    facts = ProjectFacts(steps=frozenset({"Meter.update"}), training_calls=frozenset({(3, 4)}))
+    asked = AskedFacts(facts)
+    assert "Meter.update" in asked.steps and "log_loss" not in asked.steps
+    assert (3, 4) in asked.training_calls
+    assert bool(asked.called) and bool(asked.helper_reads)  # truthy: asking is what counts
+    assert asked.holds_for(facts)
+    # other facts hold where they answer the questions asked alike, whatever else they hold
+    assert asked.holds_for(ProjectFacts(steps=frozenset({"Meter.update", "other"}), called=frozenset({"f"}),
+                                        training_calls=frozenset({(3, 4), (9, 9)})))
+    assert not asked.holds_for(ProjectFacts(steps=frozenset({"Meter.update", "log_loss"}),
+                                            training_calls=frozenset({(3, 4)})))
+    assert asked.reads_at((1, 0)) is None and asked.holds_for(ProjectFacts(
+        steps=frozenset({"Meter.update"}), training_calls=frozenset({(3, 4)}), helper_reads=(((2, 0), "f", "m.py", ()),)))
+    assert not asked.holds_for(ProjectFacts(steps=frozenset({"Meter.update"}), training_calls=frozenset({(3, 4)}),
+                                            helper_reads=(((1, 0), "f", "m.py", ()),)))
+    list(asked.static_methods)  # iterated: all of it
+    assert not asked.holds_for(ProjectFacts(steps=frozenset({"Meter.update"}), training_calls=frozenset({(3, 4)}),
+                                            static_methods=(("free", ("slot",), ("slot",)),)))
+    assert holds(NO_PROJECT, None, NO_PROJECT) and not holds(NO_PROJECT, None, facts)  # unknown questions
+
+
+def test_every_field_of_the_facts_is_seen_through_the_recorder():
+    """A new kind of project fact must be answered by `AskedFacts` too (or a shared analysis would
+    read it from the facts it was made with, unnoticed)."""
+    asked = AskedFacts(NO_PROJECT)
+    for name in FIELDS:
+        assert not isinstance(getattr(asked, name), (frozenset, tuple)), name
