@@ -91,6 +91,11 @@ def test_step_closure_and_step_functions():
         ("try:\n        pass\n    except torch.cuda.OutOfMemoryError:\n        t.item()", True),
         ("if is_tpu:\n        t.item()", False),
         ("if step > 3:\n        t.item()", False),
+        # a tensor on the CPU is no XLA tensor; a flag named for CPU offloading says nothing
+        ("if x.device == torch.device('cpu'):\n        t.item()", True),
+        ("if x.device.type != 'cpu':\n        pass\n    else:\n        t.item()", True),
+        ("if x.device.type != 'cpu':\n        t.item()", False),
+        ("if cpu_offload:\n        t.item()", False),
         ("t.item()", False),
     ],
 )
@@ -380,6 +385,55 @@ def test_parameters_take_the_kind_their_callers_pass():
     assert ctx.tensor_kind(use.args[1]) is Kind.DEVICE  # by keyword
     forward = next(f for f in ctx.index.functions["forward"])
     assert ctx.tensor_kind(forward.body[0].value) is Kind.DEVICE  # a submodule's output
+
+
+def test_a_loop_whose_scaler_steps_the_optimizer_is_a_step_loop():
+    ctx = context(
+        """
+        while True:
+            for micro_step in range(accumulation):
+                scaler.scale(model(x, y)).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+        while running:
+            lr_scheduler.step(epoch)  # no optimizer given: no training step
+            ema.step(model)
+        """
+    )
+    outer, other = [loop for loop in ctx.index.loops if isinstance(loop, ast.While)]
+    assert is_step_loop(ctx, outer)
+    assert not is_step_loop(ctx, other)
+
+
+def test_a_loader_parameter_yields_what_its_callers_pass():
+    ctx = context(
+        """
+        import torch_xla.distributed.parallel_loader as pl
+
+        def evaluate(model, device_loader):
+            for data, targets in device_loader:
+                use(targets)
+
+        def count(loader):
+            for data, targets in loader:
+                use(targets)
+
+        def report(loader, other):
+            for data, targets in loader:
+                use(targets)
+
+        def main(device):
+            evaluate(model, pl.MpDeviceLoader(val_loader, device))
+            count(DataLoader(dataset, batch_size=8))
+            report(pl.MpDeviceLoader(val_loader, device))
+            report(other=3)
+        """
+    )
+    assert ctx.tensor_kind(call_named(ctx, "use", 0).args[0]) is Kind.DEVICE  # batches of a device loader
+    assert ctx.tensor_kind(call_named(ctx, "use", 1).args[0]) is Kind.CPU  # of a plain DataLoader
+    # one call passes nothing for `loader`: the callers do not tell
+    assert ctx.tensor_kind(call_named(ctx, "use", 2).args[0]) is not Kind.DEVICE
 
 
 def test_isinstance_narrows_to_host_values():

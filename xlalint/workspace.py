@@ -506,7 +506,9 @@ def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
     return {path: [sorted(f.steps), sorted(f.called), sorted(f.training_calls),
                    [[list(at), helper, where, [list(r) for r in reads]] for at, helper, where, reads in f.helper_reads],
                    [[name, list(params), list(static)] for name, params, static in f.static_methods],
-                   [list(c) for c in f.compiled]]
+                   [list(c) for c in f.compiled],
+                   [[list(at), kind, helper, where, detail] for at, kind, helper, where, detail in f.helper_calls],
+                   f.xla_device, f.replicas, sorted(f.device_loader_params)]
             for path, f in facts.items() if f != NO_PROJECT}
 
 
@@ -515,8 +517,12 @@ def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
                                tuple((tuple(at), helper, where, tuple(ParamRead(*r) for r in reads))
                                      for at, helper, where, reads in helper_reads),
                                tuple((name, tuple(params), tuple(static)) for name, params, static in static_methods),
-                               tuple(tuple(c) for c in compiled))
-            for path, (steps, called, calls, helper_reads, static_methods, compiled) in data.items()}
+                               tuple(tuple(c) for c in compiled),
+                               tuple((tuple(at), kind, helper, where, detail)
+                                     for at, kind, helper, where, detail in helper_calls), bool(xla_device),
+                               bool(replicas), frozenset(tuple(p) for p in device_loader_params))
+            for path, (steps, called, calls, helper_reads, static_methods, compiled, helper_calls, xla_device,
+                       replicas, device_loader_params) in data.items()}
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from . import guards, steps
 from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, target_names
 from .names import argument, dotted_name, function_params, last_part, positional
+from .loaders import TrainingSources
 from .project import NO_PROJECT, ProjectFacts, qualname
 from .reads import ParamRead
 from ..source import SourceText
@@ -71,8 +72,10 @@ class FileContext:
 
     @property
     def uses_xla(self) -> bool:
-        """XLA-only rules fire here: the file imports torch_xla/torchax, or `--assume-xla` is on."""
-        return self.assume_xla or self.imports_xla
+        """XLA-only rules fire here: the file imports torch_xla/torchax, takes its device from a
+        project function that returns an XLA device (`from utils import get_device`), or
+        `--assume-xla` is on."""
+        return self.assume_xla or self.imports_xla or self.project.xla_device
 
     def qualified_name(self, node: ast.AST) -> str | None:
         """`xm.mark_step` -> `torch_xla.core.xla_model.mark_step`, through this file's imports."""
@@ -236,6 +239,26 @@ class FileContext:
         if not self.project.helper_reads:
             return None
         return self.project.reads_at((call.lineno, self.text.column(call.lineno, call.col_offset)))
+
+    def helper_calls(self, call: ast.Call, kind: str) -> list[tuple[str, str, str]]:
+        """(the function as called, its file, a detail) for each fact of `kind` the project index
+        establishes about the project function `call` runs (see `ProjectFacts.helper_calls`)."""
+        if not self.project.helper_calls:
+            return []
+        at = (call.lineno, self.text.column(call.lineno, call.col_offset))
+        return [(helper, path, detail) for where, k, helper, path, detail in self._helper_calls.get(at, ()) if k == kind]
+
+    @cached_property
+    def _helper_calls(self) -> dict[tuple[int, int], list[tuple]]:
+        found: dict[tuple[int, int], list[tuple]] = {}
+        for entry in self.project.helper_calls:
+            found.setdefault(entry[0], []).append(entry)
+        return found
+
+    @cached_property
+    def training_sources(self) -> TrainingSources:
+        """What this module's training loops iterate (see `loaders.TrainingSources`)."""
+        return TrainingSources(self)
 
     def is_per_step(self, node: ast.AST, *, periodic: bool = False) -> bool:
         return steps.is_per_step(self, node, periodic=periodic)

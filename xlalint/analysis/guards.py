@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 
-from .names import dotted_name, is_constant, is_string
+from .names import dotted_name, is_constant, is_string, string_value
 
 # Words that name a non-XLA backend or feature; a branch taken only when they hold never runs on XLA.
 NON_XLA = re.compile(
@@ -62,11 +62,28 @@ def xla_polarity(test: ast.expr) -> int:
             return UNKNOWN
         if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)):
             return UNKNOWN
+        if isinstance(op, (ast.Eq, ast.NotEq)) and _cpu_device_test(test.left, comparator):
+            return POSITIVE if negated else NEGATIVE  # `t.device == torch.device("cpu")`: a host tensor
         polarity = _word_polarity(words(test))
         return -polarity if negated else polarity
     if isinstance(test, (ast.Name, ast.Attribute, ast.Call)):
         return _word_polarity(words(test))
     return UNKNOWN
+
+
+def _cpu_device_test(left: ast.expr, right: ast.expr) -> bool:
+    """A device (`t.device`, `t.device.type`, `device`) compared with the CPU (`"cpu"`,
+    `torch.device("cpu")`): XLA tensors are never there."""
+    def cpu(node: ast.expr) -> bool:
+        if isinstance(node, ast.Call) and dotted_name(node.func) in ("torch.device", "device") and node.args:
+            node = node.args[0]
+        return string_value(node) == "cpu"
+
+    def device(node: ast.expr) -> bool:
+        name = dotted_name(node) or ""
+        return name.split(".")[-1] in ("device", "device_type") or name.endswith(".device.type")
+
+    return (cpu(right) and device(left)) or (cpu(left) and device(right))
 
 
 def _word_polarity(found: list[str]) -> int:

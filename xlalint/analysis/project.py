@@ -20,9 +20,10 @@ from pathlib import Path
 
 from ..source import is_file, stat_or_none
 from .index import FUNCTIONS
-from .names import dotted_name, last_part
-from .reads import ParamRead, host_read, parameter_reads
-from .steps import _gated, in_loop_within, in_raise, trains
+from .names import dotted_name, last_part, method_name
+from .loaders import returned_ragged_loaders, training_sources
+from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
+from .steps import DEVICE_LOADER, _gated, in_loop_within, in_raise, trains, unbarriered_optimizer_step
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Calls that register a callback the framework runs on every forward/backward/iteration.
@@ -42,6 +43,8 @@ class CallSite:
     looped: bool  # in a loop of its caller: runs many times per call of the caller
     line: int
     column: int  # 0-based, in characters
+    # the arguments it passes that are evidently device loaders (`MpDeviceLoader(...)`): "0", "k:loader"
+    device_loaders: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,15 +72,29 @@ class ProjectFacts:
     def _reads_by_call(self) -> dict:
         return {at: (helper, path, reads) for at, helper, path, reads in self.helper_reads}
 
+    # its calls of project functions with a fact that matters where they are called: (line, column),
+    # the kind of fact, the function as called, the file defining it, a detail; kinds:
+    # "trains_on": a training loop there iterates the argument at "position:name";
+    # "ragged_loader": it returns a training DataLoader without drop_last ("line:index" in the result);
+    # "steps_optimizer": it steps an optimizer with no step barrier (the step's line);
+    # "reads_state": it reads a device tensor it is not given to the host ("line:read", see reads.state_reads)
+    helper_calls: tuple[tuple[tuple[int, int], str, str, str, str], ...] = ()
+    xla_device: bool = False  # it calls a project function that returns an XLA device: it runs on XLA
+    # a module that launches data-parallel replicas (no wrapper reducing their gradients) calls it
+    replicas: bool = False
+    # its functions' parameters that a call elsewhere passes a device loader: (qualname, "0" / "k:name")
+    device_loader_params: frozenset[tuple[str, str]] = frozenset()
+
     def key(self) -> str:
         return repr((sorted(self.steps), sorted(self.called), sorted(self.training_calls), self.helper_reads,
-                     self.static_methods, self.compiled))
+                     self.static_methods, self.compiled, self.helper_calls, self.xla_device, self.replicas,
+                     sorted(self.device_loader_params)))
 
     def moved(self, before: str, after: str) -> "ProjectFacts":
         """These facts for the module's text `after` a fix edited `before`: the calls they name by
         line and column follow their unchanged lines; those on edited lines are dropped (a miss,
         never a fact about another call)."""
-        if not (self.training_calls or self.helper_reads) or before == after:
+        if not (self.training_calls or self.helper_reads or self.helper_calls) or before == after:
             return self
         lines = _line_map(before.splitlines(), after.splitlines())
         return ProjectFacts(
@@ -85,7 +102,10 @@ class ProjectFacts:
             frozenset((lines[line], column) for line, column in self.training_calls if line in lines),
             tuple(((lines[at[0]], at[1]), helper, path, reads)
                   for at, helper, path, reads in self.helper_reads if at[0] in lines), self.static_methods,
-            self.compiled)
+            self.compiled,
+            tuple(((lines[at[0]], at[1]), kind, helper, path, detail)
+                  for at, kind, helper, path, detail in self.helper_calls if at[0] in lines), self.xla_device,
+            self.replicas, self.device_loader_params)
 
 
 NO_PROJECT = ProjectFacts()
@@ -120,6 +140,15 @@ class ModuleSummary:
     compiled: dict[str, str] = field(default_factory=dict)
     compiled_imports: dict[str, str] = field(default_factory=dict)
     compile_disabled: list[str] = field(default_factory=list)
+    imports_xla: bool = False
+    xla_devices: list[str] = field(default_factory=list)  # functions that return an XLA device
+    # qualname -> [position without self, name] of the parameters a training loop iterates
+    loader_params: dict[str, list[list]] = field(default_factory=dict)
+    # qualname -> [line of the DataLoader(...), index in the returned tuple or -1] (see loaders)
+    ragged_loaders: dict[str, list[list[int]]] = field(default_factory=dict)
+    optimizer_steps: dict[str, int] = field(default_factory=dict)  # qualname -> line of an unbarriered step
+    state_reads: dict[str, list[list]] = field(default_factory=dict)  # qualname -> [line, read] (reads.state_reads)
+    launches_replicas: bool = False  # see `launches_replicas`
 
 
 # -- where a file belongs ----------------------------------------------------------------------------
@@ -168,7 +197,7 @@ def summarize(ctx, name: str) -> ModuleSummary:
     index = ctx.index
     package = name if Path(str(ctx.path)).name == "__init__.py" else name.rpartition(".")[0]
     summary = ModuleSummary(str(ctx.path), name)
-    has_reads = any(host_read(c)[0] for c in index.calls)
+    has_reads = any(host_read(c)[0] or method_name(c) in REDUCTIONS for c in index.calls)
     for binding in index.import_bindings:
         summary.imports.setdefault(binding.name, binding.qualified)
     for node in index.by_type.get(ast.ImportFrom, ()):
@@ -195,6 +224,7 @@ def summarize(ctx, name: str) -> ModuleSummary:
                     summary.reads[qualified] = reads
     for call in index.calls:
         _summarize_call(ctx, summary, call)
+    _summarize_helpers(ctx, summary)
     if ctx.imports_jax:
         for key, target in ctx.jax_jitted.items():
             if key.startswith("self.") and target.filtered:
@@ -204,6 +234,66 @@ def summarize(ctx, name: str) -> ModuleSummary:
 
         summary.compiled, summary.compiled_imports, summary.compile_disabled = summary_entries(ctx)
     return summary
+
+
+def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
+    """What a function's callers need to know about it: it returns an XLA device, trains over a
+    loader it is given, returns a ragged training loader, or steps an optimizer with no barrier."""
+    index = ctx.index
+    summary.imports_xla = ctx.imports_xla
+    summary.launches_replicas = launches_replicas(ctx)
+    for func, params in training_sources(ctx).params.items():
+        summary.loader_params[qualname(index, func)] = [list(p) for p in params]
+    has_loaders = "DataLoader" in index.all_names
+    has_reads = any(host_read(c)[0] for c in index.calls)
+    for defs in index.functions.values():
+        for func in defs:
+            qualified = qualname(index, func)
+            if returns_xla_device(ctx, func):
+                summary.xla_devices.append(qualified)
+            if has_loaders and not ctx.imports_xla:  # in XLA code, XLA311 reports the loader itself
+                found = returned_ragged_loaders(ctx, func)
+                if found:
+                    summary.ragged_loaders[qualified] = [list(f) for f in found]
+            line = unbarriered_optimizer_step(ctx, func)
+            if line is not None:
+                summary.optimizer_steps[qualified] = line
+            if has_reads:
+                reads = state_reads(ctx, func)
+                if reads:
+                    summary.state_reads[qualified] = [list(r) for r in reads]
+
+
+XLA_DEVICE = {"torch_xla.core.xla_model.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"}
+
+
+REPLICA_LAUNCH = {"torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch"}
+# What reduces the replicas' gradients itself (then nothing is left for `xm.optimizer_step` to do).
+REDUCTION_OWNERS = {"DistributedDataParallel", "XlaFullyShardedDataParallel", "FullyShardedDataParallel",
+                    "SpmdFullyShardedDataParallel", "ZeroRedundancyOptimizer", "fully_shard", "mark_sharding",
+                    "use_spmd"}
+
+
+def launches_replicas(ctx) -> bool:
+    """The module launches data-parallel replicas on XLA (`torch_xla.launch(_mp_fn)`, `xmp.spawn`)
+    and no wrapper in its XLA code reduces their gradients: what it runs reduces them by hand."""
+    launched = owned = False
+    for call in ctx.index.calls:
+        qualified = ctx.qualified_name(call.func) or ""
+        if (qualified in REPLICA_LAUNCH or last_part(qualified) in REDUCTION_OWNERS) and not ctx.in_non_xla_code(call):
+            launched = launched or qualified in REPLICA_LAUNCH
+            owned = owned or last_part(qualified) in REDUCTION_OWNERS
+    return launched and not owned
+
+
+def returns_xla_device(ctx, func: ast.AST) -> bool:
+    """`def get_device(): return xm.xla_device()`: code that takes its device from here runs on XLA."""
+    for node in ast.walk(func):
+        if isinstance(node, ast.Return) and node.value is not None and ctx.index.enclosing_function(node) is func:
+            values = ctx.reaching_values(node.value) if isinstance(node.value, ast.Name) else [node.value]
+            if any(isinstance(v, ast.Call) and ctx.qualified_name(v.func) in XLA_DEVICE for v in values):
+                return True
+    return False
 
 
 def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
@@ -226,11 +316,44 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     column = ctx.text.column(call.lineno, call.col_offset)
     looped = in_loop_within(ctx, call, func if func is not None else ctx.tree)
     if callee:
-        summary.calls.append(CallSite(caller, callee, receiver_class, hot, per_step, looped, call.lineno, column))
+        summary.calls.append(CallSite(caller, callee, receiver_class, hot, per_step, looped, call.lineno, column,
+                                      _device_loaders(ctx, call)))
     for target in targets:
         if registers or hot:
             summary.calls.append(CallSite(caller, target, None, hot or registers, per_step or registers, looped,
                                           call.lineno, column))
+
+
+def _device_loaders(ctx, call: ast.Call) -> tuple[str, ...]:
+    """The arguments of `call` that are device loaders, built there or assigned to the name passed:
+    "2" for the third positional one, "k:loader" for `loader=...`."""
+    found = []
+    for position, arg in enumerate(call.args):
+        if _device_loader(ctx, arg):
+            found.append(str(position))
+    for kw in call.keywords:
+        if kw.arg and _device_loader(ctx, kw.value):
+            found.append(f"k:{kw.arg}")
+    return tuple(found)
+
+
+def _device_loader(ctx, value: ast.expr) -> bool:
+    values = ctx.reaching_values(value) if isinstance(value, ast.Name) else [value]
+    return any(isinstance(v, ast.Call) and DEVICE_LOADER.match(last_part(dotted_name(v.func))) for v in values)
+
+
+def passed_device_loader(ctx, name: ast.Name) -> bool:
+    """`name` is a parameter that a call in another module of the project passes a device loader."""
+    facts = ctx.project.device_loader_params
+    param = ctx.parameter(name) if facts else None
+    func = ctx.index.parent(ctx.index.parent(param)) if param is not None else None
+    if not isinstance(func, FUNCTIONS):
+        return False
+    params = [*func.args.posonlyargs, *func.args.args]
+    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
+        params = params[1:]
+    qualified = qualname(ctx.index, func)
+    return (qualified, f"k:{param.arg}") in facts or (param in params and (qualified, str(params.index(param))) in facts)
 
 
 def _may_resolve(summary: ModuleSummary, callee: str, receiver_class: str | None) -> bool:
@@ -461,8 +584,15 @@ class ProjectIndex:
                 helper_reads[summary.path].add(((call.line, call.column), call.callee, path, tuple(reads)))
         static = self._static_methods()
         compiled = self._compiled(resolved)
+        helper_calls, xla_device = self._helper_calls(resolved)
+        replicas = {path for summary, _, (path, _) in resolved if summary.launches_replicas and path != summary.path}
+        device_loaders: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        for summary, call, (path, name) in resolved:
+            device_loaders[path].update((name, arg) for arg in call.device_loaders)
         return {path: ProjectFacts(frozenset(steps[path]), frozenset(called[path]), frozenset(training_calls[path]),
-                                   tuple(sorted(helper_reads[path])), static, tuple(sorted(compiled[path].items())))
+                                   tuple(sorted(helper_reads[path])), static, tuple(sorted(compiled[path].items())),
+                                   tuple(sorted(helper_calls[path])), path in xla_device, path in replicas,
+                                   frozenset(device_loaders[path]))
                 for path in self.summaries}
 
     def _compiled(self, resolved) -> dict[str, dict[str, str]]:
@@ -502,6 +632,29 @@ class ProjectIndex:
             if own != options.key():
                 found[path][name] = options.key()
         return found
+
+    def _helper_calls(self, resolved) -> tuple[dict[str, set], set[str]]:
+        """Per module, its calls of functions with a fact for their call sites (see
+        `ProjectFacts.helper_calls`), and whether it calls one returning an XLA device."""
+        found: dict[str, set] = defaultdict(set)
+        xla_device: set[str] = set()
+        for summary, call, (path, name) in resolved:
+            target = self.summaries[path]
+            at = (call.line, call.column)
+            if name in target.xla_devices:
+                xla_device.add(summary.path)
+            for position, param in target.loader_params.get(name, ()):
+                found[summary.path].add((at, "trains_on", call.callee, path, f"{'' if position is None else position}:{param}"))
+            if path == summary.path:
+                continue  # a helper of the same module: its own findings are where they are
+            for line, index in target.ragged_loaders.get(name, ()):
+                found[summary.path].add((at, "ragged_loader", call.callee, path, f"{line}:{index}"))
+            if name in target.optimizer_steps and call.hot:
+                found[summary.path].add((at, "steps_optimizer", call.callee, path, str(target.optimizer_steps[name])))
+            if name in target.state_reads and call.hot:
+                line, what = target.state_reads[name][0]
+                found[summary.path].add((at, "reads_state", call.callee, path, f"{line}:{what}"))
+        return found, xla_device
 
     def _static_methods(self) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
         """filter_jit methods whose name no other method or function of the project has: a call of
@@ -571,18 +724,28 @@ def _class_of(summary: ModuleSummary, caller: str) -> str | None:
 def summary_to_json(s: ModuleSummary) -> dict:
     return {"path": s.path, "name": s.name, "imports": s.imports, "classes": s.classes, "functions": s.functions,
             "step_functions": sorted(s.step_functions), "trains": sorted(s.trains),
-            "calls": [[c.caller, c.callee, c.receiver_class, c.hot, c.per_step, c.looped, c.line, c.column]
-                      for c in s.calls],
+            "calls": [[c.caller, c.callee, c.receiver_class, c.hot, c.per_step, c.looped, c.line, c.column,
+                       list(c.device_loaders)] for c in s.calls],
             "reads": {name: [list(r) for r in reads] for name, reads in s.reads.items()},
             "static_jitted": s.static_jitted, "compiled": s.compiled, "compiled_imports": s.compiled_imports,
-            "compile_disabled": s.compile_disabled}
+            "compile_disabled": s.compile_disabled,
+            "imports_xla": s.imports_xla, "xla_devices": s.xla_devices,
+            "loader_params": s.loader_params, "ragged_loaders": s.ragged_loaders,
+            "optimizer_steps": s.optimizer_steps, "launches_replicas": s.launches_replicas,
+            "state_reads": s.state_reads}
 
 
 def summary_from_json(data: dict) -> ModuleSummary:
     return ModuleSummary(data["path"], data["name"], dict(data["imports"]), {k: list(v) for k, v in data["classes"].items()},
                          dict(data["functions"]), set(data["step_functions"]), set(data["trains"]),
-                         [CallSite(*c) for c in data["calls"]],
+                         [CallSite(*c[:8], tuple(c[8]) if len(c) > 8 else ()) for c in data["calls"]],
                          {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()},
                          {name: [list(p), list(st)] for name, (p, st) in data.get("static_jitted", {}).items()},
                          dict(data.get("compiled", {})), dict(data.get("compiled_imports", {})),
-                         list(data.get("compile_disabled", [])))
+                         list(data.get("compile_disabled", [])),
+                         imports_xla=bool(data.get("imports_xla")), xla_devices=list(data.get("xla_devices", [])),
+                         loader_params={k: [list(p) for p in v] for k, v in data.get("loader_params", {}).items()},
+                         ragged_loaders={k: [list(p) for p in v] for k, v in data.get("ragged_loaders", {}).items()},
+                         optimizer_steps=dict(data.get("optimizer_steps", {})),
+                         launches_replicas=bool(data.get("launches_replicas")),
+                         state_reads={k: [list(r) for r in v] for k, v in data.get("state_reads", {}).items()})

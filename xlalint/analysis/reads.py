@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .index import COMPREHENSIONS, target_names
 from .names import argument, dotted_name, method_name, param_default, receiver
-from .steps import _gated, in_raise
+from .steps import _gated, in_raise, local_callees_of
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -61,8 +61,9 @@ def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead
         return []
     origins = _Origins(ctx, set(names))
     found: list[ParamRead] = []
-    for call in ctx.calls_within(func):
-        what, operand = host_read(call)
+    reads = [(call, *host_read(call)) for call in ctx.calls_within(func)]
+    reads += [(test, what, operand) for test, what, operand in branch_reads(ctx, func)]
+    for call, what, operand in reads:
         if what is None:
             continue
         sources = [o for o in map(origins.of, _uses(operand)) if o is not None]
@@ -70,7 +71,7 @@ def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead
             continue
         unless = only_without(ctx, call, func, names)
         option, value = _only_with_option(ctx, call, func, names)
-        returned = _returned(ctx, call)
+        returned = what not in BRANCHES.values() and _returned(ctx, call)
         for origin, through in dict.fromkeys(sources):
             found.append(ParamRead(origin, positions.get(origin), call.lineno, what, _through(operand, through),
                                    unless or "", positions.get(unless) if unless else None, returned,
@@ -78,6 +79,69 @@ def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead
                                    repr(value) if option else "",
                                    bool(option) and _default_is(func, option, value)))
     return found
+
+
+# Branching on one of these decides on the host: a sync. By the name called, on a tensor method or
+# a torch function (`torch.min(y) < -1`, `if mask.any():`, `while err.abs().max() > tol:`).
+REDUCTIONS = {"sum", "mean", "max", "min", "amax", "amin", "norm", "any", "all", "prod", "std", "var",
+              "count_nonzero", "isnan", "isinf", "isfinite", "equal", "allclose"}
+BRANCHES = {ast.If: "if", ast.While: "while", ast.IfExp: "if"}
+
+
+def branch_reads(ctx: "FileContext", func: ast.AST):
+    """(the branch's test, "if"/"while", the tensor reduced) for each test in `func` (not in nested
+    functions) that decides on a reduction of a tensor: the host reads its value."""
+    for node in [n for kind in BRANCHES for n in ctx.index.by_type.get(kind, ())]:
+        if ctx.index.scope_of(node) is not func:
+            continue
+        for part in ast.walk(node.test):
+            operand = _reduced(ctx, part)
+            if operand is not None:
+                yield node.test, BRANCHES[type(node)], operand
+                break
+
+
+def _reduced(ctx: "FileContext", node: ast.AST) -> ast.expr | None:
+    """`torch.min(y)` -> y, `y.abs().max()` -> `y.abs()`; None for anything else (`max(a, b)`,
+    `np.max(a)`, `self.max()`)."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute) or node.func.attr not in REDUCTIONS:
+        return None
+    qualified = ctx.qualified_name(node.func) or ""
+    if qualified.startswith("torch."):
+        return node.args[0] if node.args else None
+    head = qualified.split(".")[0]
+    if head in ("numpy", "np", "math", "self", "cls", "builtins") or head in ctx.index.imports:
+        return None
+    return node.func.value
+
+
+def is_branch(read: ParamRead) -> bool:
+    """The helper branches on the value (see `branch_reads`): a control-flow read, not a conversion."""
+    return read.what in BRANCHES.values()
+
+
+def state_reads(ctx: "FileContext", func: ast.AST) -> list[tuple[int, str]]:
+    """(line, read) for the host reads `func` makes on every call, itself or through the functions
+    of this module it calls, of device tensors it is not given: its object's weights, gradients or
+    state (`th.norm(p.grad).item()` for each `p` in `self.master_params`). Its callers pay them."""
+    found: list[tuple[int, str]] = []
+    pending, seen = [func], set()
+    while pending:
+        owner = pending.pop()
+        if owner in seen or len(seen) > 20:
+            continue
+        seen.add(owner)
+        params = {p.arg for p in (*owner.args.posonlyargs, *owner.args.args, *owner.args.kwonlyargs)} - {"self", "cls"}
+        origins = _Origins(ctx, params)
+        for call in ctx.calls_within(owner):
+            if _gated(ctx, call, owner) or in_raise(ctx, call) or ctx.in_non_xla_code(call):
+                continue
+            what, operand = host_read(call)
+            if what is not None and ctx.tensor_kind(operand).on_device and \
+                    not any(origins.of(name) is not None for name in _uses(operand)):
+                found.append((call.lineno, what))
+            pending.extend(local_callees_of(ctx, call))
+    return sorted(found)
 
 
 def _returned(ctx: "FileContext", call: ast.Call) -> bool:
@@ -245,17 +309,20 @@ def _through(value: ast.expr, before: str) -> str:
 
 # -- at the call sites ---------------------------------------------------------------------------------
 
-def argument_reads(ctx: "FileContext", call: ast.Call, *, through: str):
+def argument_reads(ctx: "FileContext", call: ast.Call, *, through: str, branches: bool = False):
     """(the helper as called, where it reads, the read, the argument read) for each host read of an
     argument by the project function `call` runs (of a helper in the same module, only the reads it
     returns: the others are reported where they are). An argument moved to the device later in the
-    caller (`check(y); y = y.to(device)`) is still on the host here."""
+    caller (`check(y); y = y.to(device)`) is still on the host here. `branches`: the helper's
+    branches on the argument (`if torch.min(y) < -1:`), instead of its conversions."""
     found = ctx.helper_reads(call)
     if found is None:
         return
     helper, path, reads = found
     here = os.path.abspath(str(ctx.path))
     for read in sorted(reads, key=lambda r: r.line):
+        if is_branch(read) != branches:
+            continue
         if read.unless:
             given = argument(call, read.unless_position, read.unless)
             if given is not None and not (isinstance(given, ast.Constant) and given.value is None):

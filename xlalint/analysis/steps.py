@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from . import jax_tracing
 from .guards import EVERY_N, ALMOST_ALWAYS, is_periodic, periodic_polarity, skips_rest
 from .index import FUNCTIONS, LOOPS, loop_bindings
-from .names import dotted_name, function_params, is_constant, last_part, method_name, param_default, receiver
+from .names import dotted_name, function_params, is_constant, last_part, method_name, param_default, positional
+from .names import receiver
 from .names import subscript_indices
 
 if TYPE_CHECKING:
@@ -497,6 +498,8 @@ def _training_call(ctx: "FileContext", call: ast.Call) -> bool:
         return True
     if method == "step" and OPTIMIZER.search(dotted_name(receiver(call)) or ""):
         return True
+    if method == "step" and call.args and OPTIMIZER.search(last_part(dotted_name(call.args[0])) or ""):
+        return True  # `scaler.step(optimizer)`: the scaler steps the optimizer it is given
     if STEP_CALL.match(last_part(dotted_name(call.func))):
         return True
     return ctx.imports_jax and jax_tracing.jitted_trains(ctx, call)
@@ -515,6 +518,65 @@ def trains(ctx: "FileContext", func: ast.AST) -> bool:
                 or any(trains(ctx, f) for f in local_callees_of(ctx, call)))
             for call in ctx.calls_within(func))
     return cache[func]
+
+
+def loop_trains(ctx: "FileContext", loop: ast.AST) -> bool:
+    """`loop` is a step loop that trains: a backward or an optimizer step runs in every iteration,
+    in its body or in a function it calls (of this module or, through the project index, another)."""
+    return is_step_loop(ctx, loop) and any(
+        not _gated(ctx, call, loop) and (_training_call(ctx, call) or ctx.trains_externally(call)
+                                         or any(trains(ctx, f) for f in local_callees_of(ctx, call)))
+        for call in ctx.calls_within(loop))
+
+
+# Receivers whose `.step()` is no optimizer step, and calls that cut the step's graph (by the called
+# name: a barrier of any spelling makes a helper's caller none of our business).
+NOT_OPTIMIZER = re.compile(r"sched|lr|prof|ema|swa|scaler|warmup|averag|plateau|callback|hook", re.I)
+BARRIER_NAMES = {"mark_step", "sync", "xla_sync", "sync_xla", "optimizer_step", "StepTrace", "wait_device_ops"}
+FRAMEWORK_MODULES = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric")
+
+
+def unbarriered_optimizer_step(ctx: "FileContext", func: ast.AST) -> int | None:
+    """The line of the plain optimizer step (`opt.step()`, `scaler.step(opt)`) `func` runs on every
+    call, through the functions of this module it calls, when nothing there cuts the graph: a
+    helper such as `mp_trainer.optimize(opt)` whose caller's loop owns the barrier. None for an
+    optimizer's own `step` (a wrapper), a function that loops over steps itself (its loop is
+    judged where it is), and in modules of frameworks that own the barrier."""
+    if getattr(func, "name", "") in ("step", "optimizer_step") or \
+            any(b.qualified.split(".")[0] in FRAMEWORK_MODULES for b in ctx.index.imports.values()):
+        return None
+    if any(is_step_loop(ctx, loop) for loop in ctx.loops_of(func)):
+        return None
+    found = None
+    pending, seen = [func], set()
+    while pending:
+        owner = pending.pop()
+        if owner in seen or len(seen) > 20:
+            continue
+        seen.add(owner)
+        for call in ctx.calls_within(owner):
+            name = last_part(dotted_name(call.func))
+            if name in BARRIER_NAMES or (name in ("step", "compile") and
+                                         (ctx.qualified_name(call.func) or "").startswith("torch_xla")):
+                return None
+            if _gated(ctx, call, owner) or in_loop_within(ctx, call, owner):
+                continue
+            if found is None and _plain_optimizer_step(call):
+                found = call.lineno
+            pending.extend(local_callees_of(ctx, call))
+    return found
+
+
+def _plain_optimizer_step(call: ast.Call) -> bool:
+    if method_name(call) != "step":
+        return False
+    recv = last_part(dotted_name(receiver(call)))
+    if recv and OPTIMIZER.search(recv) and not NOT_OPTIMIZER.search(recv):
+        return True
+    first = positional(call)[:1]  # `scaler.step(optimizer)`
+    name = last_part(dotted_name(first[0])) if first else ""
+    return bool(name) and bool(OPTIMIZER.search(name)) and not NOT_OPTIMIZER.search(name) and \
+        "scaler" in (recv or "").lower()
 
 
 def in_loop_within(ctx: "FileContext", node: ast.AST, owner: ast.AST) -> bool:

@@ -291,7 +291,7 @@ class TensorInference:
             return Kind.UNKNOWN  # a default or *args: can't tell
         return combine(*(self.kind(v) for v in values)) if values else Kind.UNKNOWN
 
-    def _element_kind(self, iterable: ast.expr) -> Kind:
+    def _element_kind(self, iterable: ast.expr, depth: int = 0) -> Kind:
         """Kind of the loop variable of `for x in iterable`."""
         while isinstance(iterable, ast.Call) and last_part(dotted_name(iterable.func)) in ("enumerate", "tqdm", "zip",
                                                                                             "iter", "reversed"):
@@ -304,6 +304,8 @@ class TensorInference:
             name = last_part(dotted_name(iterable.func))
             if name in ("MpDeviceLoader", "per_device_loader"):
                 return Kind.DEVICE
+            if name == "DataLoader":
+                return Kind.CPU  # a plain DataLoader yields host tensors
             if name in ("parameters", "named_parameters"):
                 return Kind.NOT_TENSOR  # parameters are handled through `.grad`
             if name == "range":
@@ -317,8 +319,20 @@ class TensorInference:
                         return Kind.CPU  # a plain DataLoader yields host tensors
                     if callee in ("MpDeviceLoader", "per_device_loader"):
                         return Kind.DEVICE
+        passed = self._passed_iterables(iterable) if depth < 2 else []
+        if passed:  # `def evaluate(model, device_loader): for x, y in device_loader:` - what callers pass
+            return combine(*(self._element_kind(v, depth + 1) for v in passed))
         kind = self.kind(iterable)
         return kind if kind != Kind.NOT_TENSOR else Kind.UNKNOWN
+
+    def _passed_iterables(self, iterable: ast.expr) -> list[ast.expr]:
+        """For a parameter that nothing in its function assigns, what every call of its function in
+        this module passes for it; [] when a call passes nothing (a default) or there is no call."""
+        if not isinstance(iterable, ast.Name) or self.ctx.reaching_values(iterable):
+            return []
+        param = self.ctx.parameter(iterable)
+        values = self.ctx.arguments_for(param) if param is not None else []
+        return values if values and all(v is not None for v in values) else []
 
     def _attribute(self, node: ast.Attribute) -> Kind:
         attr = node.attr

@@ -1,0 +1,257 @@
+"""Training data loaders: which `DataLoader(...)` feeds training, and ends each epoch with a
+smaller batch.
+
+XLA compiles the step once per input shape. A loader whose dataset size is not a multiple of its
+batch size yields a last, smaller batch every epoch: one more compile (XLA311). Whether a loader
+feeds training is told by how it is built (it shuffles, takes a training sampler, is named for
+training) or by where it goes: a loop that trains iterates it, here or in the project function it
+is handed to (`Trainer(cfg, model, data_iter)` that keeps it as `self.data_iter` and trains over
+it), or it is what a project helper returns (`train_loader, val_loader = setup_dataloaders(...)`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from .index import FUNCTIONS
+from .names import dotted_name, has_star_args, is_constant, keyword, keyword_value, last_part, method_name
+from .names import positional
+from .steps import loop_trains
+
+if TYPE_CHECKING:
+    from .context import FileContext
+
+TRAIN = re.compile(r"train", re.I)
+NOT_TRAIN = re.compile(r"(^|_|\b)(eval|evaluation|test|testing|val|valid|validation|dev|predict|prediction|"
+                       r"inference|infer|calib|calibration)(_|$|\b|s\b)", re.I)
+# Iterating these wraps another iterable: its batches are the wrapped loader's.
+WRAPPERS = {"enumerate", "tqdm", "iter", "trange", "islice", "cycle", "MpDeviceLoader", "ParallelLoader",
+            "per_device_loader", "prepare", "prepare_data_loader", "setup_dataloaders"}
+MAX_DEPTH = 4
+
+
+def ragged_loader(ctx: "FileContext", call: ast.Call) -> bool:
+    """A `torch.utils.data.DataLoader(...)` of batches of more than one example without
+    `drop_last=True` or a batch sampler: its last batch is smaller unless the dataset divides."""
+    name = dotted_name(call.func)
+    if last_part(name) != "DataLoader":
+        return False
+    qualified = ctx.qualified_name(call.func) or ""
+    if qualified.split(".")[0] not in ("torch", "DataLoader") and qualified != name:
+        return False
+    if has_star_args(call) or keyword(call, "batch_sampler"):
+        return False
+    drop_last = keyword_value(call, "drop_last")
+    if drop_last is not None and not is_constant(drop_last, False):
+        return False
+    args = positional(call)
+    batch = keyword_value(call, "batch_size")
+    if batch is None and len(args) > 1:
+        batch = args[1]
+    if batch is None or is_constant(batch, None) or \
+            (isinstance(batch, ast.Constant) and type(batch.value) is int and batch.value <= 1):
+        return False
+    return len(args) <= 2  # positional shuffle/sampler...: unusual, leave it
+
+
+def ragged_training_loader(ctx: "FileContext", call: ast.Call) -> bool:
+    """`ragged_loader`, and it feeds training (see the module's docstring)."""
+    if not ragged_loader(ctx, call):
+        return False
+    named = _named_for_training(ctx, call)
+    return named if named is not None else feeds_training(ctx, call)
+
+
+def _named_for_training(ctx: "FileContext", call: ast.Call) -> bool | None:
+    """True/False when how the loader is built or named tells; None when nothing does."""
+    code = ctx.code
+    words = [code(a) for a in call.args] + [code(k.value) for k in call.keywords if k.arg in ("dataset", "sampler")]
+    target = _target(ctx, call)
+    if target is not None:
+        words.append(code(target))
+    text = " ".join(words)
+    if NOT_TRAIN.search(text.replace(".", "_")):
+        return False
+    shuffle = keyword_value(call, "shuffle")
+    if shuffle is not None:
+        if _shuffles(ctx, shuffle):
+            return True
+        if is_constant(shuffle, False):
+            return bool(TRAIN.search(text)) or None
+    sampler = keyword_value(call, "sampler")
+    if sampler is not None and re.search(r"train|RandomSampler", code(sampler)):
+        return True
+    # `sampler = DistributedSampler(ds, shuffle=train)`: a sampler that shuffles feeds training
+    for value in ctx.reaching_values(sampler) if isinstance(sampler, ast.Name) else ():
+        if isinstance(value, ast.Call) and last_part(dotted_name(value.func)).endswith("Sampler"):
+            sampler_shuffle = keyword_value(value, "shuffle")
+            if sampler_shuffle is not None and _shuffles(ctx, sampler_shuffle):
+                return True
+    return True if TRAIN.search(text) else None
+
+
+def _shuffles(ctx: "FileContext", shuffle: ast.expr) -> bool:
+    """`shuffle=True`, `shuffle=is_train`: order is shuffled for training."""
+    return is_constant(shuffle, True) or bool(TRAIN.search(ctx.code(shuffle)))
+
+
+def _target(ctx: "FileContext", call: ast.Call) -> ast.expr | None:
+    """What the loader is assigned to (`loader = DataLoader(...)`, through `prepare(DataLoader(...))`)."""
+    parent = ctx.parent(call)
+    while isinstance(parent, (ast.Call, ast.keyword)):
+        parent = ctx.parent(parent)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        return parent.targets[0]
+    return None
+
+
+# -- where a loader goes ---------------------------------------------------------------------------
+
+def feeds_training(ctx: "FileContext", call: ast.Call) -> bool:
+    """A loop that trains iterates the loader `call` builds: in this module, or in the project
+    function it is passed to (`ProjectFacts.helper_calls`, kind "trains_on")."""
+    return call in training_sources(ctx).loaders or any(
+        _trains_on(ctx, site, position, name) for site, position, name in _passed_to(ctx, call))
+
+
+def _passed_to(ctx: "FileContext", call: ast.Call):
+    """(call, positional index, keyword) for each call this loader is passed to: directly
+    (`Trainer(DataLoader(...))`), or by the name it is assigned to, in the same scope."""
+    parent = ctx.parent(call)
+    if isinstance(parent, ast.Call) and call in parent.args:
+        yield parent, parent.args.index(call), None
+    elif isinstance(parent, ast.keyword) and isinstance(ctx.parent(parent), ast.Call):
+        yield ctx.parent(parent), None, parent.arg
+    target = _target(ctx, call)
+    if not isinstance(target, ast.Name):
+        return
+    scope = ctx.index.scope_of(call)
+    for site in ctx.index.calls:
+        if ctx.index.scope_of(site) is not scope:
+            continue
+        for position, arg in enumerate(site.args):
+            if isinstance(arg, ast.Name) and arg.id == target.id and call in ctx.reaching_values(arg):
+                yield site, position, None
+        for kw in site.keywords:
+            if isinstance(kw.value, ast.Name) and kw.value.id == target.id and call in ctx.reaching_values(kw.value):
+                yield site, None, kw.arg
+
+
+def _trains_on(ctx: "FileContext", site: ast.Call, position: int | None, name: str | None) -> bool:
+    for _, _, detail in ctx.helper_calls(site, "trains_on"):
+        at, _, param = detail.partition(":")
+        if (position is not None and at == str(position)) or (name is not None and param == name):
+            return True
+    return False
+
+
+class TrainingSources:
+    """What the loops of one module that train iterate: loaders built here, and parameters of its
+    functions (directly, or kept as `self.x` by a method and iterated by another)."""
+
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+
+    @cached_property
+    def _leaves(self) -> list[ast.expr]:
+        found: list[ast.expr] = []
+        for loop in self.ctx.index.loops:
+            if isinstance(loop, (ast.For, ast.AsyncFor)) and loop_trains(self.ctx, loop):
+                found.extend(self._resolve(loop.iter, 0))
+        return found
+
+    @cached_property
+    def loaders(self) -> set[ast.Call]:
+        return {leaf for leaf in self._leaves if isinstance(leaf, ast.Call)}
+
+    @cached_property
+    def params(self) -> dict[ast.AST, list[tuple[int | None, str]]]:
+        """Function -> (positional index without self, name) of its parameters a training loop iterates."""
+        found: dict[ast.AST, list[tuple[int | None, str]]] = {}
+        for leaf in self._leaves:
+            if not isinstance(leaf, ast.Name):
+                continue
+            param = self.ctx.parameter(leaf)
+            func = self.ctx.index.parent(self.ctx.index.parent(param)) if param is not None else None
+            if not isinstance(func, FUNCTIONS):
+                continue
+            positional_params = [*func.args.posonlyargs, *func.args.args]
+            if positional_params and positional_params[0].arg in ("self", "cls") and \
+                    isinstance(self.ctx.index.parent(func), ast.ClassDef):
+                positional_params = positional_params[1:]
+            position = positional_params.index(param) if param in positional_params else None
+            entry = (position, param.arg)
+            if entry not in found.setdefault(func, []):
+                found[func].append(entry)
+        return found
+
+    def _resolve(self, expr: ast.expr, depth: int) -> list[ast.expr]:
+        """The values `expr` (a loop's iterable) evidently holds: loader calls, and parameter names."""
+        if depth > MAX_DEPTH:
+            return []
+        if isinstance(expr, ast.Call):
+            if last_part(dotted_name(expr.func)) in WRAPPERS and expr.args:
+                return self._resolve(expr.args[0], depth + 1)
+            return [expr]
+        if isinstance(expr, ast.Name):
+            values = self.ctx.reaching_values(expr)
+            if not values:
+                return [expr] if self.ctx.parameter(expr) is not None else []
+            return [leaf for v in values for leaf in self._resolve(v, depth + 1)]
+        if isinstance(expr, ast.Attribute) and dotted_name(expr):  # `self.train_loader`
+            return [leaf for v in self.ctx.assigned_values(expr) for leaf in self._resolve(v, depth + 1)]
+        return []
+
+
+def training_sources(ctx: "FileContext") -> TrainingSources:
+    return ctx.training_sources
+
+
+# -- what helpers return -------------------------------------------------------------------------------
+
+def returned_ragged_loaders(ctx: "FileContext", func: ast.AST) -> list[tuple[int, int]]:
+    """(line of the `DataLoader(...)`, index in the returned tuple, -1 for the whole value) for each
+    ragged training loader `func` returns (`return train_loader, val_loader`)."""
+    found: list[tuple[int, int]] = []
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Return) or node.value is None or ctx.index.enclosing_function(node) is not func:
+            continue
+        elements = list(enumerate(node.value.elts)) if isinstance(node.value, ast.Tuple) else [(-1, node.value)]
+        for index, element in elements:
+            values = ctx.reaching_values(element) if isinstance(element, ast.Name) else [element]
+            for value in values:
+                if isinstance(value, ast.Call) and ragged_training_loader(ctx, value):
+                    found.append((value.lineno, index))
+                    break
+    return found
+
+
+# -- batches moved by hand -------------------------------------------------------------------------------
+
+DEVICE_WORDS = re.compile(r"device|\bdev\b|xla|tpu", re.I)
+
+
+def moves_batches_by_hand(ctx: "FileContext", loop: ast.AST) -> bool:
+    """The loop moves what it iterates to the device itself (`x, y = x.to(device), y.to(device)`,
+    `[t.to(self.device) for t in batch]`): evidence of a plain host loader, which a device loader
+    would have made needless."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    for call in ctx.calls_within(loop):
+        if method_name(call) != "to" or not isinstance(call.func.value, ast.Name):
+            continue
+        where = keyword_value(call, "device") or (call.args[0] if call.args else None)
+        if where is None or not DEVICE_WORDS.search(ctx.code(where)):
+            continue  # `x.to(torch.float16)`: a cast
+        moved = call.func.value
+        if moved.id in targets and not ctx.reaching_values(moved):
+            return True
+        # a comprehension over the batch: `[t.to(device) for t in batch]`
+        if any(isinstance(root, ast.Name) and root.id in targets for it in ctx.loop_iterables(moved)
+               for root in ast.walk(it)):
+            return True
+    return False
