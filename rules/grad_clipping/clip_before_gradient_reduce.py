@@ -49,8 +49,9 @@ class ClipBeforeGradientReduce(Rule):
 
     A file counts as multi-replica data parallel when it launches replicas (`xmp.spawn`,
     `torch_xla.launch`), builds a per-device loader (`MpDeviceLoader`, `ParallelLoader`,
-    `per_device_loader`) or asks for the world size (`xr.world_size()`), and no DDP, FSDP, ZeRO or
-    SPMD wrapper owns the reduction.
+    `per_device_loader`) or asks for the world size (`xr.world_size()`), or a module of the project
+    that launches replicas calls it (`engine.train_one_epoch` run by `main.py`'s `_mp_fn`), and no
+    DDP, FSDP, ZeRO or SPMD wrapper owns the reduction (there, or in the launcher's XLA code).
 
     ## Why is this bad?
     `xm.optimizer_step(optimizer)` is `xm.reduce_gradients(optimizer)` (an all-reduce averaging the
@@ -135,7 +136,42 @@ class ClipBeforeGradientReduce(Rule):
     xla_only = True
     fix_availability = "sometimes"
 
+    LAUNCHER = {"main.py": """
+        import torch_xla
+        from example import train_one_epoch
+
+        def _mp_fn(index, args):
+            train_one_epoch(build_model(args), build_loader(args), args.max_norm)
+
+        if __name__ == "__main__":
+            torch_xla.launch(_mp_fn, args=(parse_args(),))
+        """}
+    DDP_LAUNCHER = {"main.py": """
+        import torch_xla
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from example import train_one_epoch
+
+        def _mp_fn(index, args):
+            model = DDP(build_model(args), gradient_as_bucket_view=True)
+            train_one_epoch(model, build_loader(args), args.max_norm)
+
+        if __name__ == "__main__":
+            torch_xla.launch(_mp_fn, args=(parse_args(),))
+        """}
+    ENGINE = """
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        def train_one_epoch(model, loader, max_norm):
+            for x, y in loader:
+                loss_fn(model(x), y).backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+                xm.optimizer_step(optimizer)
+        """
+
     VALID = [
+        Valid(ENGINE),  # nothing launches replicas: one device
+        Valid(ENGINE, modules=DDP_LAUNCHER),  # DDP reduced the gradients in backward
         Valid(
             """
             import torch_xla
@@ -216,6 +252,7 @@ class ClipBeforeGradientReduce(Rule):
         ),
     ]
     INVALID = [
+        Invalid(ENGINE, line=7, modules=LAUNCHER),
         Invalid(
             """
             import torch
@@ -329,7 +366,8 @@ class ClipBeforeGradientReduce(Rule):
             owned = bool(REDUCTION_OWNER_NAMES & index.all_names) or any(
                 b.qualified == m or b.qualified.startswith(m + ".")
                 for b in index.imports.values() for m in REDUCTION_OWNER_MODULES)
-            self._parallel = not owned and any(self._replicas(call) for call in index.calls)
+            # or the project's launcher runs this module's functions in its replicas
+            self._parallel = not owned and (self.ctx.project.replicas or any(self._replicas(call) for call in index.calls))
         return self._parallel
 
     def _replicas(self, call: ast.Call) -> bool:

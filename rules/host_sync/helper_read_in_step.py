@@ -5,6 +5,7 @@ that reads the device tensor it is given to the host (`.item()`, `.tolist()`, `.
 from __future__ import annotations
 
 import ast
+import os
 
 from xlalint.analysis.reads import argument_reads
 from xlalint.rule import Invalid, Rule, Valid
@@ -19,7 +20,9 @@ class HelperReadInStep(Rule):
     per step itself, and its read is reported where it is, by XLA101-XLA103; its calls are reported
     too when it returns what it read (`sizes = grid_sizes(coords)` hands host numbers back, like a
     `.tolist()` at the call). A read in the branch of a string option (`if reduction == "mean":`)
-    counts only at calls that select it.
+    counts only at calls that select it. A call of a method that reads device tensors of its own
+    object on every call (`mp_trainer.optimize(opt)` computing the gradient norm with a
+    `.item()` per parameter) is reported in code that runs on XLA.
 
     ## Why is this bad?
     The read is a host sync like any other `.item()` in the loop: the pending graph compiles and
@@ -59,6 +62,7 @@ class HelperReadInStep(Rule):
 
     code, name, category = "XLA109", "helper-read-in-step", "item_sync"
     summary = "`{helper}()` reads the device tensor passed as `{param}` to the host ({what} at {where}): a sync every step"
+    state = "`{helper}()` reads a device tensor of its own to the host (`{what}` at {where}) on every call: a sync every step"
     hint = "check or log on the host before `.to(device)`, every N steps, or keep the helper's result on the device"
 
     CHECKS = {"checks.py": """
@@ -67,7 +71,56 @@ class HelperReadInStep(Rule):
                 raise ValueError("label out of range")
         """}
 
+    TRAINER = {"fp16_util.py": """
+        import numpy as np
+        import torch as th
+
+        class MixedPrecisionTrainer:
+            def __init__(self, model):
+                self.master_params = list(model.parameters())
+                self.steps = th.tensor(0)
+
+            def optimize(self, opt):
+                grad_norm = self._grad_norm()
+                opt.step()
+                return grad_norm
+
+            def _grad_norm(self):
+                total = 0.0
+                for p in self.master_params:
+                    total += th.norm(p.grad, p=2, dtype=th.float32).item() ** 2
+                return np.sqrt(total)
+
+            def count(self):
+                self.steps += 1
+                return int(self.steps.item())  # a CPU tensor
+        """}
+
     VALID = [
+        Valid(
+            """
+            from fp16_util import MixedPrecisionTrainer
+
+            mp_trainer = MixedPrecisionTrainer(model)  # no XLA in this file
+            for x, y in loader:
+                loss_fn(model(x), y).backward()
+                mp_trainer.optimize(opt)
+            """,
+            modules=TRAINER,
+        ),
+        Valid(
+            """
+            import torch_xla
+            from fp16_util import MixedPrecisionTrainer
+
+            mp_trainer = MixedPrecisionTrainer(model)
+            for x, y in pl.MpDeviceLoader(loader, torch_xla.device()):
+                loss_fn(model(x), y).backward()
+                opt.step()
+                mp_trainer.count()
+            """,
+            modules=TRAINER,
+        ),
         Valid(
             """
             def top_k(logits, labels, k, reduction="mean"):
@@ -127,6 +180,19 @@ class HelperReadInStep(Rule):
     INVALID = [
         Invalid(
             """
+            import torch_xla
+            from fp16_util import MixedPrecisionTrainer
+
+            mp_trainer = MixedPrecisionTrainer(model)
+            for x, y in pl.MpDeviceLoader(loader, torch_xla.device()):
+                loss_fn(model(x), y).backward()
+                mp_trainer.optimize(opt)
+            """,
+            line=7,
+            modules=TRAINER,
+        ),
+        Invalid(
+            """
             from checks import check_targets
 
             for x, y in pl.MpDeviceLoader(loader, device):
@@ -157,4 +223,10 @@ class HelperReadInStep(Rule):
             if self.ctx.on_device(value) and reportable_sync(self.ctx, node):
                 self.report(node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`",
                                                       where=where))
+                return
+        for helper, path, detail in self.ctx.helper_calls(node, "reads_state"):
+            if self.ctx.uses_xla and reportable_sync(self.ctx, node):
+                line, _, what = detail.partition(":")
+                where = f"{os.path.relpath(path, os.path.dirname(os.path.abspath(str(self.ctx.path))))}:{line}"
+                self.report(node, self.state.format(helper=helper, what=what, where=where))
                 return

@@ -14,6 +14,8 @@ from xlalint.analysis.guards import ALMOST_ALWAYS, EVERY_N, periodic_polarity, s
 from xlalint.analysis.index import FUNCTIONS, LOOPS, target_names
 from xlalint.analysis.names import (dotted_name, has_star_args, is_constant, keyword, last_part, method_name,
                                     param_default, positional, receiver, string_value)
+from xlalint.analysis.loaders import moves_batches_by_hand
+from xlalint.analysis.project import passed_device_loader
 from xlalint.analysis.steps import DEVICE_LOADER, gated_by, is_step_loop, local_callees_of
 from xlalint.diagnostics import Fix
 from xlalint.fixing.lazy import cst
@@ -342,7 +344,10 @@ class StepBarriers:
                     kinds.append(self.loader_kind(call.args[0]))
                 elif method_name(call) in ("next", "__next__") and not call.args:
                     kinds.append(self.loader_kind(receiver(call)))
-            kind = self._loop_kinds[loop] = _combine(kinds)
+            kind = _combine(kinds)
+            if kind == UNKNOWN and not self.has_device_loader and moves_batches_by_hand(self.ctx, loop):
+                kind = PLAIN  # the batches moved to the device by hand come from a host loader
+            self._loop_kinds[loop] = kind
         return kind
 
     def _inner_steps(self, loop: ast.AST) -> bool:
@@ -383,7 +388,7 @@ class StepBarriers:
             # `pl.MpDeviceLoader(loader, device) if xla else loader`
             return _combine([self.loader_kind(expr.body, depth + 1), self.loader_kind(expr.orelse, depth + 1)])
         if isinstance(expr, (ast.Name, ast.Attribute)):
-            if isinstance(expr, ast.Name) and self._data_parallel_loader(expr):
+            if isinstance(expr, ast.Name) and (self._data_parallel_loader(expr) or passed_device_loader(self.ctx, expr)):
                 return DEVICE
             values = self.values(expr)
             return _combine([self.loader_kind(v, depth + 1) for v in values]) if values else UNKNOWN

@@ -113,6 +113,22 @@ class GradScalerStep(Rule):
         Invalid(
             """
             import torch
+            scaler = torch.cuda.amp.GradScaler(enabled=(dtype == "float16"))
+            X, Y = get_batch("train")
+            while True:
+                for micro_step in range(gradient_accumulation_steps):
+                    logits, loss = model(X, Y)
+                    X, Y = get_batch("train")
+                    scaler.scale(loss / gradient_accumulation_steps).backward()
+                scaler.step(optimizer)  # the loop's step: the scaler steps the optimizer it is given
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
+            import torch
             scaler = torch.cuda.amp.GradScaler()
             for x, y in loader:
                 with torch.autocast("cuda", dtype=torch.float16):

@@ -5,6 +5,7 @@ loop's graph every step."""
 from __future__ import annotations
 
 import ast
+import os
 from typing import TYPE_CHECKING
 
 from xlalint.analysis.index import FUNCTIONS
@@ -29,6 +30,10 @@ class OptimizerStepWithoutBarrier(Rule):
     step does not run inside `torch_xla.step()`, `torch_xla.compile` or
     `torch.compile(..., backend="openxla")`. Optimizers prepared by accelerate or Fabric, and steps
     in Lightning modules, are left alone: those frameworks own the barrier of the loops they drive.
+
+    A per-step call of a function of another module of the project that steps an optimizer with
+    no barrier of its own (`mp_trainer.optimize(opt)` running `opt.step()`) is reported at the call,
+    when the loop calling it has no barrier either.
 
     Under DDP, XLA FSDP / FSDPv2, ZeRO or SPMD (or after `xm.reduce_gradients`) the gradients are
     already reduced, but none of those adds the barrier: a loop without one is still reported, and
@@ -108,10 +113,39 @@ class OptimizerStepWithoutBarrier(Rule):
     summary = "`{receiver}.step()` in an XLA training loop without a step barrier or gradient reduction"
     hint = ("cut the graph once per step: iterate a `MpDeviceLoader` or call `torch_xla.sync()` after the step; "
             "where nothing else reduces the gradients, `xm.optimizer_step(optimizer, barrier=True)` does both")
+    helper = ("`{helper}()` steps the optimizer ({where}) in an XLA training loop that has no step barrier: "
+              "nothing cuts the step's graph")
     reduced = ("`{receiver}.step()` in an XLA training loop without a step barrier: {reducer} already reduces "
                "the gradients, but nothing cuts the step's graph")
     xla_only = True
     fix_availability = "sometimes"
+
+    HELPERS = {"fp16_util.py": """
+        class MixedPrecisionTrainer:
+            def __init__(self, model):
+                self.model = model
+
+            def backward(self, loss):
+                loss.backward()
+
+            def optimize(self, opt):
+                grad_norm = self._grad_norm()
+                opt.step()
+                return grad_norm
+
+            def optimize_and_sync(self, opt):
+                opt.step()
+                xm.mark_step()
+        """, "utils.py": """
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        def get_device():
+            return xm.xla_device()
+
+        def get_cuda_device():
+            return torch.device("cuda")
+        """}
 
     VALID = [
         Valid(
@@ -312,6 +346,42 @@ class OptimizerStepWithoutBarrier(Rule):
                 torch_xla.sync()
             """
         ),
+        Valid(
+            """
+            import torch_xla
+            from fp16_util import MixedPrecisionTrainer
+
+            mp_trainer = MixedPrecisionTrainer(model)
+            for x, y in loader:
+                mp_trainer.backward(loss_fn(model(x), y))
+                mp_trainer.optimize(opt)
+                torch_xla.sync()  # the loop cuts the graph after the helper's step
+            """,
+            modules=HELPERS,
+        ),
+        Valid(
+            """
+            import torch_xla
+            from fp16_util import MixedPrecisionTrainer
+
+            mp_trainer = MixedPrecisionTrainer(model)
+            for x, y in loader:
+                mp_trainer.backward(loss_fn(model(x), y))
+                mp_trainer.optimize_and_sync(opt)  # the helper syncs after its step
+            """,
+            modules=HELPERS,
+        ),
+        Valid(
+            """
+            from utils import get_cuda_device  # no XLA here: the device comes from CUDA
+
+            device = get_cuda_device()
+            for x, y in loader:
+                loss_fn(model(x.to(device)), y.to(device)).backward()
+                optimizer.step()
+            """,
+            modules=HELPERS,
+        ),
     ]
     INVALID = [
         Invalid(
@@ -507,10 +577,48 @@ class OptimizerStepWithoutBarrier(Rule):
             """,
             line=7,
         ),
+        Invalid(
+            """
+            import torch_xla
+            from fp16_util import MixedPrecisionTrainer
+
+            mp_trainer = MixedPrecisionTrainer(model)
+            for x, y in loader:
+                mp_trainer.backward(loss_fn(model(x), y))
+                mp_trainer.optimize(opt)
+            """,
+            line=7,
+            expected_replacement="""
+            import torch_xla
+            from fp16_util import MixedPrecisionTrainer
+            from xlalint.runtime import sync
+
+            mp_trainer = MixedPrecisionTrainer(model)
+            for x, y in loader:
+                mp_trainer.backward(loss_fn(model(x), y))
+                mp_trainer.optimize(opt)
+                sync()
+            """,
+            applicability=Applicability.UNSAFE,
+            modules=HELPERS,
+        ),
+        Invalid(
+            """
+            from utils import get_device  # an XLA device: this code runs on XLA
+
+            device = get_device()
+            for x, y in loader:
+                loss_fn(model(x.to(device)), y.to(device)).backward()
+                optimizer.step()
+            """,
+            line=6,
+            modules=HELPERS,
+        ),
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
         if method_name(node) != "step":
+            self._visit_helper(node)
             return
         closure = _closure_argument(node)
         if closure is False:
@@ -536,6 +644,23 @@ class OptimizerStepWithoutBarrier(Rule):
             return
         self.report(node, self.summary.format(receiver=spelled),
                     fix=lambda cctx: _fix(cctx, node, with_closure=closure is not None))
+
+    def _visit_helper(self, node: ast.Call) -> None:
+        """A call of a project function in another module that steps an optimizer with no barrier
+        (`mp_trainer.optimize(opt)`): the loop calling it owns the barrier."""
+        found = self.ctx.helper_calls(node, "steps_optimizer")
+        if not found or not self.ctx.is_per_step(node, periodic=True) or self.ctx.in_non_xla_code(node):
+            return
+        barriers = step_barriers(self.ctx)
+        if barriers.imports_framework or barriers.in_framework_class(node):
+            return
+        if all(self._has_barrier(path) for path in barriers.paths(node)):
+            return
+        helper, path, line = found[0]
+        where = f"{os.path.relpath(path, os.path.dirname(os.path.abspath(str(self.ctx.path))))}:{line}"
+        statement = simple_statement(self.ctx, node)
+        self.report(node, self.helper.format(helper=helper, where=where),
+                    fix=(lambda cctx: insert_sync_after(cctx, statement)) if statement is not None else None)
 
     def _has_barrier(self, path: StepPath) -> bool:
         barriers = step_barriers(self.ctx)

@@ -64,8 +64,10 @@ class XlaOptimizerStepWithoutBarrier(Rule):
 
     ## Known problems
     Reported only when the loop's loader is traced, in this file, to a host loader (`DataLoader`,
-    `range`, a module-local function returning one); a loader passed in from elsewhere may be a
-    device loader.
+    `range`, a module-local function returning one), or when a loader that arrives from elsewhere
+    yields batches the loop moves to the device by hand (`data.to(device)`: needless with a device
+    loader) while no device loader is built in this file and no call in the project passes one for
+    it.
 
     ## References
     - `optimizer_step(..., barrier=False)` and its docstring: torch_xla/core/xla_model.py at v2.9.0
@@ -78,9 +80,42 @@ class XlaOptimizerStepWithoutBarrier(Rule):
                "step's graph")
     hint = "pass `barrier=True`, or iterate a `pl.MpDeviceLoader(loader, device)`"
     xla_only = True
+
+    RUNNER = {"run.py": """
+        import torch_xla
+        import torch_xla.distributed.parallel_loader as pl
+        from example import train_loop_fn
+
+        def _mp_fn(index):
+            device = torch_xla.device()
+            train_loop_fn(pl.MpDeviceLoader(train_loader, device), model, optimizer, device)
+        """}
+    LOOP = """
+        import torch_xla.core.xla_model as xm
+
+        def train_loop_fn(loader, model, optimizer, device):
+            model.train()
+            for data, target in loader:
+                data, target = data.to(device), target.to(device)
+                optimizer.zero_grad()
+                loss_fn(model(data), target).backward()
+                xm.optimizer_step(optimizer)
+        """
     fix_availability = "always"
 
     VALID = [
+        Valid(LOOP, modules=RUNNER),  # the project's caller passes a device loader
+        Valid(
+            """
+            import torch_xla.core.xla_model as xm
+
+            def train_loop_fn(loader, model, optimizer):
+                for data, target in loader:  # nothing tells what the loader is
+                    optimizer.zero_grad()
+                    loss_fn(model(data), target).backward()
+                    xm.optimizer_step(optimizer)
+            """
+        ),
         Valid(
             """
             import torch_xla
@@ -178,6 +213,7 @@ class XlaOptimizerStepWithoutBarrier(Rule):
         ),
     ]
     INVALID = [
+        Invalid(LOOP, line=9),  # batches moved by hand: a plain loader
         Invalid(
             """
             import torch

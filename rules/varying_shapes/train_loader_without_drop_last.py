@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import ast
-import re
+import os
 from typing import TYPE_CHECKING
 
-from xlalint.analysis.names import (dotted_name, has_star_args, is_constant, keyword, keyword_value, last_part,
-                                    positional)
+from xlalint.analysis.loaders import NOT_TRAIN, ragged_training_loader
+from xlalint.analysis.names import last_part
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
@@ -17,18 +17,14 @@ if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
     from xlalint.fixing.context import CstContext
 
 
-# -- XLA311 ----------------------------------------------------------------------------------------
-
-_TRAIN = re.compile(r"train", re.I)
-_NOT_TRAIN = re.compile(r"(^|_|\b)(eval|evaluation|test|testing|val|valid|validation|dev|predict|prediction|"
-                        r"inference|infer|calib|calibration)(_|$|\b|s\b)", re.I)
-
-
 class TrainLoaderWithoutDropLast(Rule):
     """## What it does
     Flags a training `DataLoader(...)` built without `drop_last=True` in code that runs on XLA: a
-    loader that shuffles, takes a training sampler, or is named for training, with a batch size
-    other than 1.
+    loader that shuffles, takes a training sampler, or is named for training, or else one that a
+    loop that trains iterates (in this file, or in the project function it is handed to, such as a
+    `Trainer(cfg, model, data_iter)` that keeps it and trains over it), with a batch size other
+    than 1. A helper of the project that builds such a loader in code with no XLA of its own
+    (`train_loader, val_loader = setup_dataloaders(...)`) is reported where XLA code calls it.
 
     ## Why is this bad?
     When the dataset size is not a multiple of the batch size, the last batch of every epoch is
@@ -56,8 +52,40 @@ class TrainLoaderWithoutDropLast(Rule):
     code, name, category = "XLA311", "train-loader-without-drop-last", "varying_shape"
     summary = "training `DataLoader` without `drop_last=True`: the last partial batch recompiles the step"
     hint = "pass `drop_last=True` (or pad the last batch to the full batch size)"
+    returned = ("`{helper}()` returns a training `DataLoader` without `drop_last=True` (built at {where}): "
+                "the last partial batch recompiles the step")
     xla_only = True
-    fix_availability = "always"
+    fix_availability = "sometimes"
+
+    LOADERS = {"loaders.py": """
+        from torch.utils.data import DataLoader
+
+        def setup_dataloaders(train_set, val_set, batch_size, collate_fn=None):
+            train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True, collate_fn=collate_fn)
+            val_loader = DataLoader(val_set, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
+            return train_loader, val_loader
+        """}
+    TRAINER = {"trainer.py": """
+        class Trainer:
+            def __init__(self, cfg, model, data_iter, optimizer, device):
+                self.cfg = cfg
+                self.model = model
+                self.data_iter = data_iter
+                self.optimizer = optimizer
+                self.device = device
+
+            def train(self, get_loss):
+                for epoch in range(self.cfg.n_epochs):
+                    for batch in tqdm(self.data_iter):
+                        batch = [t.to(self.device) for t in batch]
+                        self.optimizer.zero_grad()
+                        get_loss(self.model, batch).backward()
+                        self.optimizer.step()
+
+            def evaluate(self, data_iter):
+                for batch in data_iter:
+                    self.model(*batch)
+        """}
 
     VALID = [
         Valid(
@@ -91,6 +119,35 @@ class TrainLoaderWithoutDropLast(Rule):
             """
             train_loader = DataLoader(train_set, batch_size=64, shuffle=True)  # no XLA in this file
             """
+        ),
+        Valid(
+            """
+            import torch_xla
+            loader = DataLoader(dataset, batch_size=64)
+            with torch.no_grad():
+                for x, y in loader:  # an evaluation loop: no backward, no optimizer step
+                    predictions.append(model(x))
+            """
+        ),
+        Valid(
+            """
+            import torch_xla
+            from trainer import Trainer
+
+            data_iter = DataLoader(dataset, batch_size=cfg.batch_size, collate_fn=collate)
+            trainer = Trainer(cfg, model, train_iter, optimizer, torch_xla.device())
+            trainer.evaluate(data_iter)  # the trainer's evaluation loop iterates it
+            """,
+            modules=TRAINER,
+        ),
+        Valid(
+            """
+            import torch_xla
+            from loaders import setup_dataloaders
+
+            val_loader, _ = setup_dataloaders(val_set, val_set, batch_size=32)  # named for evaluation
+            """,
+            modules=LOADERS,
         ),
     ]
     INVALID = [
@@ -138,70 +195,77 @@ class TrainLoaderWithoutDropLast(Rule):
             line=4,
             applicability=Applicability.UNSAFE,
         ),
+        Invalid(
+            """
+            import torch_xla
+            device = torch_xla.device()
+            loader = DataLoader(dataset, batch_size=32, collate_fn=pad_collate)
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss_fn(model(x.to(device)), y.to(device)).backward()
+                optimizer.step()
+                torch_xla.sync()
+            """,
+            line=3,
+            applicability=Applicability.UNSAFE,
+        ),
+        Invalid(
+            """
+            import torch_xla
+            from trainer import Trainer
+
+            data_iter = DataLoader(dataset, batch_size=cfg.batch_size, collate_fn=collate)
+            trainer = Trainer(cfg, model, data_iter, optimizer, torch_xla.device())
+            trainer.train(get_loss)
+            """,
+            line=4,
+            expected_replacement="""
+            import torch_xla
+            from trainer import Trainer
+
+            data_iter = DataLoader(dataset, batch_size=cfg.batch_size, collate_fn=collate, drop_last=True)
+            trainer = Trainer(cfg, model, data_iter, optimizer, torch_xla.device())
+            trainer.train(get_loss)
+            """,
+            applicability=Applicability.UNSAFE,
+            modules=TRAINER,
+        ),
+        Invalid(
+            """
+            import torch_xla
+            import torch_xla.distributed.parallel_loader as pl
+            from loaders import setup_dataloaders
+
+            train_loader, val_loader = setup_dataloaders(train_set, val_set, batch_size=32)
+            device_loader = pl.MpDeviceLoader(train_loader, torch_xla.device())
+            """,
+            line=5,
+            modules=LOADERS,
+        ),
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
-        name = dotted_name(node.func)
-        if last_part(name) != "DataLoader":
+        if ragged_training_loader(self.ctx, node) and not self.ctx.in_non_xla_code(node):
+            self.report(node, fix=lambda cctx: _drop_last(cctx, node))
             return
-        qualified = self.ctx.qualified_name(node.func) or ""
-        if qualified.split(".")[0] not in ("torch", "DataLoader") and qualified != name:
-            return
-        if has_star_args(node) or keyword(node, "batch_sampler"):
-            return
-        drop_last = keyword_value(node, "drop_last")
-        if drop_last is not None and not is_constant(drop_last, False):
-            return
-        args = positional(node)
-        batch = keyword_value(node, "batch_size")
-        if batch is None and len(args) > 1:
-            batch = args[1]
-        if batch is None or is_constant(batch, None) or \
-                (isinstance(batch, ast.Constant) and type(batch.value) is int and batch.value <= 1):
-            return
-        if len(args) > 2:  # positional shuffle/sampler...: unusual, leave it
-            return
-        if not self._training(node) or self.ctx.in_non_xla_code(node):
-            return
-        self.report(node, fix=lambda cctx: _drop_last(cctx, node))
+        for helper, path, detail in self.ctx.helper_calls(node, "ragged_loader"):
+            line, _, index = detail.partition(":")
+            if self._names_training(node, int(index)) and not self.ctx.in_non_xla_code(node):
+                where = f"{os.path.relpath(path, os.path.dirname(os.path.abspath(str(self.ctx.path))))}:{line}"
+                self.report(node, self.returned.format(helper=last_part(helper), where=where))
+                return
 
-    def _training(self, node: ast.Call) -> bool:
-        code = self.ctx.code
-        words = [code(a) for a in node.args] + [code(k.value) for k in node.keywords if k.arg in ("dataset", "sampler")]
-        target = self._target_name(node)
-        if target:
-            words.append(target)
-        text = " ".join(words)
-        if _NOT_TRAIN.search(text.replace(".", "_")):
-            return False
-        shuffle = keyword_value(node, "shuffle")
-        if shuffle is not None:
-            if self._shuffles(shuffle):
-                return True
-            if is_constant(shuffle, False):
-                return bool(_TRAIN.search(text))
-        sampler = keyword_value(node, "sampler")
-        if sampler is not None and re.search(r"train|RandomSampler", code(sampler)):
-            return True
-        # `sampler = DistributedSampler(ds, shuffle=train)`: a sampler that shuffles feeds training
-        for value in self.ctx.reaching_values(sampler) if isinstance(sampler, ast.Name) else ():
-            if isinstance(value, ast.Call) and last_part(dotted_name(value.func)).endswith("Sampler"):
-                sampler_shuffle = keyword_value(value, "shuffle")
-                if sampler_shuffle is not None and self._shuffles(sampler_shuffle):
-                    return True
-        return bool(_TRAIN.search(text))
-
-    def _shuffles(self, shuffle: ast.expr) -> bool:
-        """`shuffle=True`, `shuffle=is_train`: order is shuffled for training."""
-        return is_constant(shuffle, True) or bool(_TRAIN.search(self.ctx.code(shuffle)))
-
-    def _target_name(self, node: ast.Call) -> str | None:
+    def _names_training(self, node: ast.Call, index: int) -> bool:
+        """The helper's loader is not assigned to a name for evaluation (`train_loader, val_loader = ...`)."""
         parent = self.ctx.parent(node)
-        while isinstance(parent, (ast.Call, ast.keyword)):  # accelerator.prepare(DataLoader(...))
-            parent = self.ctx.parent(parent)
-        if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
-            return self.ctx.code(parent.targets[0])
-        return None
+        if not isinstance(parent, ast.Assign) or len(parent.targets) != 1:
+            return True
+        target = parent.targets[0]
+        if index >= 0 and isinstance(target, (ast.Tuple, ast.List)):
+            if index >= len(target.elts):
+                return False
+            target = target.elts[index]
+        return not NOT_TRAIN.search(self.ctx.code(target).replace(".", "_"))
 
 
 def _drop_last(cctx: CstContext, node: ast.Call) -> Fix:
