@@ -198,3 +198,40 @@ def test_replicas_launched_by_another_module_clip_local_gradients(run_cli, packa
     # DDP in the launcher's XLA code reduces the gradients in backward
     package.write("pkg/main.py", MAIN.replace("    if args.distributed and not args.tpu:\n    ", "    "))
     assert found(run_cli(*args)[1], "engine.py") == []
+
+
+BASE = """\
+import torch_xla
+import torch_xla.distributed.parallel_loader as pl
+
+
+class TrainBase:
+    def __init__(self, train_loader):
+        self.device = torch_xla.device()
+        self.train_device_loader = pl.MpDeviceLoader(train_loader, self.device)
+
+    def start_training(self):
+        for epoch in range(3):
+            self.train_loop_fn(self.train_device_loader, epoch)
+"""
+
+SUB = """\
+import torch_xla.core.xla_model as xm
+from pkg.base import TrainBase
+
+
+class TrainAmp(TrainBase):
+    def train_loop_fn(self, loader, epoch):
+        for data, target in loader:
+            data, target = data.to(self.device), target.to(self.device)
+            self.model(data, target).backward()
+            xm.optimizer_step(self.optimizer)
+"""
+
+
+def test_an_override_gets_the_device_loader_its_base_class_passes(run_cli, package):
+    package.write("pkg/sub.py", SUB)
+    args = ("check", "--output-format", "json", "--select", "XLA403", package / "pkg" / "sub.py")
+    assert found(run_cli(*args)[1], "sub.py") == [(10, "XLA403")]  # nothing says what the loader is
+    package.write("pkg/base.py", BASE)
+    assert found(run_cli(*args)[1], "sub.py") == []  # the base class passes a MpDeviceLoader

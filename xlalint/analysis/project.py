@@ -338,7 +338,7 @@ def _device_loaders(ctx, call: ast.Call) -> tuple[str, ...]:
 
 
 def _device_loader(ctx, value: ast.expr) -> bool:
-    values = ctx.reaching_values(value) if isinstance(value, ast.Name) else [value]
+    values = ctx.assigned_values(value) if isinstance(value, (ast.Name, ast.Attribute)) else [value]
     return any(isinstance(v, ast.Call) and DEVICE_LOADER.match(last_part(dotted_name(v.func))) for v in values)
 
 
@@ -352,8 +352,11 @@ def passed_device_loader(ctx, name: ast.Name) -> bool:
     params = [*func.args.posonlyargs, *func.args.args]
     if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
         params = params[1:]
-    qualified = qualname(ctx.index, func)
-    return (qualified, f"k:{param.arg}") in facts or (param in params and (qualified, str(params.index(param))) in facts)
+    names = [qualname(ctx.index, func)]
+    if isinstance(ctx.index.parent(func), ast.ClassDef):
+        names.append(f"*.{func.name}")  # a base class calls `self.name(device_loader)`: this override too
+    return any((q, f"k:{param.arg}") in facts or (param in params and (q, str(params.index(param))) in facts)
+               for q in names)
 
 
 def _may_resolve(summary: ModuleSummary, callee: str, receiver_class: str | None) -> bool:
@@ -587,8 +590,15 @@ class ProjectIndex:
         helper_calls, xla_device = self._helper_calls(resolved)
         replicas = {path for summary, _, (path, _) in resolved if summary.launches_replicas and path != summary.path}
         device_loaders: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        overridden: set[tuple[str, str]] = set()  # `self.m(loader)`: any override of `m` gets it too
         for summary, call, (path, name) in resolved:
             device_loaders[path].update((name, arg) for arg in call.device_loaders)
+        for summary in self.summaries.values():  # resolved or not: the method may be a subclass's only
+            for call in summary.calls:
+                if call.device_loaders and call.callee.startswith("self.") and call.callee.count(".") == 1:
+                    overridden.update((f"*.{call.callee[5:]}", arg) for arg in call.device_loaders)
+        for path in self.summaries:
+            device_loaders[path] |= overridden
         return {path: ProjectFacts(frozenset(steps[path]), frozenset(called[path]), frozenset(training_calls[path]),
                                    tuple(sorted(helper_reads[path])), static, tuple(sorted(compiled[path].items())),
                                    tuple(sorted(helper_calls[path])), path in xla_device, path in replicas,
