@@ -22,7 +22,9 @@ class AskedFacts:
         self.facts = facts
         self.questions: set[tuple[str, str, object]] = set()
         for name in FIELDS:
-            setattr(self, name, _Asked(name, getattr(facts, name), self.questions))
+            value = getattr(facts, name)
+            asked = _AskedFlag if isinstance(value, bool) else _Asked
+            setattr(self, name, asked(name, value, self.questions))
 
     def reads_at(self, at: tuple[int, int]):
         self.questions.add(("reads_at", "helper_reads", at))
@@ -78,3 +80,16 @@ class _Asked:
     def __len__(self) -> int:
         self.questions.add(("all", self.name, None))
         return len(self.base)
+
+
+class _AskedFlag:
+    """A yes/no fact (`xla_device`, `replicas`): its truth is the answer, noted when asked."""
+
+    __slots__ = ("name", "base", "questions")
+
+    def __init__(self, name: str, base: bool, questions: set) -> None:
+        self.name, self.base, self.questions = name, base, questions
+
+    def __bool__(self) -> bool:
+        self.questions.add(("all", self.name, None))
+        return self.base
