@@ -259,7 +259,10 @@ class Workspace:
         try:
             if self.progress is None:
                 return list(results)
-            bar = self.progress.step(STEP_LABELS.get(func.__name__, ""), len(tasks))
+            label = STEP_LABELS.get(func.__name__, "")
+            if func is _summarize_task and any(task.check is not None for task in tasks):
+                label = "checking"  # the first pass checks the files it analyses (one analysis per file)
+            bar = self.progress.step(label, len(tasks))
             found = []
             try:
                 for result in results:
