@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from . import guards, steps
 from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, target_names
 from .names import argument, dotted_name, function_params, last_part, positional
+from .barriers import StepBarriers
 from .project import NO_PROJECT, ProjectFacts, qualname
 from .reads import ParamRead
 from ..source import SourceText
@@ -272,6 +273,11 @@ class FileContext:
         from .compiled import CompiledRegions
 
         return CompiledRegions(self)
+
+    @cached_property
+    def barriers(self) -> StepBarriers:
+        """The file's step model: barriers, step loops, who owns the step and reduces gradients."""
+        return StepBarriers(self)
 
     @cached_property
     def per_call_functions(self) -> set[ast.AST]:

@@ -22,7 +22,7 @@ from ..source import is_file, stat_or_none
 from .index import FUNCTIONS
 from .names import dotted_name, last_part
 from .reads import ParamRead, host_read, parameter_reads
-from .steps import _gated, in_loop_within, in_raise, trains
+from .steps import runs_less_often, in_loop_within, in_raise, trains
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Calls that register a callback the framework runs on every forward/backward/iteration.
@@ -221,7 +221,7 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     in_lambda = any(isinstance(a, ast.Lambda) for a in _until(index, call, func))
     excluded = in_lambda or ctx.in_non_xla_code(call) or in_raise(ctx, call) or \
         (func is not None and ctx.is_step_closure(func))
-    hot = not excluded and not (func is not None and _gated(ctx, call, func))
+    hot = not excluded and not (func is not None and runs_less_often(ctx, call, func))
     per_step = not excluded and ctx.is_per_step(call)
     column = ctx.text.column(call.lineno, call.col_offset)
     looped = in_loop_within(ctx, call, func if func is not None else ctx.tree)
