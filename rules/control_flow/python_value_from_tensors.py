@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import dotted_name, method_name, receiver
-from xlalint.analysis.tensors import Kind
+from xlalint.analysis.tensors import evident_device_tensor, Kind
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.analysis.tensors import evident_device_tensor
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
     from xlalint.fixing.context import CstContext

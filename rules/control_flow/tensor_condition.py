@@ -7,8 +7,8 @@ import ast
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.steps import after_periodic_operand
-from xlalint.rule import Invalid, Rule, Valid
 from xlalint.analysis.tensors import evident_device_tensor
+from xlalint.rule import Invalid, Rule, Valid
 
 
 def _truth_operands(expr: ast.expr):

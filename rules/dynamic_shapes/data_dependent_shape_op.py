@@ -7,10 +7,9 @@ import ast
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import keyword, keyword_value, method_name, positional, receiver
-from xlalint.analysis.tensors import Kind
-from xlalint.rule import Invalid, Rule, Valid
-from xlalint.analysis.tensors import is_torch
+from xlalint.analysis.tensors import is_torch, Kind
 from xlalint.analysis.vocabulary import LIKE_FACTORIES
+from xlalint.rule import Invalid, Rule, Valid
 from ._common import shaped_out
 
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import ast
 
 from xlalint.analysis.names import dotted_name, last_part, method_name, keyword, receiver, string_value
-from xlalint.analysis.tensors import Kind
+from xlalint.analysis.tensors import evident_device_tensor, Kind
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.analysis.tensors import evident_device_tensor
 
 
 class PythonBuiltinOverTensor(Rule):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from xlalint.analysis.barriers import DEVICE_BATCHES, StepPath, UNKNOWN_BATCHES, names_in
 from xlalint.analysis.index import FUNCTIONS
 from xlalint.analysis.names import (dotted_name, function_params, has_star_args, is_constant, last_part, method_name,
                                     receiver)
-from xlalint.analysis.barriers import DEVICE_BATCHES, StepPath, UNKNOWN_BATCHES, names_in
 from xlalint.analysis.vocabulary import OPTIMIZER_CLASS, OPTIMIZER_NAME
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.rule import Invalid, Rule, Valid
