@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import guards, steps
-from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, target_names
+from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, qualname, target_names
 from .names import argument, dotted_name, function_params, last_part, positional
 from .barriers import StepBarriers
-from .project import NO_PROJECT, ProjectFacts, qualname
+from .project import NO_PROJECT, ProjectFacts
 from .reads import ParamRead
 from ..source import SourceText
 from .tensors import Kind, TensorInference

@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..source import is_file, stat_or_none
-from .index import FUNCTIONS
+from .index import qualname
 from .names import dotted_name, last_part
 from .reads import ParamRead, host_read, parameter_reads
 from .steps import runs_less_often, in_loop_within, in_raise, trains
@@ -153,15 +153,6 @@ def project_root(path: Path, *, follow: bool = True, within: Path | None = None)
 
 
 # -- summarising one module --------------------------------------------------------------------------
-
-def qualname(index, node: ast.AST) -> str:
-    """`Trainer.step`, `train`, `outer.inner` for a function (or class) node; "" for the module."""
-    parts = [node.name] if isinstance(node, (*FUNCTIONS, ast.ClassDef)) else []
-    for anc in index.ancestors(node):
-        if isinstance(anc, (*FUNCTIONS, ast.ClassDef)):
-            parts.append(anc.name)
-    return ".".join(reversed(parts))
-
 
 def summarize(ctx, name: str) -> ModuleSummary:
     """The summary of one analysed file (`ctx` is its `FileContext`)."""

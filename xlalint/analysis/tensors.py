@@ -273,9 +273,10 @@ class TensorInference:
             return Kind.TENSOR  # forward(self, x), training_step(self, batch, ...): data
         passed = self._passed(param) if isinstance(func, FUNCTIONS) else Kind.UNKNOWN
         if passed == Kind.UNKNOWN and func in self.ctx.compiled.roots:
-            from .compiled import compiled_parameter_kind  # `step = torch.compile(f); step(x, 3)`
+            from .compiled import compiled_arguments  # `step = torch.compile(f); step(x, 3)`
 
-            passed = compiled_parameter_kind(self.ctx, param) or Kind.UNKNOWN
+            values = compiled_arguments(self.ctx, param)
+            passed = (combine(*(self.ctx.tensor_kind(v) for v in values)) if values else None) or Kind.UNKNOWN
         if passed >= Kind.CPU or passed == Kind.NOT_TENSOR:
             return passed  # what the module's own callers pass
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
