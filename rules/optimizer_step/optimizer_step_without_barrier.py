@@ -7,13 +7,14 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from xlalint.analysis.barriers import DEVICE_BATCHES, StepPath, UNKNOWN_BATCHES, names_in
 from xlalint.analysis.index import FUNCTIONS
 from xlalint.analysis.names import (dotted_name, function_params, has_star_args, is_constant, last_part, method_name,
                                     receiver)
+from xlalint.analysis.vocabulary import OPTIMIZER_CLASS, OPTIMIZER_NAME
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.rule import Invalid, Rule, Valid
-from ._common import (DEVICE, OPTIMIZER_CLASS, OPTIMIZER_NAME, StepPath, UNKNOWN, insert_sync_after, names_in,
-                      simple_statement, step_barriers)
+from ._common import insert_sync_after, simple_statement
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
     from xlalint.fixing.context import CstContext
@@ -515,7 +516,7 @@ class OptimizerStepWithoutBarrier(Rule):
         closure = _closure_argument(node)
         if closure is False:
             return
-        barriers = step_barriers(self.ctx)
+        barriers = self.ctx.barriers
         recv = receiver(node)
         if not barriers.is_optimizer(recv):
             return
@@ -538,12 +539,12 @@ class OptimizerStepWithoutBarrier(Rule):
                     fix=lambda cctx: _fix(cctx, node, with_closure=closure is not None))
 
     def _has_barrier(self, path: StepPath) -> bool:
-        barriers = step_barriers(self.ctx)
+        barriers = self.ctx.barriers
         if barriers.covered(path):
             return True
         if path.in_loop:
             kind = barriers.loop_kind(path.top)
-            return kind == DEVICE or (kind == UNKNOWN and barriers.has_device_loader)
+            return kind == DEVICE_BATCHES or (kind == UNKNOWN_BATCHES and barriers.has_device_loader)
         # nothing here calls the function holding the step: its loop is elsewhere (a library, another
         # module); trust a per-step barrier or a device loader anywhere in the file
         return barriers.has_per_step_barrier or barriers.has_device_loader

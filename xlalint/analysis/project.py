@@ -19,10 +19,10 @@ from functools import cached_property
 from pathlib import Path
 
 from ..source import is_file, stat_or_none
-from .index import FUNCTIONS
+from .index import qualname
 from .names import dotted_name, last_part
 from .reads import ParamRead, host_read, parameter_reads
-from .steps import _gated, in_loop_within, in_raise, trains
+from .steps import runs_less_often, in_loop_within, in_raise, trains
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Calls that register a callback the framework runs on every forward/backward/iteration.
@@ -154,15 +154,6 @@ def project_root(path: Path, *, follow: bool = True, within: Path | None = None)
 
 # -- summarising one module --------------------------------------------------------------------------
 
-def qualname(index, node: ast.AST) -> str:
-    """`Trainer.step`, `train`, `outer.inner` for a function (or class) node; "" for the module."""
-    parts = [node.name] if isinstance(node, (*FUNCTIONS, ast.ClassDef)) else []
-    for anc in index.ancestors(node):
-        if isinstance(anc, (*FUNCTIONS, ast.ClassDef)):
-            parts.append(anc.name)
-    return ".".join(reversed(parts))
-
-
 def summarize(ctx, name: str) -> ModuleSummary:
     """The summary of one analysed file (`ctx` is its `FileContext`)."""
     index = ctx.index
@@ -221,7 +212,7 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     in_lambda = any(isinstance(a, ast.Lambda) for a in _until(index, call, func))
     excluded = in_lambda or ctx.in_non_xla_code(call) or in_raise(ctx, call) or \
         (func is not None and ctx.is_step_closure(func))
-    hot = not excluded and not (func is not None and _gated(ctx, call, func))
+    hot = not excluded and not (func is not None and runs_less_often(ctx, call, func))
     per_step = not excluded and ctx.is_per_step(call)
     column = ctx.text.column(call.lineno, call.col_offset)
     looped = in_loop_within(ctx, call, func if func is not None else ctx.tree)

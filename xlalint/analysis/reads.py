@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .index import COMPREHENSIONS, target_names
 from .names import argument, dotted_name, method_name, param_default, receiver
-from .steps import _gated, in_raise
+from .steps import runs_less_often, in_raise
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -66,7 +66,7 @@ def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead
         if what is None:
             continue
         sources = [o for o in map(origins.of, _uses(operand)) if o is not None]
-        if not sources or in_raise(ctx, call) or ctx.in_non_xla_code(call) or _gated(ctx, call, func):
+        if not sources or in_raise(ctx, call) or ctx.in_non_xla_code(call) or runs_less_often(ctx, call, func):
             continue
         unless = only_without(ctx, call, func, names)
         option, value = _only_with_option(ctx, call, func, names)
