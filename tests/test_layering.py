@@ -9,6 +9,8 @@ import ast
 import sys
 from pathlib import Path
 
+import pytest
+
 import xlalint
 import xlalint.rules
 
@@ -29,12 +31,18 @@ def module_name(path: Path) -> str:
     raise AssertionError(path)
 
 
-def imports(path: Path):
-    """(absolute module imported, line) for every import of `path`, function-level ones included;
-    `from . import x` yields the module `package.x` when x is one."""
+def imports(path: Path, *, type_only: bool = True):
+    """(absolute module imported, line) for every import of `path`, function-level ones included (and
+    those under `if TYPE_CHECKING:` unless `type_only` is False); `from . import x` also yields
+    `package.x`, the submodule it may be."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    skipped = set() if type_only else {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                                       and ast.unparse(block.test).endswith("TYPE_CHECKING") for n in ast.walk(block)}
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
@@ -89,3 +97,43 @@ def test_imports_are_resolved_to_absolute_names(tmp_path, monkeypatch):
     monkeypatch.setitem(PACKAGES, "xlalint.rules", fake)
     found = {module for module, _ in imports(fake / "family" / "rule_x.py")}
     assert "xlalint.engine" in found and "xlalint.rules.analysis_x" in found
+
+
+def test_no_import_cycle_among_the_analysis_modules():
+    """The analysis is layered: names/index/vocabulary at the bottom, the per-topic analyses above,
+    `context` (the facade rules use) on top. Imports inside functions count: deferring an import
+    hides a cycle, it does not remove it. Imports under `if TYPE_CHECKING:` do not (they never run:
+    `steps` naming the type `FileContext` is no dependency on `context`)."""
+    analysis = PACKAGES["xlalint"] / "analysis"
+    names = {module_name(path) for path in sources(analysis)}
+    graph = {module_name(path): {m for m, _ in imports(path, type_only=False) if m in names and m != module_name(path)}
+             for path in sources(analysis)}
+    graph = {m: deps - {"xlalint.analysis"} for m, deps in graph.items()}  # the package's own __init__
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module, path):
+        state[module] = 1
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(dep):] + [dep]))
+            if dep not in state:
+                visit(dep, path + [dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert "xlalint.analysis.barriers" in graph["xlalint.analysis.context"]  # the graph is read, not empty
+
+
+def test_a_cycle_through_a_function_level_import_is_seen(tmp_path, monkeypatch):
+    fake = tmp_path / "xlalint"
+    (fake / "analysis").mkdir(parents=True)
+    (fake / "analysis" / "a.py").write_text("from . import b\n")
+    (fake / "analysis" / "b.py").write_text("def f():\n    from .a import x\n")
+    (fake / "analysis" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n")
+    monkeypatch.setitem(PACKAGES, "xlalint", fake)
+    assert {m for m, _ in imports(fake / "analysis" / "b.py", type_only=False)} >= {"xlalint.analysis.a"}
+    assert not {m for m, _ in imports(fake / "analysis" / "c.py", type_only=False)} & {"xlalint.analysis.a"}
+    with pytest.raises(AssertionError, match="import cycle: xlalint.analysis.a -> xlalint.analysis.b -> xlalint.analysis.a"):
+        test_no_import_cycle_among_the_analysis_modules()

@@ -259,7 +259,10 @@ class Workspace:
         try:
             if self.progress is None:
                 return list(results)
-            bar = self.progress.step(STEP_LABELS.get(func.__name__, ""), len(tasks))
+            label = STEP_LABELS.get(func.__name__, "")
+            if func is _summarize_task and any(task.check is not None for task in tasks):
+                label = "checking"  # the first pass checks the files it analyses (one analysis per file)
+            bar = self.progress.step(label, len(tasks))
             found = []
             try:
                 for result in results:
@@ -521,8 +524,8 @@ def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
                                tuple((tuple(at), kind, helper, where, detail)
                                      for at, kind, helper, where, detail in helper_calls), bool(xla_device),
                                bool(replicas), frozenset(tuple(p) for p in device_loader_params))
-            for path, (steps, called, calls, helper_reads, static_methods, compiled, helper_calls, xla_device,
-                       replicas, device_loader_params) in data.items()}
+            for path, (steps, called, calls, helper_reads, static_methods, compiled, helper_calls, xla_device, replicas,
+                       device_loader_params) in data.items()}
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:

@@ -8,7 +8,6 @@ import ast
 
 from xlalint.analysis.reads import argument_reads
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
 
 
 class HelperBranchInStep(Rule):
@@ -163,7 +162,7 @@ class HelperBranchInStep(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         for helper, where, read, value in argument_reads(self.ctx, node, through="", branches=True):
-            if self.ctx.on_device(value) and reportable_sync(self.ctx, node):
+            if self.ctx.on_device(value) and self.ctx.runs_hot(node):
                 self.report(node, self.summary.format(helper=helper, param=read.param, what=read.what,
                                                       where=where))
                 return

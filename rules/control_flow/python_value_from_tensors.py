@@ -8,11 +8,9 @@ from typing import TYPE_CHECKING
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import dotted_name, method_name, receiver
-from xlalint.analysis.tensors import Kind
+from xlalint.analysis.tensors import evident_device_tensor, Kind
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
-from ._common import evident_device_tensor
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
     from xlalint.fixing.context import CstContext
@@ -178,13 +176,13 @@ class PythonValueFromTensors(Rule):
         qualified = self.ctx.qualified_name(node.func)
         args = [a for a in node.args if not isinstance(a, ast.Starred)]
         if qualified in self.TORCH_FUNCS and args:
-            if self._on_device_only(args) and reportable_sync(self.ctx, node):
+            if self._on_device_only(args) and self.ctx.runs_hot(node):
                 self.report(node, self.summary.format(func=self.TORCH_FUNCS[qualified]))
             return
         method = method_name(node)
         if method in ("equal", "allclose") and args and not (qualified or "").startswith("torch.") and \
                 self._is_tensor_method(node, args):
-            if reportable_sync(self.ctx, node):
+            if self.ctx.runs_hot(node):
                 self.report(node, self.summary.format(func=f".{method}()"))
             return
         name = dotted_name(node.func)
@@ -214,9 +212,9 @@ class PythonValueFromTensors(Rule):
     def _builtin_extreme(self, node: ast.Call, name: str, args: list[ast.expr]) -> None:
         if len(node.args) + len(node.keywords) != 2 or len(args) != 2:
             return  # max(iterable), key=/default=: not two tensors compared directly
-        if not all(self._device(a) for a in args) or not reportable_sync(self.ctx, node):
+        if not all(self._device(a) for a in args) or not self.ctx.runs_hot(node):
             return
-        spelling = _torch_spelling(self.ctx)
+        spelling = _torch_alias(self.ctx)
         func = f"{spelling}.{'maximum' if name == 'max' else 'minimum'}"
         imports = [] if spelling != "torch" or "torch" in self.ctx.index.imports else [ImportRequest("torch")]
         self.report(node, self.summary.format(func=f"{name}()"),
@@ -229,7 +227,7 @@ def _use_elementwise(cctx: CstContext, node: ast.Call, func: str, imports: list[
                        title=f"Use `{func}` (elementwise, on the device)", safe=False, imports=imports)
 
 
-def _torch_spelling(ctx: FileContext) -> str:
+def _torch_alias(ctx: FileContext) -> str:
     """The name this file binds to the `torch` module (`torch`, or an alias such as `th`)."""
     for local, binding in ctx.index.imports.items():
         if binding.qualified == "torch":

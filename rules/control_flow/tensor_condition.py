@@ -7,9 +7,8 @@ import ast
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.steps import after_periodic_operand
+from xlalint.analysis.tensors import evident_device_tensor
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
-from ._common import evident_device_tensor
 
 
 def _truth_operands(expr: ast.expr):
@@ -215,7 +214,7 @@ class TensorCondition(Rule):
 
     def _check(self, test: ast.expr, *, bounded: bool = True) -> None:
         for operand in _truth_operands(test):
-            if evident_device_tensor(self.ctx, operand) and reportable_sync(self.ctx, operand) and \
+            if evident_device_tensor(self.ctx, operand) and self.ctx.runs_hot(operand) and \
                     not after_periodic_guard(self.ctx, operand, test if bounded else None):
                 self.report(operand)
 

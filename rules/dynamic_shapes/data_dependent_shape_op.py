@@ -7,9 +7,10 @@ import ast
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import keyword, keyword_value, method_name, positional, receiver
-from xlalint.analysis.tensors import Kind
+from xlalint.analysis.tensors import is_torch, Kind
+from xlalint.analysis.vocabulary import LIKE_FACTORIES
 from xlalint.rule import Invalid, Rule, Valid
-from ._common import is_torch, shaped_out
+from ._common import shaped_out
 
 
 def _tensorish(ctx: FileContext, expr: ast.expr) -> bool:
@@ -21,15 +22,13 @@ def _tensorish(ctx: FileContext, expr: ast.expr) -> bool:
     while isinstance(expr, (ast.Call, ast.Subscript, ast.Attribute)):
         if isinstance(expr, ast.Call):
             qualified = ctx.qualified_name(expr.func) or ""
-            if qualified.startswith("torch.") and qualified.rpartition(".")[2] in _LIKE:
+            if qualified.startswith("torch.") and qualified.rpartition(".")[2] in LIKE_FACTORIES:
                 return True
             expr = expr.func
         else:
             expr = expr.value
     return False
 
-
-_LIKE = {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"}
 
 
 # -- XLA301 ----------------------------------------------------------------------------------------

@@ -8,9 +8,8 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from xlalint.analysis.index import LOOPS
-from xlalint.analysis.names import dotted_name, is_constant, last_part, method_name
-from xlalint.analysis.steps import DEVICE_LOADER, is_step_loop
+from xlalint.analysis.names import dotted_name, is_constant, last_part
+from xlalint.analysis.vocabulary import XM, XM_OPTIMIZER_STEP
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
@@ -22,22 +21,7 @@ if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
 
 # -- XLA503 ----------------------------------------------------------------------------------------
 
-XM = "torch_xla.core.xla_model"
 CLIP_CALLS = CLIP_GRAD_NORM | {"torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad.clip_grad_value_"}
-# Optimizer steps that all-reduce the gradients (when the world size is above 1) just before stepping.
-LATE_REDUCTION = {f"{XM}.optimizer_step", "xlalint.runtime.optimizer_step"}
-# Reductions a step may run before it clips.
-EARLY_REDUCTION = {f"{XM}.reduce_gradients", f"{XM}.all_reduce", f"{XM}.all_reduce_bucketized_gradients",
-                   "torch.distributed.all_reduce", "torch.distributed.all_reduce_coalesced"}
-# The file runs several replicas: it launches them, feeds each its own device loader, or asks how many.
-REPLICA_LAUNCH = {"torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch"}
-WORLD_SIZE = {"torch_xla.runtime.world_size", f"{XM}.xrt_world_size", "torch.distributed.get_world_size"}
-# A wrapper that owns the gradient reduction (DDP, XLA FSDP / FSDPv2, ZeRO, SPMD sharding).
-REDUCTION_OWNER_NAMES = {"DistributedDataParallel", "XlaFullyShardedDataParallel", "FullyShardedDataParallel",
-                         "SpmdFullyShardedDataParallel", "FSDPv2", "ZeroRedundancyOptimizer", "mark_sharding",
-                         "use_spmd"}
-REDUCTION_OWNER_MODULES = ("torch.nn.parallel", "torch.distributed.fsdp", "torch_xla.distributed.fsdp",
-                           "torch_xla.distributed.spmd", "torch_xla.distributed.zero_redundancy_optimizer")
 STEP_KEYWORDS = {"barrier", "optimizer_args", "groups", "pin_layout"}
 
 
@@ -344,84 +328,20 @@ class ClipBeforeGradientReduce(Rule):
         ),
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._parallel: bool | None = None
-
     def visit_Call(self, node: ast.Call) -> None:
         func = self.ctx.qualified_name(node.func)
-        if func not in CLIP_CALLS or not self._data_parallel() or self.ctx.in_non_xla_code(node):
+        if func not in CLIP_CALLS or not self.ctx.barriers.replicated_data_parallel or self.ctx.in_non_xla_code(node):
             return
-        step = self._reducing_step(node)
+        step = self.ctx.barriers.late_reduction(node)
         if step is None:
             return
         plan = self._fix_plan(node, step)
         message = self.summary.format(func=last_part(func), step=self.ctx.code(step.func))
         self.report(node, message, fix=None if plan is None else lambda cctx: _reduce_first(cctx, *plan))
 
-    # -- the file ---------------------------------------------------------------------------------
-    def _data_parallel(self) -> bool:
-        if self._parallel is None:
-            index = self.ctx.index
-            owned = bool(REDUCTION_OWNER_NAMES & index.all_names) or any(
-                b.qualified == m or b.qualified.startswith(m + ".")
-                for b in index.imports.values() for m in REDUCTION_OWNER_MODULES)
-            # or the project's launcher runs this module's functions in its replicas
-            self._parallel = not owned and (self.ctx.project.replicas or any(self._replicas(call) for call in index.calls))
-        return self._parallel
-
-    def _replicas(self, call: ast.Call) -> bool:
-        qualified = self.ctx.qualified_name(call.func)
-        return qualified in REPLICA_LAUNCH or qualified in WORLD_SIZE or \
-            bool(DEVICE_LOADER.match(last_part(dotted_name(call.func)) or method_name(call) or ""))
-
-    # -- the step ---------------------------------------------------------------------------------
-    def _reducing_step(self, clip: ast.Call) -> ast.Call | None:
-        """The `xm.optimizer_step(...)` that runs after `clip` in the same step, when no reduction
-        runs before it."""
-        scope = self.ctx.index.scope_of(clip)
-        if isinstance(scope, ast.Lambda):
-            return None
-        order = self.ctx.index.order
-        calls = self.ctx.calls_within(scope)
-        if any(order[c] < order[clip] and self.ctx.qualified_name(c.func) in EARLY_REDUCTION for c in calls):
-            return None
-        for call in calls:
-            if order[call] > order[clip] and self.ctx.qualified_name(call.func) in LATE_REDUCTION and \
-                    self._same_step(clip, call):
-                return call
-        return None
-
-    def _same_step(self, first: ast.AST, second: ast.AST) -> bool:
-        """`second` runs after `first` in the same step: not in another branch of an `if`/`try`, and
-        neither sits in a step loop of its own that the other is outside of."""
-        around_second = set(self.ctx.index.ancestors(second))
-        below, common = first, None
-        for anc in self.ctx.index.ancestors(first):
-            if anc in around_second:
-                common = anc
-                break
-            below = anc
-        if common is None:
-            return False
-        other = next(a for a in [second, *self.ctx.index.ancestors(second)] if self.ctx.parent(a) is common)
-        fields = self.ctx.index.field_of(below), self.ctx.index.field_of(other)
-        if isinstance(common, (ast.If, ast.IfExp)) and fields[0] != fields[1]:
-            return False
-        if isinstance(below, (ast.ExceptHandler, ast.match_case)) or isinstance(other, (ast.ExceptHandler,
-                                                                                       ast.match_case)):
-            return False
-        for node in (first, second):
-            for anc in self.ctx.index.ancestors(node):
-                if anc is common:
-                    break
-                if isinstance(anc, LOOPS) and is_step_loop(self.ctx, anc):
-                    return False
-        return True
-
     # -- the fix: decided here, built on libcst by `_reduce_first` ----------------------------------
     def _fix_plan(self, clip: ast.Call, step: ast.Call):
-        if self.ctx.qualified_name(step.func) != f"{XM}.optimizer_step":
+        if self.ctx.qualified_name(step.func) != XM_OPTIMIZER_STEP:
             return None
         statement = self.ctx.parent(step)
         if not isinstance(statement, ast.Expr):
@@ -431,7 +351,7 @@ class ClipBeforeGradientReduce(Rule):
                        if self.ctx.parent(a) is block and self.ctx.index.field_of(a) == field), None)
         if not isinstance(holder, ast.stmt) or holder.end_lineno >= statement.lineno:
             return None  # not in the step's block, or sharing its line (`clip(...); xm.optimizer_step(o)`)
-        if any(other is not clip and self._reducing_step(other) is step
+        if any(other is not clip and self.ctx.barriers.late_reduction(other) is step
                for other in self.ctx.calls_within(self.ctx.index.scope_of(clip))
                if self.ctx.index.order[other] < self.ctx.index.order[clip]
                and self.ctx.qualified_name(other.func) in CLIP_CALLS):

@@ -7,7 +7,6 @@ import ast
 
 from xlalint.analysis.reads import argument_reads
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
 
 
 # -- XLA504 ----------------------------------------------------------------------------------------
@@ -120,7 +119,7 @@ class GradientReadingHelperInStep(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         for helper, where, read, _ in argument_reads(self.ctx, node, through="grads"):
-            if reportable_sync(self.ctx, node):
+            if self.ctx.runs_hot(node):
                 self.report(node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`",
                                                       where=where))
             return

@@ -7,7 +7,6 @@ import ast
 from xlalint.analysis.names import argument, dotted_name, is_constant, string_value
 from xlalint.analysis.steps import is_step_loop
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
 
 
 class AnomalyDetectionInStep(Rule):
@@ -189,7 +188,7 @@ class AnomalyDetectionInStep(Rule):
             spelling = self._enabling(call)
             if spelling is None or self._opted_in(call):
                 continue
-            if reportable_sync(self.ctx, call) or self._wraps_training(node):
+            if self.ctx.runs_hot(call) or self._wraps_training(node):
                 self.report(call, self.summary.format(func=spelling))
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -203,7 +202,7 @@ class AnomalyDetectionInStep(Rule):
         if spelling is None or self._opted_in(node) or self.ctx.in_non_xla_code(node):
             return
         end = self._disabled_later(node)
-        if end is not None and not reportable_sync(self.ctx, node) and not self._step_loop_within(node, end):
+        if end is not None and not self.ctx.runs_hot(node) and not self._step_loop_within(node, end):
             return  # switched off again before any training: a scoped debugging region
         self.report(node, self.summary.format(func=spelling))
 

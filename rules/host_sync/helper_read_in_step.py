@@ -9,7 +9,6 @@ import os
 
 from xlalint.analysis.reads import argument_reads
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
 
 
 class HelperReadInStep(Rule):
@@ -220,12 +219,12 @@ class HelperReadInStep(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         for helper, where, read, value in argument_reads(self.ctx, node, through=""):
-            if self.ctx.on_device(value) and reportable_sync(self.ctx, node):
+            if self.ctx.on_device(value) and self.ctx.runs_hot(node):
                 self.report(node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`",
                                                       where=where))
                 return
         for helper, path, detail in self.ctx.helper_calls(node, "reads_state"):
-            if self.ctx.uses_xla and reportable_sync(self.ctx, node):
+            if self.ctx.uses_xla and self.ctx.runs_hot(node):
                 line, _, what = detail.partition(":")
                 where = f"{os.path.relpath(path, os.path.dirname(os.path.abspath(str(self.ctx.path))))}:{line}"
                 self.report(node, self.state.format(helper=helper, what=what, where=where))

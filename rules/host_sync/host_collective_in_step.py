@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
 
 
 class HostCollectiveInStep(Rule):
@@ -124,5 +123,5 @@ class HostCollectiveInStep(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = self.CALLS.get(self.ctx.qualified_name(node.func) or "")
-        if func is not None and reportable_sync(self.ctx, node):
+        if func is not None and self.ctx.runs_hot(node):
             self.report(node, self.summary.format(func=func))

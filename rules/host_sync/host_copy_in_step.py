@@ -8,7 +8,6 @@ import ast
 from xlalint.analysis.names import keyword_value, method_name, receiver
 from xlalint.analysis.tensors import names_cpu
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
 
 
 class HostCopyInStep(Rule):
@@ -102,7 +101,7 @@ class HostCopyInStep(Rule):
             what = '.to("cpu")'
         else:
             return
-        if not self.ctx.on_device(receiver(node)) or not reportable_sync(self.ctx, node):
+        if not self.ctx.on_device(receiver(node)) or not self.ctx.runs_hot(node):
             return
         self.report(node, self.summary.format(what=what))
 

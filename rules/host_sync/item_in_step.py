@@ -7,7 +7,6 @@ import ast
 from xlalint.analysis.names import method_name, receiver
 from xlalint.analysis.tensors import Kind
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
 
 
 class ItemInStep(Rule):
@@ -121,6 +120,6 @@ class ItemInStep(Rule):
         if method not in ("item", "tolist") or node.args or node.keywords:
             return
         kind = self.ctx.tensor_kind(receiver(node))
-        if kind in (Kind.NOT_TENSOR, Kind.CPU) or not reportable_sync(self.ctx, node):
+        if kind in (Kind.NOT_TENSOR, Kind.CPU) or not self.ctx.runs_hot(node):
             return
         self.report(node, self.summary.format(method=method))

@@ -6,7 +6,6 @@ import ast
 
 from xlalint.analysis.names import dotted_name, is_string, last_part, method_name, positional, receiver, string_value
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
 
 
 class PrintTensorInStep(Rule):
@@ -138,11 +137,11 @@ class PrintTensorInStep(Rule):
             targets = args
         else:
             return
-        if any(self.ctx.on_device(t) for t in targets) and reportable_sync(self.ctx, node):
+        if any(self.ctx.on_device(t) for t in targets) and self.ctx.runs_hot(node):
             self.report(node)
 
     def visit_FormattedValue(self, node: ast.FormattedValue) -> None:
-        if self.ctx.on_device(node.value) and reportable_sync(self.ctx, node):
+        if self.ctx.on_device(node.value) and self.ctx.runs_hot(node):
             self.report(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
@@ -150,7 +149,7 @@ class PrintTensorInStep(Rule):
             return
         right = node.right
         values = list(right.elts) if isinstance(right, ast.Tuple) else [right]
-        if any(self.ctx.on_device(v) for v in values) and reportable_sync(self.ctx, node):
+        if any(self.ctx.on_device(v) for v in values) and self.ctx.runs_hot(node):
             self.report(node)
 
 

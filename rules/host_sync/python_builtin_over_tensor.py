@@ -6,10 +6,8 @@ from __future__ import annotations
 import ast
 
 from xlalint.analysis.names import dotted_name, last_part, method_name, keyword, receiver, string_value
-from xlalint.analysis.tensors import Kind
+from xlalint.analysis.tensors import evident_device_tensor, Kind
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
-from xlalint.rules.control_flow._common import evident_device_tensor
 
 
 class PythonBuiltinOverTensor(Rule):
@@ -223,7 +221,7 @@ class PythonBuiltinOverTensor(Rule):
                 return  # `max([loss_a, loss_b])`: every element a device value
         elif not self._device(arg):
             return
-        if reportable_sync(self.ctx, node):
+        if self.ctx.runs_hot(node):
             self.report(node, self.summary.format(detail=self.BUILTINS[func.id]))
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
@@ -232,12 +230,12 @@ class PythonBuiltinOverTensor(Rule):
         if not any(p is not None and self._device(p) for p in parts):
             return
         container = self._host_sequence(node.value)
-        if container is not None and reportable_sync(self.ctx, node):
+        if container is not None and self.ctx.runs_hot(node):
             self.report(node, self.summary.format(
                 detail=f"indexing a Python {container} with a device tensor (`__index__`)"))
 
     def visit_For(self, node: ast.For) -> None:
-        if self._data_sized(node.iter) and reportable_sync(self.ctx, node.iter):
+        if self._data_sized(node.iter) and self.ctx.runs_hot(node.iter):
             self.report(node.iter, self.summary.format(
                 detail="a `for` loop over a tensor sized by its values (`nonzero`, `unique`): one slice traced "
                        "per element"))

@@ -7,7 +7,6 @@ import ast
 
 from xlalint.analysis.names import dotted_name
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
 
 
 class ScalarConversionInStep(Rule):
@@ -71,6 +70,6 @@ class ScalarConversionInStep(Rule):
         if func not in ("float", "int", "bool") or len(node.args) != 1 or node.keywords or \
                 isinstance(node.args[0], ast.Starred):
             return
-        if not self.ctx.on_device(node.args[0]) or not reportable_sync(self.ctx, node):
+        if not self.ctx.on_device(node.args[0]) or not self.ctx.runs_hot(node):
             return
         self.report(node, self.summary.format(func=func))

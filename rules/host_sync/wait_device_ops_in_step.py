@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 
 from xlalint.rule import Invalid, Rule, Valid
-from xlalint.rules._common import reportable_sync
 
 
 class WaitDeviceOpsInStep(Rule):
@@ -118,7 +117,7 @@ class WaitDeviceOpsInStep(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         if self.ctx.qualified_name(node.func) != "torch_xla.core.xla_model.wait_device_ops":
             return
-        if reportable_sync(self.ctx, node) and not self._timed(node):
+        if self.ctx.runs_hot(node) and not self._timed(node):
             self.report(node)
 
     def _timed(self, node: ast.Call) -> bool:

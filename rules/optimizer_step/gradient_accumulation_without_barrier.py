@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import ast
 
+from xlalint.analysis.barriers import PLAIN_BATCHES, StepPath, names_in
 from xlalint.analysis.names import method_name, receiver
 from xlalint.diagnostics import Applicability
 from xlalint.rule import Invalid, Rule, Valid
-from ._common import PLAIN, StepPath, insert_sync_after, names_in, simple_statement, step_barriers
+from ._common import insert_sync_after, simple_statement
 
 
 class GradientAccumulationWithoutBarrier(Rule):
@@ -218,7 +219,7 @@ class GradientAccumulationWithoutBarrier(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         if method_name(node) != "backward":
             return
-        barriers = step_barriers(self.ctx)
+        barriers = self.ctx.barriers
         recv = receiver(node)
         if not self.ctx.is_per_step(node) or self.ctx.in_non_xla_code(node) or barriers.in_framework_class(node):
             return
@@ -233,8 +234,8 @@ class GradientAccumulationWithoutBarrier(Rule):
     def _accumulates_without_barrier(self, path: StepPath) -> bool:
         """The loop runs the backward every iteration; its optimizer steps and its barriers run only
         every N iterations; its batches come from a host loader."""
-        barriers = step_barriers(self.ctx)
-        if path.gates or barriers.covered(path) or barriers.loop_kind(path.top) != PLAIN:
+        barriers = self.ctx.barriers
+        if path.gates or barriers.covered(path) or barriers.loop_kind(path.top) != PLAIN_BATCHES:
             return False
         found = barriers.barriers(path.top)
         steps = barriers.optimizer_steps(path.top)

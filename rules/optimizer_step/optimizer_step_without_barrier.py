@@ -8,13 +8,14 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
+from xlalint.analysis.barriers import DEVICE_BATCHES, StepPath, UNKNOWN_BATCHES, names_in
 from xlalint.analysis.index import FUNCTIONS
 from xlalint.analysis.names import (dotted_name, function_params, has_star_args, is_constant, last_part, method_name,
                                     receiver)
+from xlalint.analysis.vocabulary import OPTIMIZER_CLASS, OPTIMIZER_NAME
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.rule import Invalid, Rule, Valid
-from ._common import (DEVICE, OPTIMIZER_CLASS, OPTIMIZER_NAME, StepPath, UNKNOWN, insert_sync_after, names_in,
-                      simple_statement, step_barriers)
+from ._common import insert_sync_after, simple_statement
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
     from xlalint.fixing.context import CstContext
@@ -623,7 +624,7 @@ class OptimizerStepWithoutBarrier(Rule):
         closure = _closure_argument(node)
         if closure is False:
             return
-        barriers = step_barriers(self.ctx)
+        barriers = self.ctx.barriers
         recv = receiver(node)
         if not barriers.is_optimizer(recv):
             return
@@ -651,7 +652,7 @@ class OptimizerStepWithoutBarrier(Rule):
         found = self.ctx.helper_calls(node, "steps_optimizer")
         if not found or not self.ctx.is_per_step(node, periodic=True) or self.ctx.in_non_xla_code(node):
             return
-        barriers = step_barriers(self.ctx)
+        barriers = self.ctx.barriers
         if barriers.imports_framework or barriers.in_framework_class(node):
             return
         if all(self._has_barrier(path) for path in barriers.paths(node)):
@@ -663,12 +664,12 @@ class OptimizerStepWithoutBarrier(Rule):
                     fix=(lambda cctx: insert_sync_after(cctx, statement)) if statement is not None else None)
 
     def _has_barrier(self, path: StepPath) -> bool:
-        barriers = step_barriers(self.ctx)
+        barriers = self.ctx.barriers
         if barriers.covered(path):
             return True
         if path.in_loop:
             kind = barriers.loop_kind(path.top)
-            return kind == DEVICE or (kind == UNKNOWN and barriers.has_device_loader)
+            return kind == DEVICE_BATCHES or (kind == UNKNOWN_BATCHES and barriers.has_device_loader)
         # nothing here calls the function holding the step: its loop is elsewhere (a library, another
         # module); trust a per-step barrier or a device loader anywhere in the file
         return barriers.has_per_step_barrier or barriers.has_device_loader

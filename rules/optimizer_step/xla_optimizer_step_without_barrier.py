@@ -6,10 +6,11 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from xlalint.analysis.barriers import PLAIN_BATCHES, barrier_argument, names_in
+from xlalint.analysis.vocabulary import XM_OPTIMIZER_STEP
 from xlalint.diagnostics import Fix
 from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
-from ._common import PLAIN, XM_OPTIMIZER_STEP, barrier_argument, names_in, step_barriers
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
     from xlalint.fixing.context import CstContext
@@ -298,11 +299,11 @@ class XlaOptimizerStepWithoutBarrier(Rule):
             return
         if not self.ctx.is_per_step(node, periodic=True) or self.ctx.in_non_xla_code(node):
             return
-        barriers = step_barriers(self.ctx)
+        barriers = self.ctx.barriers
         paths = barriers.paths(node, names_in(node.args[0] if node.args else None))
         if not paths or any(not p.in_loop or p.compiled for p in paths):
             return  # a loop this file can't see, or a compiled step
-        if all(barriers.covered(p) or barriers.loop_kind(p.top) != PLAIN for p in paths):
+        if all(barriers.covered(p) or barriers.loop_kind(p.top) != PLAIN_BATCHES for p in paths):
             return
         self.report(node, fix=lambda cctx: _fix_barrier_argument(cctx, node))
 

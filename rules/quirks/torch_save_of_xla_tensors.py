@@ -6,51 +6,15 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from xlalint.analysis.names import (dotted_name, keyword_value, last_part, method_name, positional, receiver,
-                                    string_value)
-from xlalint.analysis.steps import DEVICE_LOADER
-from xlalint.analysis.tensors import FACTORIES, LIKE_FACTORIES
+from xlalint.analysis.names import dotted_name, keyword_value, method_name, positional, receiver
+from xlalint.analysis.placement import MODULE_METHODS, Placement
+from xlalint.analysis.vocabulary import XM
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
     from xlalint.fixing.context import CstContext
-
-
-XM = "torch_xla.core.xla_model"
-# Calls that return the XLA device.
-XLA_DEVICE_CALLS = {"torch_xla.device", f"{XM}.xla_device", "torch_xla.torch_xla.device"}
-# Device strings of other backends (`torch.device("cuda:0")`, `.to("cpu")`).
-OTHER_DEVICES = {"cpu", "cuda", "mps", "xpu", "meta", "hpu", "npu", "mtia", "jax"}
-# Calls that return their first argument, or a copy of it on the same device.
-PASS_THROUGH = {"copy.deepcopy", "copy.copy", "dict", "list", "tuple", "collections.OrderedDict"}
-# Methods whose result is on the host, or on another backend's device.
-OFF_XLA_METHODS = {"cpu", "cuda", "numpy", "tolist", "item"}
-# Module/tensor methods that move the object (in place for modules): a placement of their receiver.
-MOVES = {"to", "cpu", "cuda"}
-# Methods only a module has: their receiver is a module, not a tensor.
-MODULE_METHODS = {"parameters", "named_parameters", "state_dict", "load_state_dict", "train", "eval", "modules",
-                  "children", "named_modules", "zero_grad", "register_forward_hook", "apply"}
-# Methods whose result holds the receiver's parameters, state or storage, on its device.
-SAME_PLACE = {"state_dict", "parameters", "named_parameters", "buffers", "named_buffers", "detach", "clone",
-              "float", "half", "bfloat16", "double", "contiguous", "values", "items"}
-MAX_DEPTH = 16  # expression levels followed (names, calls, containers), cycles aside
-
-
-def _any(results) -> bool | None:
-    """True if one of `results` is, False if all are False (and there is one), else None."""
-    results = list(results)
-    if any(r is True for r in results):
-        return True
-    return False if results and all(r is False for r in results) else None
-
-
-def _device_string(text: str) -> bool | None:
-    kind = text.split(":")[0].strip().lower()
-    if kind == "xla":
-        return True
-    return False if kind in OTHER_DEVICES else None
 
 
 class TorchSaveOfXlaTensors(Rule):
@@ -266,7 +230,7 @@ class TorchSaveOfXlaTensors(Rule):
             return
         args = positional(node)
         obj = args[0] if args else keyword_value(node, "obj")
-        if obj is None or _Placement(self.ctx).of(obj) is not True or self.ctx.in_non_xla_code(node):
+        if obj is None or Placement(self.ctx).of(obj) is not True or self.ctx.in_non_xla_code(node):
             return
         exact = len(node.args) == 2 and len(args) == 2 and not node.keywords and self._moved_by_xm_save(obj)
         self.report(node, fix=(lambda cctx: _use_xm_save(cctx, node)) if exact else None)
@@ -280,7 +244,7 @@ class TorchSaveOfXlaTensors(Rule):
             return all(self._moved_by_xm_save(v, depth + 1) for v in obj.values)
         if isinstance(obj, (ast.List, ast.Tuple, ast.Set)):
             return all(self._moved_by_xm_save(e, depth + 1) for e in obj.elts)
-        if _Placement(self.ctx).of(obj) is not True:
+        if Placement(self.ctx).of(obj) is not True:
             return True
         if isinstance(obj, ast.Call) and method_name(obj) == "state_dict":
             return True
@@ -299,177 +263,6 @@ class TorchSaveOfXlaTensors(Rule):
             dotted_name(call.func) == name or
             method_name(call) in MODULE_METHODS and dotted_name(receiver(call)) == name
             for call in self.ctx.index.calls)
-
-
-class _Placement:
-    """Whether an expression's tensors live on the XLA device: True, False (evidently elsewhere), or
-    None (unknown)."""
-
-    def __init__(self, ctx) -> None:
-        self.ctx = ctx
-        self.seen: set[ast.AST] = set()
-
-    def of(self, expr: ast.expr | None, depth: int = 0) -> bool | None:
-        if expr is None or depth > MAX_DEPTH or expr in self.seen:
-            return None
-        self.seen.add(expr)
-        try:
-            return self._of(expr, depth + 1)
-        finally:
-            self.seen.discard(expr)
-
-    def _of(self, expr: ast.expr, depth: int) -> bool | None:
-        if isinstance(expr, ast.Dict):
-            return _any(self.of(v, depth) for v in expr.values)
-        if isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
-            return _any(self.of(e.value if isinstance(e, ast.Starred) else e, depth) for e in expr.elts)
-        if isinstance(expr, ast.DictComp):
-            return self.of(expr.value, depth)
-        if isinstance(expr, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
-            return self.of(expr.elt, depth)
-        if isinstance(expr, (ast.Constant, ast.JoinedStr)):
-            return False
-        if isinstance(expr, ast.BinOp):
-            return _any(self.of(side, depth) for side in (expr.left, expr.right))
-        if isinstance(expr, ast.Subscript):
-            return self.of(expr.value, depth)
-        if isinstance(expr, ast.Call):
-            return self._call(expr, depth)
-        if isinstance(expr, ast.Name):
-            return self._name(expr, depth)
-        if isinstance(expr, ast.Attribute):
-            return self._attribute(expr, depth)
-        return None
-
-    def _call(self, call: ast.Call, depth: int) -> bool | None:
-        qualified = self.ctx.qualified_name(call.func) or ""
-        method = method_name(call)
-        args = positional(call)
-        if qualified in PASS_THROUGH:
-            return self.of(args[0], depth) if args else None
-        if method in OFF_XLA_METHODS:
-            return False
-        if method == "to":
-            targets = [t for t in [keyword_value(call, "device"), *args[:1]] if t is not None]
-            for target in targets:
-                device = self.device(target, depth)
-                if device is not None:
-                    return device
-            return self.of(receiver(call), depth)  # `.to(dtype)`: where the receiver is
-        if method in SAME_PLACE:
-            return self.of(receiver(call), depth)
-        if qualified.startswith("torch."):
-            tail = last_part(qualified)
-            device = keyword_value(call, "device")
-            if device is not None:  # `torch.randn(n, device=d)`, `nn.Linear(4, 4, device=d)`
-                return self.device(device, depth)
-            if tail in FACTORIES:
-                return False  # created on the CPU
-            if tail in LIKE_FACTORIES:
-                return self.of(args[0], depth) if args else None
-            return _any(self.of(a, depth) for a in args)  # `torch.stack(ts)`, `torch.optim.SGD(model.parameters())`
-        # an optimizer (or anything) built over a model's parameters holds state where they are
-        parameters = [n for a in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(a)
-                      if isinstance(n, ast.Call) and method_name(n) in ("parameters", "named_parameters")]
-        if parameters:
-            return _any(self.of(p, depth) for p in parameters)
-        return None
-
-    def _name(self, name: ast.Name, depth: int) -> bool | None:
-        order = self.ctx.index.order
-        here = order[name]
-        values = self.ctx.reaching_values(name)
-        before = [v for v in values if order[v] < here]
-        moves = [call for call in self._moves(self.ctx.index.scope_of(name), name.id) if order[call] < here]
-        latest = max([*before, *moves], key=order.__getitem__, default=None)
-        if latest is not None:
-            return self.of(latest, depth)
-        if values:  # assigned only later in the scope: a loop carries it round
-            return _any(self.of(v, depth) for v in values)
-        iterables = self.ctx.loop_iterables(name)
-        if iterables:
-            return _any(self._elements(it, depth) for it in iterables)
-        if self.ctx.parameter(name) is not None:
-            return self._passed(name, depth)
-        return None
-
-    def _attribute(self, node: ast.Attribute, depth: int) -> bool | None:
-        name = dotted_name(node)
-        if not name:
-            return None
-        if node.attr == "device":
-            return None
-        found = [self.of(v, depth) for v in self.ctx.attribute_values(name)]
-        found += [self.of(m, depth) for m in self._moves(None, name)]
-        if not found:
-            # a parameter's gradient or data, a wrapper's wrapped module: where their owner is
-            return self.of(node.value, depth) if node.attr in ("grad", "data", "module") else None
-        if any(f is False for f in found):
-            return None if any(f is True for f in found) else False
-        return True if any(f is True for f in found) else None
-
-    def _moves(self, scope: ast.AST | None, name: str) -> list[ast.Call]:
-        """Statements `name.to(...)` / `name.cpu()` / `name.cuda()`: they move a module in place.
-        In `scope` only (a local name), or anywhere in the file (`self.model`)."""
-        calls = self.ctx.calls_within(scope) if scope is not None else self.ctx.index.calls
-        return [c for c in calls if method_name(c) in MOVES and isinstance(self.ctx.parent(c), ast.Expr)
-                and dotted_name(receiver(c)) == name]
-
-    def _elements(self, iterable: ast.expr, depth: int) -> bool | None:
-        """Where the items of `for x in iterable` live."""
-        if isinstance(iterable, ast.Call) and DEVICE_LOADER.match(last_part(dotted_name(iterable.func))
-                                                                  or method_name(iterable) or ""):
-            return True  # a per-device loader yields XLA tensors
-        if isinstance(iterable, ast.Call) and method_name(iterable) in ("items", "values", "parameters", "buffers"):
-            return self.of(receiver(iterable), depth)
-        return None
-
-    def _passed(self, name: ast.Name, depth: int) -> bool | None:
-        """What this module's calls of the enclosing function pass for the parameter `name`."""
-        param = self.ctx.parameter(name)
-        values = self.ctx.arguments_for(param) if param is not None else []
-        return _any([self.of(v, depth) for v in values if v is not None])
-
-    def device(self, expr: ast.expr, depth: int = 0) -> bool | None:
-        """Whether the device `expr` names is the XLA device."""
-        if depth > MAX_DEPTH:
-            return None
-        depth += 1
-        text = string_value(expr)
-        if text is not None:
-            return _device_string(text)
-        if isinstance(expr, ast.JoinedStr):
-            head = expr.values[0] if expr.values else None
-            return _device_string(head.value) if isinstance(head, ast.Constant) and isinstance(head.value, str) \
-                else None
-        if isinstance(expr, ast.IfExp):
-            return _any(self.device(side, depth) for side in (expr.body, expr.orelse))
-        if isinstance(expr, ast.BoolOp):
-            return _any(self.device(v, depth) for v in expr.values)
-        if isinstance(expr, ast.Call):
-            qualified = self.ctx.qualified_name(expr.func)
-            if qualified in XLA_DEVICE_CALLS:
-                return True
-            if qualified == "torch.device" and expr.args:
-                return self.device(expr.args[0], depth)
-            return None
-        if isinstance(expr, ast.Name):
-            values = self.ctx.reaching_values(expr)
-            if values:
-                return _any(self.device(v, depth) for v in values)
-            if self.ctx.parameter(expr) is not None:
-                return self._passed_device(expr, depth)
-            return None
-        if isinstance(expr, ast.Attribute):
-            name = dotted_name(expr)
-            values = self.ctx.attribute_values(name) if name else []
-            return _any(self.device(v, depth) for v in values) if values else None
-        return None
-
-    def _passed_device(self, name: ast.Name, depth: int) -> bool | None:
-        param = self.ctx.parameter(name)
-        values = self.ctx.arguments_for(param) if param is not None else []
-        return _any([self.device(v, depth) for v in values if v is not None])
 
 
 def _use_xm_save(cctx: CstContext, node: ast.Call) -> Fix | None:

@@ -10,6 +10,7 @@ from xlalint.analysis.index import FUNCTIONS
 from xlalint.analysis.names import dotted_name, keyword, last_part, method_name, positional, receiver, subscript_indices
 from xlalint.analysis.reads import only_without
 from xlalint.analysis.tensors import Kind
+from xlalint.analysis.vocabulary import SIZED_FACTORIES
 from xlalint.rule import Invalid, Rule, Valid
 from ._common import NEW_SIZED, arg_values, enclosing
 
@@ -21,7 +22,6 @@ _TENSOR_ONLY_READS = {"item", "tolist", "int", "long"}
 _TENSOR_SCALAR_METHODS = {"max", "min", "sum", "amax", "amin", "int", "long", "round", "ceil", "floor", "item",
                           "tolist", "count_nonzero", "argmax", "argmin", "cumsum", "prod"}
 _SHAPE_METHODS = {"size", "dim", "numel", "nelement", "ndimension", "__len__"}
-_TORCH_FACTORIES = {"zeros", "ones", "empty", "full", "arange", "rand", "randn", "randint"}
 
 
 class DataDependentSize(Rule):
@@ -199,7 +199,7 @@ class DataDependentSize(Rule):
         else:
             qualified = self.ctx.qualified_name(node.func) or ""
             head, _, tail = qualified.rpartition(".")
-            if head == "torch" and tail in _TORCH_FACTORIES and self.ctx.tensor_kind(node).on_device:
+            if head == "torch" and tail in SIZED_FACTORIES and self.ctx.tensor_kind(node).on_device:
                 args = positional(node)
                 if tail == "full":
                     args = args[:1]

@@ -9,6 +9,7 @@ import re
 from xlalint.analysis.index import COMPREHENSIONS, FUNCTIONS, LOOPS
 from xlalint.analysis.names import (dotted_name, is_constant, keyword, last_part, method_name, param_default, receiver,
                                     string_value)
+from xlalint.analysis.vocabulary import SIZED_FACTORIES
 from xlalint.rule import Invalid, Rule, Valid
 from ._common import NEW_SIZED, arg_values, enclosing
 
@@ -432,7 +433,6 @@ def _batch_max(ctx, value: ast.expr) -> bool:
     return False
 
 
-_TORCH_SIZED = {"zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange"}
 
 
 def _sizes_torch_tensor(ctx, func: ast.FunctionDef, assign: ast.Assign, name: str) -> bool:
@@ -452,7 +452,7 @@ def _sizes_torch_tensor(ctx, func: ast.FunctionDef, assign: ast.Assign, name: st
             continue
         qualified = ctx.qualified_name(call.func) or ""
         head, _, tail = qualified.rpartition(".")
-        if head == "torch" and tail in _TORCH_SIZED:
+        if head == "torch" and tail in SIZED_FACTORIES:
             return True
         if method_name(call) in NEW_SIZED:
             return True

@@ -65,6 +65,26 @@ def test_a_wrapper_that_owns_the_reduction_silences_it(owner):
     assert _rows(HEADER + owner + "\n" + STEP + "torch_xla.launch(_mp_fn)\n") == []
 
 
+@pytest.mark.parametrize(
+    "owner",
+    [
+        # FSDP2 reduce-scatters the gradients in backward (XLA_FACTS, XLA111: no xm.optimizer_step
+        # reduction with an FSDP wrapper); its older home is not a reducer module, its name is.
+        "from torch.distributed._composable.fsdp import fully_shard\nfully_shard(model)",
+        # torch_xla's docs import SPMD FSDP as FSDPv2; a project may re-export it under that name.
+        "from project.parallel import FSDPv2\nmodel = FSDPv2(model)",
+    ],
+)
+def test_the_reducers_of_the_step_model_silence_it(owner):
+    """One table of gradient reducers (xlalint.analysis.vocabulary) for XLA40x and XLA50x: the
+    copy XLA503 had lacked `fully_shard`, the one XLA401 had lacked `FSDPv2`."""
+    from xlalint.analysis.vocabulary import GRADIENT_REDUCERS
+
+    assert {"fully_shard", "FSDPv2"} <= GRADIENT_REDUCERS.keys()
+    assert _rows(HEADER + STEP + "torch_xla.launch(_mp_fn)\n") != []  # without it: a finding
+    assert _rows(HEADER + owner + "\n" + STEP + "torch_xla.launch(_mp_fn)\n") == []
+
+
 def test_clip_grad_value_and_spellings():
     code = HEADER + """
 from torch.nn.utils import clip_grad_value_

@@ -373,7 +373,7 @@ def _merged(options) -> CompileOptions:
 
 
 def _by_qualname(ctx: "FileContext", qualified: str) -> list[ast.AST]:
-    from .project import qualname
+    from .index import qualname
 
     name = qualified.rpartition(".")[2]
     return [f for f in ctx.index.functions.get(name, ()) if qualname(ctx.index, f) == qualified]
@@ -383,7 +383,7 @@ def summary_entries(ctx: "FileContext") -> tuple[dict[str, str], dict[str, str],
     """For the project index: this module's compiled functions (qualname -> options key), the
     classes it compiles that live elsewhere (`torch.compile(Model())` with `Model` imported: name
     as written -> options key), and its disabled functions."""
-    from .project import qualname
+    from .index import qualname
 
     regions = ctx.compiled
     compiled = {qualname(ctx.index, f): o.key() for f, o in regions.functions.items() if isinstance(f, FUNCTIONS)}
@@ -396,11 +396,11 @@ def summary_entries(ctx: "FileContext") -> tuple[dict[str, str], dict[str, str],
     return compiled, imported, disabled
 
 
-def compiled_parameter_kind(ctx: "FileContext", param: ast.arg):
+def compiled_arguments(ctx: "FileContext", param: ast.arg) -> list[ast.expr] | None:
     """What the callers of a compiled function pass for `param` (`step(x, i)` after
-    `step = torch.compile(f)`): the kind of the arguments, or None without such calls."""
+    `step = torch.compile(f)`), or None without such calls (their kind is `tensors`' business:
+    this module does not import it, which imports this one)."""
     from .names import argument
-    from .tensors import combine
 
     regions = ctx.compiled
     func = ctx.index.parent(ctx.index.parent(param))
@@ -415,7 +415,7 @@ def compiled_parameter_kind(ctx: "FileContext", param: ast.arg):
               if dotted_name(call.func) in names]
     if not values or any(v is None for v in values):
         return None
-    return combine(*(ctx.tensor_kind(v) for v in values))
+    return values
 
 
 def passed_positions(func: ast.AST) -> list[str]:
@@ -424,5 +424,5 @@ def passed_positions(func: ast.AST) -> list[str]:
     return params[1:] if params and params[0] in ("self", "cls") else params
 
 
-__all__ = ["CompileOptions", "CompiledRegions", "RECOMPILE_LIMIT", "compiled_parameter_kind", "options_of",
+__all__ = ["CompileOptions", "CompiledRegions", "RECOMPILE_LIMIT", "compiled_arguments", "options_of",
            "passed_positions", "positional", "summary_entries"]

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import guards, steps
-from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, target_names
+from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, qualname, target_names
 from .names import argument, dotted_name, function_params, last_part, positional
+from .barriers import StepBarriers
 from .loaders import TrainingSources
-from .project import NO_PROJECT, ProjectFacts, qualname
+from .project import NO_PROJECT, ProjectFacts
 from .reads import ParamRead
 from ..source import SourceText
 from .tensors import Kind, TensorInference
@@ -295,6 +296,11 @@ class FileContext:
         from .compiled import CompiledRegions
 
         return CompiledRegions(self)
+
+    @cached_property
+    def barriers(self) -> StepBarriers:
+        """The file's step model: barriers, step loops, who owns the step and reduces gradients."""
+        return StepBarriers(self)
 
     @cached_property
     def per_call_functions(self) -> set[ast.AST]:

@@ -328,3 +328,12 @@ def target_names(target: ast.expr):
     elif isinstance(target, (ast.Tuple, ast.List)):
         for element in target.elts:
             yield from target_names(element.value if isinstance(element, ast.Starred) else element)
+
+
+def qualname(index, node: ast.AST) -> str:
+    """`Trainer.step`, `train`, `outer.inner` for a function (or class) node; "" for the module."""
+    parts = [node.name] if isinstance(node, (*FUNCTIONS, ast.ClassDef)) else []
+    for anc in index.ancestors(node):
+        if isinstance(anc, (*FUNCTIONS, ast.ClassDef)):
+            parts.append(anc.name)
+    return ".".join(reversed(parts))

@@ -19,11 +19,12 @@ from functools import cached_property
 from pathlib import Path
 
 from ..source import is_file, stat_or_none
-from .index import FUNCTIONS
+from .index import FUNCTIONS, qualname
 from .names import dotted_name, last_part, method_name
 from .loaders import returned_ragged_loaders, training_sources
 from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
-from .steps import DEVICE_LOADER, _gated, in_loop_within, in_raise, trains, unbarriered_optimizer_step
+from .steps import in_loop_within, in_raise, runs_less_often, trains, unbarriered_optimizer_step
+from .vocabulary import DEVICE_LOADER, GRADIENT_REDUCERS, REPLICA_LAUNCH
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Calls that register a callback the framework runs on every forward/backward/iteration.
@@ -183,15 +184,6 @@ def project_root(path: Path, *, follow: bool = True, within: Path | None = None)
 
 # -- summarising one module --------------------------------------------------------------------------
 
-def qualname(index, node: ast.AST) -> str:
-    """`Trainer.step`, `train`, `outer.inner` for a function (or class) node; "" for the module."""
-    parts = [node.name] if isinstance(node, (*FUNCTIONS, ast.ClassDef)) else []
-    for anc in index.ancestors(node):
-        if isinstance(anc, (*FUNCTIONS, ast.ClassDef)):
-            parts.append(anc.name)
-    return ".".join(reversed(parts))
-
-
 def summarize(ctx, name: str) -> ModuleSummary:
     """The summary of one analysed file (`ctx` is its `FileContext`)."""
     index = ctx.index
@@ -267,11 +259,6 @@ def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
 XLA_DEVICE = {"torch_xla.core.xla_model.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"}
 
 
-REPLICA_LAUNCH = {"torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch"}
-# What reduces the replicas' gradients itself (then nothing is left for `xm.optimizer_step` to do).
-REDUCTION_OWNERS = {"DistributedDataParallel", "XlaFullyShardedDataParallel", "FullyShardedDataParallel",
-                    "SpmdFullyShardedDataParallel", "ZeroRedundancyOptimizer", "fully_shard", "mark_sharding",
-                    "use_spmd"}
 
 
 def launches_replicas(ctx) -> bool:
@@ -280,9 +267,9 @@ def launches_replicas(ctx) -> bool:
     launched = owned = False
     for call in ctx.index.calls:
         qualified = ctx.qualified_name(call.func) or ""
-        if (qualified in REPLICA_LAUNCH or last_part(qualified) in REDUCTION_OWNERS) and not ctx.in_non_xla_code(call):
+        if (qualified in REPLICA_LAUNCH or last_part(qualified) in GRADIENT_REDUCERS) and not ctx.in_non_xla_code(call):
             launched = launched or qualified in REPLICA_LAUNCH
-            owned = owned or last_part(qualified) in REDUCTION_OWNERS
+            owned = owned or last_part(qualified) in GRADIENT_REDUCERS
     return launched and not owned
 
 
@@ -311,7 +298,7 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     in_lambda = any(isinstance(a, ast.Lambda) for a in _until(index, call, func))
     excluded = in_lambda or ctx.in_non_xla_code(call) or in_raise(ctx, call) or \
         (func is not None and ctx.is_step_closure(func))
-    hot = not excluded and not (func is not None and _gated(ctx, call, func))
+    hot = not excluded and not (func is not None and runs_less_often(ctx, call, func))
     per_step = not excluded and ctx.is_per_step(call)
     column = ctx.text.column(call.lineno, call.col_offset)
     looped = in_loop_within(ctx, call, func if func is not None else ctx.tree)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .index import COMPREHENSIONS, target_names
 from .names import argument, dotted_name, method_name, param_default, receiver
-from .steps import _gated, in_raise, local_callees_of
+from .steps import in_raise, local_callees_of, runs_less_often
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -67,7 +67,7 @@ def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead
         if what is None:
             continue
         sources = [o for o in map(origins.of, _uses(operand)) if o is not None]
-        if not sources or in_raise(ctx, call) or ctx.in_non_xla_code(call) or _gated(ctx, call, func):
+        if not sources or in_raise(ctx, call) or ctx.in_non_xla_code(call) or runs_less_often(ctx, call, func):
             continue
         unless = only_without(ctx, call, func, names)
         option, value = _only_with_option(ctx, call, func, names)
@@ -134,7 +134,7 @@ def state_reads(ctx: "FileContext", func: ast.AST) -> list[tuple[int, str]]:
         params = {p.arg for p in (*owner.args.posonlyargs, *owner.args.args, *owner.args.kwonlyargs)} - {"self", "cls"}
         origins = _Origins(ctx, params)
         for call in ctx.calls_within(owner):
-            if _gated(ctx, call, owner) or in_raise(ctx, call) or ctx.in_non_xla_code(call):
+            if runs_less_often(ctx, call, owner) or in_raise(ctx, call) or ctx.in_non_xla_code(call):
                 continue
             what, operand = host_read(call)
             if what is not None and ctx.tensor_kind(operand).on_device and \

@@ -29,6 +29,8 @@ from .index import FUNCTIONS, LOOPS, loop_bindings
 from .names import dotted_name, function_params, is_constant, last_part, method_name, param_default, positional
 from .names import receiver
 from .names import subscript_indices
+from .vocabulary import (DEVICE_LOADER, FRAMEWORK_MODULES, ITERABLE_WRAPPERS, NOT_OPTIMIZER, OPTIMIZER_NAME,
+                         SYNC_NAMES)
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -55,8 +57,6 @@ NOT_STEP_FUNCTION = re.compile(r"(^|_)(log|plot|save|load|print|show|init|build|
                                r"^test_(?!step$)", re.I)  # `test_weighted_loss` is a unit test, `test_step` a hook
 # `__call__` counts when the class is a loss or metric (called once per step by design).
 CALLABLE_CLASS = re.compile(r"(Loss|Criterion|Metric)", re.I)
-OPTIMIZER = re.compile(r"(^|_)(optim|optimizer|optimiser|opt)s?$|optimizer", re.I)
-DEVICE_LOADER = re.compile(r"^(MpDeviceLoader|ParallelLoader|per_device_loader)$")
 BATCH_ITERABLE = re.compile(r"(loader|dataloader|batches|data_iter|train_iter|dataset_iter)s?$", re.I)
 # Called objects whose result is a model output: running one on the batch is a (training or
 # evaluation) step.
@@ -81,8 +81,6 @@ FORWARD_CALLEE = re.compile(
 MODEL_HANDLER = re.compile(
     r"^_*(load|build|create|get|make|init|initiali[sz]e|setup|prepare|save|convert|unwrap|wrap|copy|export|"
     r"freeze|register|instantiate|fetch|download|print|log|show|describe|count)_", re.I)
-# Iterating these wraps another iterable without changing what a step is.
-ITERABLE_WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "reversed", "trange"}
 TRY = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
 
 
@@ -178,7 +176,7 @@ def loop_reachable_functions(ctx: "FileContext") -> set[ast.AST]:
 def _local_callees(ctx: "FileContext", owner: ast.AST):
     """FunctionDefs of this module called (ungated) from `owner`'s body (`f(...)` or `self.f(...)`)."""
     for call in ctx.calls_within(owner):
-        if not _gated(ctx, call, owner):
+        if not runs_less_often(ctx, call, owner):
             yield from local_callees_of(ctx, call)
 
 
@@ -426,7 +424,7 @@ def _option_value(ctx: "FileContext", name: ast.Name, body: list[ast.stmt]) -> b
     return True
 
 
-def _gated(ctx: "FileContext", node: ast.AST, owner: ast.AST) -> bool:
+def runs_less_often(ctx: "FileContext", node: ast.AST, owner: ast.AST) -> bool:
     """`node` runs less often than `owner`'s body: behind a gate, off XLA, or in a nested loop
     of its own when `owner` is a loop."""
     child = node
@@ -458,7 +456,7 @@ def _is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
     targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)} \
         if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
     for call in ctx.calls_within(loop):
-        if _gated(ctx, call, loop):
+        if runs_less_often(ctx, call, loop):
             continue
         if _training_call(ctx, call) and (dotted_name(receiver(call)) or "").split(".")[0] in targets:
             continue  # `for opt in optimizers: opt.step()` applies one step to each: no step loop
@@ -496,9 +494,9 @@ def _training_call(ctx: "FileContext", call: ast.Call) -> bool:
     method = method_name(call)
     if method == "backward":
         return True
-    if method == "step" and OPTIMIZER.search(dotted_name(receiver(call)) or ""):
+    if method == "step" and OPTIMIZER_NAME.search(dotted_name(receiver(call)) or ""):
         return True
-    if method == "step" and call.args and OPTIMIZER.search(last_part(dotted_name(call.args[0])) or ""):
+    if method == "step" and call.args and OPTIMIZER_NAME.search(last_part(dotted_name(call.args[0])) or ""):
         return True  # `scaler.step(optimizer)`: the scaler steps the optimizer it is given
     if STEP_CALL.match(last_part(dotted_name(call.func))):
         return True
@@ -513,7 +511,7 @@ def trains(ctx: "FileContext", func: ast.AST) -> bool:
         cache[func] = False  # recursion
         # a jitted JAX step that computes gradients trains, whatever calls it
         cache[func] = (ctx.imports_jax and func in ctx.jax_staged and jax_tracing.computes_gradients(ctx, func)) or any(
-            not _gated(ctx, call, func) and not in_loop_within(ctx, call, func) and (
+            not runs_less_often(ctx, call, func) and not in_loop_within(ctx, call, func) and (
                 _training_call(ctx, call) or ctx.trains_externally(call)
                 or any(trains(ctx, f) for f in local_callees_of(ctx, call)))
             for call in ctx.calls_within(func))
@@ -524,16 +522,14 @@ def loop_trains(ctx: "FileContext", loop: ast.AST) -> bool:
     """`loop` is a step loop that trains: a backward or an optimizer step runs in every iteration,
     in its body or in a function it calls (of this module or, through the project index, another)."""
     return is_step_loop(ctx, loop) and any(
-        not _gated(ctx, call, loop) and (_training_call(ctx, call) or ctx.trains_externally(call)
+        not runs_less_often(ctx, call, loop) and (_training_call(ctx, call) or ctx.trains_externally(call)
                                          or any(trains(ctx, f) for f in local_callees_of(ctx, call)))
         for call in ctx.calls_within(loop))
 
 
-# Receivers whose `.step()` is no optimizer step, and calls that cut the step's graph (by the called
-# name: a barrier of any spelling makes a helper's caller none of our business).
-NOT_OPTIMIZER = re.compile(r"sched|lr|prof|ema|swa|scaler|warmup|averag|plateau|callback|hook", re.I)
-BARRIER_NAMES = {"mark_step", "sync", "xla_sync", "sync_xla", "optimizer_step", "StepTrace", "wait_device_ops"}
-FRAMEWORK_MODULES = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric")
+# Calls that cut the step's graph, by the called name: a barrier of any spelling makes a helper's
+# caller none of our business.
+BARRIER_NAMES = SYNC_NAMES | {"sync", "optimizer_step", "StepTrace", "wait_device_ops"}
 
 
 def unbarriered_optimizer_step(ctx: "FileContext", func: ast.AST) -> int | None:
@@ -559,7 +555,7 @@ def unbarriered_optimizer_step(ctx: "FileContext", func: ast.AST) -> int | None:
             if name in BARRIER_NAMES or (name in ("step", "compile") and
                                          (ctx.qualified_name(call.func) or "").startswith("torch_xla")):
                 return None
-            if _gated(ctx, call, owner) or in_loop_within(ctx, call, owner):
+            if runs_less_often(ctx, call, owner) or in_loop_within(ctx, call, owner):
                 continue
             if found is None and _plain_optimizer_step(call):
                 found = call.lineno
@@ -571,11 +567,11 @@ def _plain_optimizer_step(call: ast.Call) -> bool:
     if method_name(call) != "step":
         return False
     recv = last_part(dotted_name(receiver(call)))
-    if recv and OPTIMIZER.search(recv) and not NOT_OPTIMIZER.search(recv):
+    if recv and OPTIMIZER_NAME.search(recv) and not NOT_OPTIMIZER.search(recv):
         return True
     first = positional(call)[:1]  # `scaler.step(optimizer)`
     name = last_part(dotted_name(first[0])) if first else ""
-    return bool(name) and bool(OPTIMIZER.search(name)) and not NOT_OPTIMIZER.search(name) and \
+    return bool(name) and bool(OPTIMIZER_NAME.search(name)) and not NOT_OPTIMIZER.search(name) and \
         "scaler" in (recv or "").lower()
 
 

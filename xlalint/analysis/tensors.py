@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS
 from .names import dotted_name, is_constant, keyword_value, last_part, method_name, param_default, positional
-from .names import receiver, string_value
+from .names import keyword, receiver, string_value
 from .steps import MODEL_CALLEE, is_named_step
+from .vocabulary import (BOOL_FUNCTIONS, BOOL_METHODS, ELEMENT_WRAPPERS, ELEMENTWISE_FUNCTIONS, ELEMENTWISE_METHODS,
+                         FACTORIES, LIKE_FACTORIES, TENSOR_REDUCTIONS)
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -59,15 +61,9 @@ MAX_DEPTH = 8
 PREDICATE = re.compile(r"^_*(is|are|has|have|should|can|needs?|uses?)_")
 HOST_TYPES = {"int", "float", "bool", "str", "list", "tuple", "dict", "set", "complex", "bytes", "numbers.Number",
               "numbers.Real", "numbers.Integral"}
-FACTORIES = {
-    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
-    "eye", "rand", "randn", "randint", "randperm", "normal", "bernoulli", "tril_indices", "triu_indices",
-    "empty_strided", "scalar_tensor", "from_numpy", "frombuffer",
-}
 # what the fixes rewrite code to call (xlalint.runtime) and that returns a tensor of its argument's device
 RUNTIME_TENSOR_FUNCTIONS = {f"xlalint.runtime.{name}" for name in (
     "masked_sum", "masked_mean", "masked_max", "masked_min", "masked_count", "nonzero_static", "clip_grad_norm_")}
-LIKE_FACTORIES = {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
 HOST_METHODS = {
     "item", "tolist", "numpy", "size", "dim", "ndimension", "numel", "nelement", "element_size", "data_ptr",
     "get_device", "is_contiguous", "is_floating_point", "is_complex", "storage_offset", "stride",
@@ -277,9 +273,10 @@ class TensorInference:
             return Kind.TENSOR  # forward(self, x), training_step(self, batch, ...): data
         passed = self._passed(param) if isinstance(func, FUNCTIONS) else Kind.UNKNOWN
         if passed == Kind.UNKNOWN and func in self.ctx.compiled.roots:
-            from .compiled import compiled_parameter_kind  # `step = torch.compile(f); step(x, 3)`
+            from .compiled import compiled_arguments  # `step = torch.compile(f); step(x, 3)`
 
-            passed = compiled_parameter_kind(self.ctx, param) or Kind.UNKNOWN
+            values = compiled_arguments(self.ctx, param)
+            passed = (combine(*(self.ctx.tensor_kind(v) for v in values)) if values else None) or Kind.UNKNOWN
         if passed >= Kind.CPU or passed == Kind.NOT_TENSOR:
             return passed  # what the module's own callers pass
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
@@ -293,8 +290,7 @@ class TensorInference:
 
     def _element_kind(self, iterable: ast.expr, depth: int = 0) -> Kind:
         """Kind of the loop variable of `for x in iterable`."""
-        while isinstance(iterable, ast.Call) and last_part(dotted_name(iterable.func)) in ("enumerate", "tqdm", "zip",
-                                                                                            "iter", "reversed"):
+        while isinstance(iterable, ast.Call) and last_part(dotted_name(iterable.func)) in ELEMENT_WRAPPERS:
             if not iterable.args:
                 return Kind.UNKNOWN
             iterable = iterable.args[-1 if last_part(dotted_name(iterable.func)) == "zip" else 0]
@@ -520,3 +516,162 @@ def _names_device(node: ast.expr) -> bool:
         return isinstance(node.value, str) and node.value != "cpu"
     name = dotted_name(node) or (dotted_name(node.func) if isinstance(node, ast.Call) else None) or ""
     return bool(re.search(r"device|dev$|cuda|xla|tpu|gpu|accelerator|rank", name, re.I))
+
+
+# -- evidence: a torch tensor by what it computes (the JAX twins: jax_tracing.is_boolean_mask, ...) ---------
+
+_MASK_NAME = re.compile(r"mask", re.I)
+_MEMBERSHIP = (ast.Is, ast.IsNot, ast.In, ast.NotIn)
+
+
+def _is_text(node: ast.expr) -> bool:
+    return isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
+
+
+def evident_device_tensor(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
+    """`expr` is a device tensor by what it computes, not only by its name.
+
+    A bare parameter or loop variable (`if cache:`, `if dur > 0:`) is not enough: in a truth test
+    such names are usually Optional/None checks, lists or Python numbers. A torch function, a
+    tensor method or an elementwise comparison involving an evident tensor is.
+    """
+    if depth > MAX_DEPTH or not ctx.on_device(expr):
+        return False
+    if isinstance(expr, ast.Name):
+        values = ctx.reaching_values(expr)
+        return any(evident_device_tensor(ctx, v, depth + 1) for v in values)
+    if isinstance(expr, ast.Attribute):
+        values = ctx.assigned_values(expr)
+        return any(evident_device_tensor(ctx, v, depth + 1) for v in values)
+    if isinstance(expr, ast.Subscript):
+        return evident_device_tensor(ctx, expr.value, depth + 1)
+    if isinstance(expr, ast.Compare):
+        operands = [expr.left, *expr.comparators]
+        if any(_is_text(o) for o in operands):
+            return False
+        return any(evident_device_tensor(ctx, o, depth + 1) for o in operands)
+    if isinstance(expr, ast.BinOp):
+        return any(evident_device_tensor(ctx, o, depth + 1) for o in (expr.left, expr.right))
+    if isinstance(expr, ast.UnaryOp):
+        return evident_device_tensor(ctx, expr.operand, depth + 1)
+    if isinstance(expr, ast.Call):
+        qualified = ctx.qualified_name(expr.func) or ""
+        if qualified.startswith("torch.") and not qualified.startswith("torch.Tensor") or \
+                qualified in RUNTIME_TENSOR_FUNCTIONS:
+            return True  # a torch (or xlalint.runtime) function that returns a tensor (kind already says which)
+        method = method_name(expr)
+        recv = receiver(expr)
+        if method in TENSOR_REDUCTIONS and recv is not None and ctx.on_device(recv):
+            return True
+        return method is not None and recv is not None and evident_device_tensor(ctx, recv, depth + 1)
+    return False
+
+
+def is_torch(ctx: "FileContext", call: ast.Call, names: set[str]) -> str | None:
+    qualified = ctx.qualified_name(call.func) or ""
+    head, _, tail = qualified.rpartition(".")
+    if head == "torch" and tail in names:
+        return tail
+    return None
+
+
+def is_bool_mask(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
+    """`expr` is evidently a boolean device tensor: a comparison of tensors, `~m`, `m & n`,
+    `torch.isnan(x)`, `.bool()`, a name assigned from one of those, or a tensor named like a mask."""
+    if depth > MAX_DEPTH or not ctx.on_device(expr):
+        return False
+    if isinstance(expr, ast.Compare):
+        return not any(isinstance(op, _MEMBERSHIP) for op in expr.ops)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert):
+        return is_bool_mask(ctx, expr.operand, depth + 1) or _mask_named(ctx, expr.operand)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return any(is_bool_mask(ctx, side, depth + 1) or _mask_named(ctx, side) for side in (expr.left, expr.right))
+    if isinstance(expr, ast.Call):
+        if is_torch(ctx, expr, BOOL_FUNCTIONS):
+            return True
+        method = method_name(expr)
+        if method in BOOL_METHODS and not is_torch(ctx, expr, BOOL_FUNCTIONS | {"bool"}):
+            return True
+        if method == "to" and any(dotted_name(a) in ("torch.bool", "bool")
+                                  for a in (*expr.args, *(k.value for k in expr.keywords))):
+            return True
+        if method in ("any", "all") and (expr.args or expr.keywords) and ctx.on_device(receiver(expr)):
+            return True  # a reduction over a dimension: still a mask
+        if is_torch(ctx, expr, {"any", "all"}) and (len(expr.args) > 1 or keyword(expr, "dim") is not None):
+            return True  # `torch.all(x == 0, dim=-1)`
+        return False
+    if isinstance(expr, ast.Name):
+        values = ctx.reaching_values(expr)
+        if values:
+            return all(is_bool_mask(ctx, v, depth + 1) for v in values) or _mask_named(ctx, expr)
+        return _mask_named(ctx, expr)
+    if isinstance(expr, ast.Attribute):
+        return _mask_named(ctx, expr)
+    return False
+
+
+def _mask_named(ctx: "FileContext", expr: ast.expr) -> bool:
+    name = dotted_name(expr)
+    return bool(name) and bool(_MASK_NAME.search(last_part(name))) and ctx.on_device(expr) and \
+        "attention_mask" not in name and "padding_mask" not in name
+
+
+def elementwise_of(ctx: "FileContext", mask: ast.expr, base: ast.expr, depth: int = 0) -> bool:
+    """`mask` is computed elementwise from the tensor `base` (and scalars), so it has exactly
+    `base`'s shape: `x > 0`, `~torch.isnan(x)`, `(x > 0) & (x < 1)`, or a name bound to one. The `x`
+    in the mask must be the same binding as `base`, not the same spelling: after
+    `m = h > 0; h = h.repeat(3, 1)`, `m` has the old `h`'s shape."""
+    return _elementwise(ctx, mask, base, depth) == "base"
+
+
+def _elementwise(ctx: "FileContext", expr: ast.expr, base: ast.expr, depth: int) -> str | None:
+    """"base" (shaped like base), "scalar" (a Python number), or None (anything else)."""
+    if depth > MAX_DEPTH:
+        return None
+    if isinstance(expr, ast.Name) and isinstance(base, ast.Name) and expr.id == base.id:
+        return "base" if ctx.same_binding(expr, base) else None
+    if not isinstance(base, ast.Name) and ctx.code(expr) == ctx.code(base) and depth == 0:
+        return "base"  # `self.h[self.h > 0]`: written in the index itself, read at the same time
+    if isinstance(expr, ast.Constant) and type(expr.value) in (int, float):
+        return "scalar"
+    if isinstance(expr, ast.UnaryOp):
+        if isinstance(expr.op, ast.Not):
+            return None
+        return _elementwise(ctx, expr.operand, base, depth + 1)
+    if isinstance(expr, ast.Name):
+        values = ctx.reaching_values(expr)
+        if len(values) == 1:
+            return _elementwise(ctx, values[0], base, depth + 1)
+        if not values and ctx.tensor_kind(expr) == Kind.NOT_TENSOR:
+            return "scalar"
+        return None
+    if isinstance(expr, ast.Attribute):
+        values = ctx.attribute_values(dotted_name(expr) or "")
+        if values and all(ctx.tensor_kind(v) == Kind.NOT_TENSOR for v in values):
+            return "scalar"  # `self.threshold = 0.5` somewhere in the file
+        return None
+    if isinstance(expr, ast.Compare):
+        if any(isinstance(op, _MEMBERSHIP) for op in expr.ops):
+            return None
+        return _shaped_like_parts([_elementwise(ctx, e, base, depth + 1) for e in (expr.left, *expr.comparators)])
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.MatMult):
+            return None
+        return _shaped_like_parts([_elementwise(ctx, expr.left, base, depth + 1), _elementwise(ctx, expr.right, base, depth + 1)])
+    if isinstance(expr, ast.Call):
+        if expr.keywords or any(isinstance(a, ast.Starred) for a in expr.args):
+            return None
+        func = is_torch(ctx, expr, ELEMENTWISE_FUNCTIONS | {"logical_and", "logical_or", "logical_xor"})
+        if func:
+            return _shaped_like_parts([_elementwise(ctx, a, base, depth + 1) for a in expr.args])
+        method = method_name(expr)
+        if method in ELEMENTWISE_METHODS and not dotted_name(expr.func) == f"torch.{method}":
+            return _shaped_like_parts([_elementwise(ctx, receiver(expr), base, depth + 1),
+                             *(_elementwise(ctx, a, base, depth + 1) for a in expr.args)])
+    return None
+
+
+def _shaped_like_parts(parts: list[str | None]) -> str | None:
+    if any(p is None for p in parts):
+        return None
+    return "base" if "base" in parts else "scalar"
