@@ -209,11 +209,20 @@ def _back_to_notebook(notebook: Notebook, result) -> None:
     result.display = (notebook.readable(), after.readable())
 
 
+def _real(path: Path) -> Path:
+    """`path` resolved, or only made absolute where it cannot be (a symbolic-link loop, reported as
+    an unreadable path when the run reaches it)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
+
+
 def run_root(paths: list[Path]) -> Path:
     """The one root of a run (Ruff's): the common folder of the paths it was given (a file's
     folder), or the project above it (the nearest folder with a pyproject.toml, setup.py,
     setup.cfg or .git). The cache lives there, and files under it in no project are one project."""
-    folders = [p.resolve() if is_dir(p) else p.resolve().parent for p in paths] or [Path.cwd()]
+    folders = [_real(p) if is_dir(p) else _real(p).parent for p in paths] or [Path.cwd()]
     common = Path(os.path.commonpath(folders))
     for folder in (common, *common.parents):
         if any(stat_or_none(folder / marker) is not None for marker in PROJECT_MARKERS):
