@@ -227,3 +227,66 @@ def _skip_without_dynamo():
     torch = pytest.importorskip("torch")
     if torch._C._get_privateuse1_backend_name() != "privateuseone":
         pytest.skip("torchax was imported in this process (tests/rules/test_dynamo_rules.py reruns this in a fresh one)")
+
+
+def test_a_bound_method_compiled_is_traced_with_what_it_calls():
+    """`torch.compile(model.generate)`: the method of the instance's evident class, not `forward`."""
+    _, names = _regions("""
+        import torch
+
+        class Net(torch.nn.Module):
+            def forward(self, x):
+                return x
+
+            def step(self, x):
+                return x * 2
+
+            def generate(self, x):
+                return self.step(x)
+
+        model = Net()
+        gen = torch.compile(model.generate, dynamic=False)
+        """)
+    assert set(names) == {"generate", "step"} and names["generate"].dynamic is False
+
+
+def test_a_bound_method_compiled_in_another_module(tmp_path, run_cli):
+    """The class is imported: the project index finds the method; and a module re-summarised with
+    the project's facts (it trains, so its loops are looked at again) keeps what others compile."""
+    import json
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "main.py").write_text(textwrap.dedent("""
+        import torch
+        from net import Net
+
+        model = Net()
+        infer = torch.compile(model.infer)
+        train = torch.compile(model)
+        """))
+    (tmp_path / "net.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(3, 3)
+                self.optimizer = torch.optim.SGD(self.lin.parameters(), lr=0.1)
+
+            def forward(self, x):
+                return self.train_step(x)
+
+            def train_step(self, x):
+                loss = self.lin(x).sum()
+                self.optimizer.step()
+                return loss
+
+            def infer(self, x):
+                y = self.lin(x)
+                if y.sum() > 0:
+                    return y
+                return -y
+        """))
+    code, out, _ = run_cli("check", "--preview", "--select", "DYN", "--no-cache", "--output-format", "json",
+                           "--exit-zero", tmp_path)
+    assert sorted((d["code"], d["location"]["row"]) for d in json.loads(out)) == [("DYN104", 20), ("DYN121", 15)]

@@ -2,7 +2,9 @@
 trace, listed as data in `rules/dynamo/untraceable.toml` with the graph-break id each gives (measured on
 torch 2.13): the clock (`time.time`, `perf_counter`, `monotonic`, `sleep`), `os.getpid`, Python's
 `random`, `torch.manual_seed`, `torch.save`, `copy.deepcopy`, `json.dumps`, `nn.Parameter(...)` created
-inside, `t.backward()` inside, `t.data_ptr()`, and a leftover `torch._dynamo.graph_break()`."""
+inside, `t.backward()` and `torch.autograd.grad` inside, `t.data_ptr()`, `Variable(...)`, packing
+sequences (`pack_padded_sequence`, ...), an RNN's `flatten_parameters()`, an optimizer's `step()`, and a
+leftover `torch._dynamo.graph_break()`."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TABLE_FILE = "untraceable.toml"
-KEYS = {"name", "gb", "what", "example", "torch", "note"}
-REQUIRED = KEYS - {"note"}
+KEYS = {"name", "gb", "what", "example", "torch", "note", "receiver", "setup", "alone_ok"}
+REQUIRED = KEYS - {"note", "receiver", "setup", "alone_ok"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,12 @@ class Untraceable:
     example: str
     torch: str
     note: str = ""
+    receiver: tuple[str, ...] = ()  # a method's receiver is built from one of these classes (else: a tensor)
+    setup: str = ""  # the example's module-level statement
+    alone_ok: bool = False  # harmless as the compiled function's only statement
+
+    def receiver_matches(self, qualified: str) -> bool:
+        return any(re.fullmatch(re.escape(p).replace(r"\*", r"[A-Za-z_]\w*"), qualified) for p in self.receiver)
 
     @property
     def method(self) -> str | None:
@@ -50,7 +58,11 @@ def load_table(text: str, source: str = TABLE_FILE) -> tuple[Untraceable, ...]:
             raise ValueError(f"{where}: unknown keys {sorted(set(row) - KEYS)} or missing {sorted(REQUIRED - set(row))}")
         if not re.fullmatch(r"GB\d{4}", row["gb"]) or not re.fullmatch(r"\.?[A-Za-z_][\w.]*", row["name"]):
             raise ValueError(f"{where}: bad name or gb id")
-        found.append(Untraceable(**row))
+        receiver = row.get("receiver", [])
+        if not isinstance(receiver, list) or (receiver and not row["name"].startswith(".")) or \
+                not all(isinstance(r, str) and re.fullmatch(r"[A-Za-z_][\w.*]*", r) for r in receiver):
+            raise ValueError(f"{where}: `receiver` is a list of class names, for a method only")
+        found.append(Untraceable(**{**row, "receiver": tuple(receiver)}))
     if not found:
         raise ValueError(f"{source}: no [[untraceable]] rows")
     return tuple(found)
@@ -58,7 +70,10 @@ def load_table(text: str, source: str = TABLE_FILE) -> tuple[Untraceable, ...]:
 
 TABLE = load_table(resources.files(__package__ or "xlalint.rules.dynamo").joinpath(TABLE_FILE).read_text("utf-8"))
 BY_NAME = {row.name: row for row in TABLE if row.method is None}
-BY_METHOD = {row.method: row for row in TABLE if row.method is not None}
+BY_METHOD: dict[str, list[Untraceable]] = {}
+for _row in TABLE:
+    if _row.method is not None:
+        BY_METHOD.setdefault(_row.method, []).append(_row)
 
 
 class UntraceableCallInCompiled(Rule):
@@ -67,7 +82,12 @@ class UntraceableCallInCompiled(Rule):
     `rules/dynamo/untraceable.toml` with the graph-break id each gives (measured on torch 2.13):
     the clock (`time.time`, `perf_counter`, `monotonic`, `sleep`), `os.getpid`, Python's `random`,
     `torch.manual_seed`, `torch.save`, `copy.deepcopy`, `json.dumps`, `nn.Parameter(...)` created
-    inside, `t.backward()` inside, `t.data_ptr()`, and a leftover `torch._dynamo.graph_break()`.
+    inside, `t.backward()` and `torch.autograd.grad` inside, `t.data_ptr()`, `Variable(...)`, packing
+    sequences (`pack_padded_sequence`, `pack_sequence`, `pad_packed_sequence`), an RNN module's
+    `flatten_parameters()` (Dynamo does not trace RNN, GRU or LSTM), an optimizer's `step()` (torch
+    breaks the graph around it on purpose: harmless only as the compiled function's whole body),
+    and a leftover `torch._dynamo.graph_break()`. A method is flagged on a receiver evidently built
+    from the listed class (`self.opt = optim.Adam(...)`), or on a tensor.
 
     ## Why is this bad?
     Each call breaks the graph: Dynamo compiles the code before it and after it as separate
@@ -107,7 +127,9 @@ class UntraceableCallInCompiled(Rule):
       [GB0264](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0264.html),
       [GB4198](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb4198.html),
       [GB5976](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb5976.html),
-      [GB0156](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0156.html)
+      [GB0156](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0156.html),
+      [GB9186](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb9186.html),
+      [GB0014](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0014.html)
     """
 
     code, name, category = "DYN121", "untraceable-call-in-compiled", "other"
@@ -201,13 +223,27 @@ class UntraceableCallInCompiled(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         row = BY_NAME.get(self.ctx.qualified_name(node.func) or "")
         func = row.name if row is not None else None
-        if row is None and isinstance(node.func, ast.Attribute) and node.func.attr in BY_METHOD and \
-                is_tensor(self.ctx, node.func.value):
-            row, func = BY_METHOD[node.func.attr], f".{node.func.attr}()"
+        if row is None and isinstance(node.func, ast.Attribute):
+            row = next((r for r in BY_METHOD.get(node.func.attr, ()) if self._receiver_fits(r, node.func.value)), None)
+            func = f".{node.func.attr}()"
         if row is None:
             return
         options = compiled_options(self.ctx, node)
-        if options is None:
+        if options is None or (row.alone_ok and self._alone(node)):
             return
         message = self.summary.format(func=func, what=row.what, consequence=break_note(options), gb=row.gb)
         self.report(node, f"{message}; {row.note}" if row.note else message)
+
+    def _receiver_fits(self, row: Untraceable, receiver: ast.expr) -> bool:
+        """A tensor; or, for a row naming classes, a value evidently built from one of them."""
+        if not row.receiver:
+            return is_tensor(self.ctx, receiver)
+        values = self.ctx.assigned_values(receiver)
+        return bool(values) and all(isinstance(v, ast.Call) and row.receiver_matches(self.ctx.qualified_name(v.func) or "")
+                                    for v in values)
+
+    def _alone(self, node: ast.Call) -> bool:
+        """The call is the whole body of its compiled function (a docstring aside)."""
+        region = self.ctx.compiled.region(node)
+        body = [s for s in getattr(region, "body", []) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        return len(body) == 1 and isinstance(body[0], ast.Expr) and body[0].value is node

@@ -168,9 +168,13 @@ class CompiledRegions:
                 self.callables[bound] = (func, options)
         for cls in self._instance_classes(target):
             self._module_root(cls, options, bound or dotted_name(target))
+        if isinstance(target, ast.Attribute):  # `torch.compile(model.generate)`, `model = Net()`
+            for cls in self._instance_classes(target.value):
+                self._module_root(cls, options, bound, target.attr)
 
-    def _module_root(self, cls: ast.ClassDef, options: CompileOptions, bound: str | None) -> None:
-        forward = _method(cls, "forward")
+    def _module_root(self, cls: ast.ClassDef, options: CompileOptions, bound: str | None,
+                     method: str = "forward") -> None:
+        forward = _method(cls, method)
         if forward is not None:
             self._root(forward, options)
             if bound:
@@ -206,10 +210,16 @@ class CompiledRegions:
         return found
 
     # -- what the roots call ------------------------------------------------------------------------
-    def _reach(self) -> dict[ast.AST, CompileOptions]:
+    @cached_property
+    def own_functions(self) -> dict[ast.AST, CompileOptions]:
+        """What this module's own compile calls reach, whatever the project says (its summary: the
+        project adds the rest, and a second summary made with the facts must not claim them)."""
+        return self._reach(with_project=False) if self.ctx.project.compiled else self.functions
+
+    def _reach(self, with_project: bool = True) -> dict[ast.AST, CompileOptions]:
         ctx = self.ctx
         reached = dict(self.roots)
-        for qualified, key in ctx.project.compiled:  # compiled from another module of the project
+        for qualified, key in ctx.project.compiled if with_project else ():  # compiled from another module
             for func in _by_qualname(ctx, qualified):
                 if func not in self.disabled:
                     options = CompileOptions.from_key(key)
@@ -382,16 +392,21 @@ def _by_qualname(ctx: "FileContext", qualified: str) -> list[ast.AST]:
 def summary_entries(ctx: "FileContext") -> tuple[dict[str, str], dict[str, str], list[str]]:
     """For the project index: this module's compiled functions (qualname -> options key), the
     classes it compiles that live elsewhere (`torch.compile(Model())` with `Model` imported: name
-    as written -> options key), and its disabled functions."""
+    as written -> options key; `Model:generate` for `torch.compile(model.generate)`), and its
+    disabled functions."""
     from .index import qualname
 
     regions = ctx.compiled
-    compiled = {qualname(ctx.index, f): o.key() for f, o in regions.functions.items() if isinstance(f, FUNCTIONS)}
+    compiled = {qualname(ctx.index, f): o.key() for f, o in regions.own_functions.items() if isinstance(f, FUNCTIONS)}
     imported: dict[str, str] = {}
     for call in regions.compile_calls:
-        for value in [call.args[0], *ctx.assigned_values(call.args[0])]:
+        target, method = call.args[0], ""
+        if isinstance(target, ast.Attribute) and not isinstance(target.value, ast.Call) and \
+                not ctx.assigned_values(target):  # `torch.compile(model.generate)`: a bound method
+            target, method = target.value, f":{target.attr}"
+        for value in [target, *ctx.assigned_values(target)]:
             if isinstance(value, ast.Call) and (dotted_name(value.func) or "").partition(".")[0] in ctx.index.imports:
-                imported[dotted_name(value.func)] = options_of(ctx, call).key()
+                imported[dotted_name(value.func) + method] = options_of(ctx, call).key()
     disabled = [qualname(ctx.index, f) for f in regions.disabled]
     return compiled, imported, disabled
 

@@ -601,9 +601,11 @@ class ProjectIndex:
         for s in self.summaries.values():
             for name, key in s.compiled.items():
                 seeds[(s.path, name)] = CompileOptions.from_key(key)
-            for written, key in s.compiled_imports.items():
+            for entry, key in s.compiled_imports.items():
+                written, _, method = entry.partition(":")  # `Model`, or `Model:generate` (a bound method)
                 found = self.resolve_name(s, written)
-                forward = self.method(found[0], found[1], "forward") if found and found[1] in found[0].classes else None
+                forward = self.method(found[0], found[1], method or "forward") \
+                    if found and found[1] in found[0].classes else None
                 if forward is not None:
                     seeds[forward] = seeds[forward].merge(CompileOptions.from_key(key)) if forward in seeds \
                         else CompileOptions.from_key(key)
