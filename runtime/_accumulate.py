@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -23,9 +23,9 @@ _Number = int | float | bool
 class Reading(NamedTuple):
     """Host values of a :class:`DeviceAccumulator`: Python floats (nested lists for non-scalar values)."""
 
-    mean: float | list
-    sum: float | list
-    weight: float | list
+    mean: float | list[Any]
+    sum: float | list[Any]
+    weight: float | list[Any]
 
 
 def _on_torch_xla(t: torch.Tensor) -> bool:
@@ -100,7 +100,7 @@ class DeviceAccumulator:
             weighted = value * weight if weight != 0 else torch.zeros_like(value)
             weight = torch.full(shape, weight, dtype=dtype, device=device)
         weighted = weighted.expand(shape)
-        if self._sum is None:
+        if self._sum is None or self._weight is None:  # both or neither
             self._sum, self._weight = weighted.clone(), weight.clone()
             return
         if torch.broadcast_shapes(shape, self._sum.shape) != self._sum.shape:
@@ -129,7 +129,7 @@ class DeviceAccumulator:
         Zeroing in place of forgetting keeps the step graphs identical after a
         reset (the totals stay device tensors of the same shape).
         """
-        if self._sum is not None:
+        if self._sum is not None and self._weight is not None:
             self._sum = torch.zeros_like(self._sum)
             self._weight = torch.zeros_like(self._weight)
 
@@ -167,7 +167,7 @@ class DeviceAccumulator:
 
     def _snapshot(self) -> torch.Tensor | None:
         """(mean, sum, weight) stacked into one tensor, so reading them is one transfer."""
-        if self._sum is None:
+        if self._sum is None or self._weight is None:
             return None
         return torch.stack([self.mean(), self._sum, self._weight])
 

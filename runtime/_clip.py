@@ -6,7 +6,7 @@ import math
 import sys
 import types
 import warnings
-from typing import Iterable
+from typing import Iterable, cast
 
 import torch
 
@@ -19,7 +19,7 @@ try:  # The same helpers torch's own clip_grad_norm_ uses, so CPU/CUDA results m
         _has_foreach_support,
     )
 except ImportError:  # pragma: no cover - torch releases without these private helpers
-    _group_tensors_by_device_and_dtype = None
+    _group_tensors_by_device_and_dtype = None  # type: ignore[assignment]  # checked where used
 
     def _device_has_foreach_support(device: torch.device) -> bool:
         return device.type in ("cpu", "cuda")
@@ -37,8 +37,9 @@ def _group(tensors: list[torch.Tensor]) -> dict[tuple[torch.device, torch.dtype]
     # torch's C++ grouping fixes the order of the per-group norms, and with it
     # the rounding of the final reduction over mixed dtypes; use it when present.
     if _group_tensors_by_device_and_dtype is not None:
-        grouped = _group_tensors_by_device_and_dtype([tensors])
-        return {key: lists[0] for key, (lists, _) in grouped.items()}
+        # (torch annotates the lists as holding Optional tensors; these hold tensors only)
+        grouped = _group_tensors_by_device_and_dtype([cast("list[torch.Tensor | None]", tensors)])
+        return {key: cast("list[torch.Tensor]", lists[0]) for key, (lists, _) in grouped.items()}
     groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for t in tensors:
         groups.setdefault((t.device, t.dtype), []).append(t)
@@ -155,7 +156,7 @@ def clip_grad_norm_(
         else:
             norms.extend(torch.linalg.vector_norm(g, norm_type) for g in tensors)
     first_device = grads[0].device
-    total_norm = torch.linalg.vector_norm(
+    total_norm: torch.Tensor = torch.linalg.vector_norm(
         torch.stack([n.to(first_device) for n in norms]), norm_type
     )
     if error_if_nonfinite:

@@ -189,7 +189,9 @@ def _empty_value(dtype: torch.dtype, largest: bool) -> float | int | bool:
     return info.min if largest else info.max
 
 
-def _masked_extreme(x, mask, dim, keepdim, largest, name):
+def _masked_extreme(
+    x: torch.Tensor, mask: torch.Tensor, dim: _Dim, keepdim: bool, largest: bool, name: str
+) -> torch.Tensor:
     _check_mask(x, mask, name)
     if x.dtype.is_complex:
         raise TypeError(f"{name}: complex tensors have no ordering")
@@ -203,7 +205,7 @@ def _masked_extreme(x, mask, dim, keepdim, largest, name):
         return torch.full(shape, fill, dtype=x.dtype, device=x.device)
     selected = torch.where(mask, x, fill)  # a Python scalar keeps x's dtype and needs no transfer
     reduce = torch.amax if largest else torch.amin
-    result = reduce(selected, dim=dims, keepdim=keepdim)
+    result: torch.Tensor = reduce(selected, dim=dims, keepdim=keepdim)
     if x.dtype.is_floating_point:
         # torch_xla starts max/min reductions from the largest finite value, not inf: a slice
         # of only -inf (an empty selection) reduces to -3.4e38 there. Restore torch's answer.

@@ -45,8 +45,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ._hostreads import HostReadRecorder
 
@@ -144,7 +146,7 @@ def user_frame(event: Event, roots: list[Path]) -> Frame | None:
     return None
 
 
-def by_line(events: list[Event], roots: list[Path], reads: list[dict] = ()) -> \
+def by_line(events: list[Event], roots: list[Path], reads: Sequence[dict] = ()) -> \
         tuple[dict[tuple[str, int], LineReport], int]:
     """Events (and the recorder's host reads) grouped by the user line they are attributed to, and
     how many events had no user frame."""
@@ -272,13 +274,13 @@ def steps_from_barriers(lines: dict[tuple[str, int], LineReport]) -> int | None:
 
 
 def audit(events: list[Event], roots: list[Path], findings: list[dict], steps_hint: int | None = None,
-          reads: list[dict] = ()) -> dict:
+          reads: Sequence[dict] = ()) -> dict:
     """The whole report as data: totals, per-step rates, and the cross-reference."""
     lines, unattributed = by_line(events, roots, reads)
     crossed = cross_reference(lines, findings)
     barriers = sum(1 for e in events if e.kind == "execute" and e.cause == "barrier")
     steps = steps_hint or steps_from_barriers(lines)
-    totals = {"compiles": sum(e.kind == "compile" for e in events),
+    totals: dict[str, Any] = {"compiles": sum(e.kind == "compile" for e in events),
               "host_reads": sum(e.kind == "execute" and e.cause == "host_read" for e in events),
               "barriers": barriers, "unattributed": unattributed, "steps": steps,
               "steps_from": "--steps" if steps_hint else ("barriers" if steps else None)}
@@ -358,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("script", type=Path, nargs="?")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
+    status: int | None
     if options.from_log is not None:
         if not options.from_log.is_file():
             return _fail(f"{options.from_log}: no such file")
