@@ -110,8 +110,9 @@ def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = Fal
         try:
             info = path.stat()
         except (OSError, ValueError) as exc:
-            denied = isinstance(exc, PermissionError)  # a folder above it may not be searched
-            problems.append(f"{path}: error: {exc.strerror}" if denied else missing_message(path))
+            # PermissionError: a folder above it may not be searched
+            problems.append(f"{path}: error: {exc.strerror}" if isinstance(exc, PermissionError)
+                            else missing_message(path))
             continue
         if not stat.S_ISDIR(info.st_mode):
             if force_exclude and excluder.excluded_with_parents(path):

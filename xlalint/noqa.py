@@ -152,7 +152,7 @@ def add_noqa(text: str, findings: list[tuple[int, int, str]]) -> tuple[str, int]
         ending = line[len(body):]
         comment = comments.get(row)
         match = LINE_NOQA.search(comment.string) if comment is not None else None
-        if match is not None:
+        if comment is not None and match is not None:
             present = _codes(match.group("codes"))
             if "*" in present or codes <= present:
                 continue

@@ -12,6 +12,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from . import __version__
@@ -72,7 +73,7 @@ def _what_it_does(documentation: str) -> str:
 
 def _result(d: Diagnostic, index: dict[str, int], root: Path) -> dict:
     artifact = _artifact(d.path, root)
-    result = {
+    result: dict[str, Any] = {
         "ruleId": d.code,
         "level": "error",
         "message": {"text": d.message},

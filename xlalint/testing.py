@@ -22,8 +22,8 @@ def rule_cases(rules: list[type[Rule]]):
     for rule in rules:
         for i, case in enumerate(rule.VALID):
             yield pytest.param(rule, case, id=f"{rule.code}-{rule.name}-VALID_{i}")
-        for i, case in enumerate(rule.INVALID):
-            yield pytest.param(rule, case, id=f"{rule.code}-{rule.name}-INVALID_{i}")
+        for i, invalid in enumerate(rule.INVALID):
+            yield pytest.param(rule, invalid, id=f"{rule.code}-{rule.name}-INVALID_{i}")
 
 
 def lint_code(code: str, rules: list[type[Rule]], path: str = "example.py", with_edits: bool = False,

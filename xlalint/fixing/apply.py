@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import cast
 
 import libcst as cst
 
@@ -41,7 +42,7 @@ def import_binding_name(request: ImportRequest) -> str:
 def _import_line(request: ImportRequest, module: cst.Module) -> cst.SimpleStatementLine:
     alias = f" as {request.asname}" if request.asname else ""
     code = f"from {request.module} import {request.obj}{alias}" if request.obj else f"import {request.module}{alias}"
-    return cst.parse_statement(code, config=module.config_for_parsing)
+    return cast(cst.SimpleStatementLine, cst.parse_statement(code, config=module.config_for_parsing))
 
 
 def _already_bound(ctx: CstContext, request: ImportRequest) -> bool:
@@ -209,6 +210,7 @@ def _drop_binding(ctx: CstContext, binding, local: str, replacements: dict[int, 
     line = ctx.parent(statement)
     if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
         return
+    new_line: cst.SimpleStatementLine | cst.RemovalSentinel
     if len(statement.names) > 1:
         kept = [a for a in statement.names if import_alias_name(a) != local]
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)

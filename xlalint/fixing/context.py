@@ -4,7 +4,9 @@ finding located by its `ast` node's position. Built only for files with a fix to
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from functools import cached_property
+from typing import Any
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -73,7 +75,7 @@ class CstContext:
         return None
 
     @cached_property
-    def positions(self) -> dict[cst.CSTNode, CodeRange]:
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
 
     @cached_property
@@ -84,8 +86,9 @@ class CstContext:
         return spans
 
     def span_of(self, node: ast.AST) -> Span:
-        return (node.lineno, self.text.column(node.lineno, node.col_offset),
-                node.end_lineno, self.text.column(node.end_lineno, node.end_col_offset))
+        n: Any = node  # a located node (expr, stmt, arg, alias...): ast.AST itself declares no position
+        return (n.lineno, self.text.column(n.lineno, n.col_offset),
+                n.end_lineno, self.text.column(n.end_lineno, n.end_col_offset))
 
     def locate(self, node: ast.AST, kind: type | tuple[type, ...] | None = None) -> cst.CSTNode | None:
         """The libcst node for `node`: same span, of the class `kind` (default: the class that

@@ -51,10 +51,10 @@ class ModuleIndex:
         return self.parents.get(id(node))
 
     def ancestors(self, node: cst.CSTNode):
-        node = self.parent(node)
-        while node is not None:
-            yield node
-            node = self.parent(node)
+        current = self.parent(node)
+        while current is not None:
+            yield current
+            current = self.parent(current)
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
         for anc in self.ancestors(node):
@@ -150,6 +150,8 @@ class _Indexer(cst.CSTVisitor):
             return
         for alias in node.names:
             obj = dotted_name(alias.name)
+            if obj is None:  # never: an imported name is a Name or a dotted Attribute
+                continue
             local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else obj
             self._import(local, f"{module}.{obj}", node)
 
