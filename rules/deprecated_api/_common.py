@@ -8,10 +8,11 @@ import itertools
 import re
 import sys
 import tokenize
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from importlib import resources
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, cast
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.guards import exits_block, words
@@ -20,7 +21,7 @@ from xlalint.analysis.names import dotted_name, has_star_args, last_part, positi
 from xlalint.config import parse_version
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.fixing.lazy import cst
-from xlalint.rule import FixBuilder
+from xlalint.rule import FixBuilder, Rule
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
     from xlalint.fixing.context import CstContext
@@ -134,7 +135,7 @@ class Migration:
 
     def _argument_message(self, old: str, value: str | None, resolved: str | None) -> str:
         if resolved is CONFIGURED:
-            passed = f"`{self.argument}={value}` unless it is " + " or ".join(repr(v) for v in self.allowed)
+            passed = f"`{self.argument}={value}` unless it is " + " or ".join(repr(v) for v in self.allowed or ())
         else:
             passed = f"`{self.argument}={value}`" + (f" (which can be `{resolved}`)" if resolved else "")
         if self.status == "removed":
@@ -316,7 +317,7 @@ def entries_doc(status: str) -> str:
             new = f"`{m.replacement}{call}`" if m.replacement else "no direct replacement"
             lines.setdefault(("environment variable", new, when, m.fix), []).append(f"`{m.name}`")
         elif m.kind == "argument":
-            allowed = " or ".join(repr(v) for v in m.allowed)
+            allowed = " or ".join(repr(v) for v in m.allowed or ())
             lines[(f"`{m.name}({m.argument}=...)`", f"only {allowed}", when, m.fix)] = []
         else:
             new = f"`{m.replacement}`" if m.replacement else "no direct replacement"
@@ -391,7 +392,7 @@ def _module_node(ctx: FileContext, node: ast.ImportFrom) -> ast.AST:
         return node.lineno + row - 1, (node.col_offset if row == 1 else 0) + len(line[:column].encode())
 
     (row, col), (end_row, end_col) = position(*parts[0].start, parts[0].line), position(*parts[-1].end, parts[-1].line)
-    return ast.Name(node.module, ast.Load(), lineno=row, col_offset=col, end_lineno=end_row, end_col_offset=end_col)
+    return ast.Name(node.module or "", ast.Load(), lineno=row, col_offset=col, end_lineno=end_row, end_col_offset=end_col)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -469,7 +470,7 @@ def _in_compat_fallback(ctx: FileContext, node: ast.AST, entry: Migration | None
     else: xm.mark_step()`: whatever the flag is, the file already chose per version)."""
     child = node
     for anc in ctx.index.ancestors(node):
-        field = ctx.index.field_of(child)
+        field = ctx.index.field_of(child) or ""
         if isinstance(anc, (ast.If, ast.IfExp)):
             polarity = _version_polarity(anc.test)
             other = {"body": anc.orelse, "orelse": anc.body}.get(field)
@@ -481,7 +482,7 @@ def _in_compat_fallback(ctx: FileContext, node: ast.AST, entry: Migration | None
                 if field == "orelse" and polarity != OLD:
                     return True
         elif isinstance(anc, ast.Try):
-            if field == "handlers" and _catches_missing_api(child):
+            if field == "handlers" and isinstance(child, ast.ExceptHandler) and _catches_missing_api(child):
                 return True
             if field == "body" and any(_catches_missing_api(h) and _falls_back(h) for h in anc.handlers):
                 return True
@@ -560,10 +561,12 @@ def _runs_with_stand_in(ctx: FileContext, anchor: ImportBinding, use: ast.AST) -
     class, a `SimpleNamespace`, another import, `None`) and `use` may run with it: on CPU the old
     call reaches the stand-in, the new spelling names a module that was never imported (NameError).
     `None` counts only where `use` may run when the name is None (not under `if xm is not None:`)."""
+    if anchor.scope is None:
+        return False
     for node in ctx.bindings_of(anchor.scope, anchor.name):
         if isinstance(node, ast.alias):
             statement = ctx.parent(node)
-            module = node.name if isinstance(statement, ast.Import) else f"{statement.module}.{node.name}"
+            module = f"{statement.module}.{node.name}" if isinstance(statement, ast.ImportFrom) else node.name
             if module.split(".")[0] in ("torch_xla", "torch_xla_py"):
                 continue  # the import itself, or another spelling of a torch_xla module
         assigned = ctx.parent(node)
@@ -601,7 +604,7 @@ def _placed(ctx: FileContext, requests: list[ImportRequest], beside: str | None,
     anchor = _reaching(ctx, beside, use) if beside else None
     if anchor is None:
         return requests, None
-    indexed = ctx.index.imports.get(beside)
+    indexed = ctx.index.imports.get(beside) if beside else None
     if indexed is not None and indexed.statement is anchor.statement:
         return [ImportRequest(r.module, r.obj, r.asname, beside=beside) for r in requests], None
     return [], anchor.statement  # the engine places `beside` imports next to the last import of that name only
@@ -618,15 +621,16 @@ def _carry_arguments(ctx: FileContext, call: ast.Call, entry: Migration) -> list
     if entry.params is None:
         return [KEEP] * (len(call.args) + len(call.keywords))
     renames = dict(entry.params)
-    if has_star_args(call) or len(call.args) > len(entry.params) or any(kw.arg not in renames for kw in call.keywords):
+    keywords = [kw.arg for kw in call.keywords if kw.arg is not None]  # all of them: `**kw` is a star argument
+    if has_star_args(call) or len(call.args) > len(entry.params) or any(k not in renames for k in keywords):
         return None
     # the replacement at the target release must take every argument passed, not only exist there
-    passed = [new for _, new in entry.params[:len(call.args)]] + [renames[kw.arg] for kw in call.keywords]
+    passed = [new for _, new in entry.params[:len(call.args)]] + [renames[k] for k in keywords]
     since = dict(entry.params_since)
     target = ctx.target_version
     if target is not None and any(p in since and parse_version(since[p]) > target for p in passed):
         return None
-    return [KEEP] * len(call.args) + [(renames[kw.arg], None) for kw in call.keywords]
+    return [KEEP] * len(call.args) + [(renames[k], None) for k in keywords]
 
 
 def _use_change(ctx: FileContext, ref: ast.expr, entry: Migration) -> tuple[ast.expr, list[Carry] | None] | None:
@@ -684,13 +688,14 @@ class _UsesFix:
     def build(self, cctx: CstContext) -> Fix | None:
         replacements: dict[int, tuple] = {}
         for node, carry, name in self.changes:
-            old = cctx.locate(node)
+            old = cast("cst.CSTNode", cctx.locate(node))  # decided on `ast`: its libcst twin is there
             new = cctx.parse_expression(name)
             if carry is not None:  # a call: the new function, with the arguments that carry over
-                new = old.with_changes(func=new, args=_carried(cctx, old, carry))
+                call = cast("cst.Call", old)
+                new = call.with_changes(func=new, args=_carried(cctx, call, carry))
             replacements[id(old)] = (old, new)
         for statement, requests in self.own_imports.items():
-            line = cctx.parent(cctx.locate(statement))
+            line = cctx.parent(cast("cst.CSTNode", cctx.locate(statement)))
             if not isinstance(line, cst.SimpleStatementLine):
                 return None  # `try: import x` on one line: no line of its own to add ours after
             replacements[id(line)] = (line, cst.FlattenSentinel([line, *(_import_line(cctx, r) for r in requests)]))
@@ -699,21 +704,22 @@ class _UsesFix:
 
 def _fix_import(alias: ast.alias, new: str, entry: Migration, cctx: CstContext) -> Fix:
     """`import old.module as x` -> `import new.module as x`."""
-    return Fix.replace(cctx.locate(alias).name, cst.parse_expression(new), title=f"Import `{new}`",
+    return Fix.replace(cast("cst.ImportAlias", cctx.locate(alias)).name, cst.parse_expression(new), title=f"Import `{new}`",
                        safe=entry.fix == "safe")
 
 
 def _fix_from_import(node: ast.ImportFrom, new: str, entry: Migration, cctx: CstContext) -> Fix:
     """`from old.module import ...` -> `from new.module import ...`."""
-    return Fix.replace(cctx.locate(node).module, cst.parse_expression(new), title=f"Import from `{new}`",
+    return Fix.replace(cast("cst.ImportFrom", cctx.locate(node)).module, cst.parse_expression(new),
+                       title=f"Import from `{new}`",
                        safe=entry.fix == "safe")
 
 
 def _fix_from_module(node: ast.ImportFrom, new: str, entry: Migration, cctx: CstContext) -> Fix:
     """`from torch_xla.experimental import xla_sharding` (its only name) -> `from torch_xla.distributed
     import spmd as xla_sharding`."""
-    statement = cctx.locate(node)
-    alias = statement.names[0]
+    statement = cast("cst.ImportFrom", cctx.locate(node))
+    alias = cast("Sequence[cst.ImportAlias]", statement.names)[0]  # not `*`: one name is imported
     new_module, _, new_obj = new.rpartition(".")
     old_obj = node.names[0].name
     asname = alias.asname or (cst.AsName(name=cst.Name(old_obj)) if new_obj != old_obj else None)
@@ -726,7 +732,7 @@ def _fix_from_module(node: ast.ImportFrom, new: str, entry: Migration, cctx: Cst
 
 def _fix_drop_argument(call: ast.Call, index: int, title: str, entry: Migration, cctx: CstContext) -> Fix:
     """`f(a, nprocs=8)` -> `f(a)`: the argument at `index` (in source order) goes."""
-    old = cctx.locate(call)
+    old = cast("cst.Call", cctx.locate(call))
     carry: list[Carry] = [KEEP] * len(old.args)
     carry[index] = None
     return Fix.replace(old, old.with_changes(args=_carried(cctx, old, carry)), title=title, safe=entry.fix == "safe")
@@ -753,8 +759,9 @@ def _update_pairs(call: ast.Call) -> list[tuple[ast.expr | ast.keyword, ast.expr
 # --------------------------------------------------------------------------------------------------
 
 
-class MigrationVisitor:
-    """Reports uses of the table's entries with `status`; mixed into the two rule classes."""
+class MigrationVisitor(Rule):
+    """Reports uses of the table's entries with `status`; the base of the two rule classes (no code of its
+    own: the registry does not list it)."""
 
     status: ClassVar[str]
     ctx: FileContext
@@ -787,9 +794,9 @@ class MigrationVisitor:
             return
         names = _qualified_names(self.ctx, node)
         entry = next((self.functions[n] for n in sorted(names) if n in self.functions), None)
-        if entry is None or self._excused(node, entry):
+        old = dotted_name(node)  # a name chain: qualified names come from one
+        if entry is None or old is None or self._excused(node, entry):
             return
-        old = dotted_name(node)
         self.report(node, entry.message(old), fix=self._fix_uses([node], entry, old.partition(".")[0], None))
 
     # -- calls: an argument value that is gone, and environment variables set by a call ------------
@@ -805,10 +812,10 @@ class MigrationVisitor:
                         checked.add(id(entry))
                         self._check_argument(node, entry)
         if self.environment and tail in _ENV_SETTERS:
-            qualified = _qualified_names(self.ctx, node.func)
-            if qualified & {"os.environ.setdefault", "os.putenv"} and positional(node):
+            setter = _qualified_names(self.ctx, node.func)
+            if setter & {"os.environ.setdefault", "os.putenv"} and positional(node):
                 self._check_setting(node.args[0], node.args[1] if len(positional(node)) > 1 else None)
-            elif "os.environ.update" in qualified:
+            elif "os.environ.update" in setter:
                 for key, value in _update_pairs(node):
                     self._check_setting(key, value)
 
@@ -856,7 +863,7 @@ class MigrationVisitor:
                 if not self._excused(node, moved):
                     new = moved.moved(full)
                     fixable = moved.applicability and new and len(node.names) == 1 and "." in new
-                    fix = partial(_fix_from_module, node, new, moved) if fixable else None
+                    fix = partial(_fix_from_module, node, new, moved) if fixable and new else None
                     self.report(alias, moved.message(full), fix=fix)
             elif full in self.functions and not self._excused(node, self.functions[full]):
                 self.from_imports.append((alias, self.functions[full], alias.asname or alias.name))
@@ -893,6 +900,8 @@ class MigrationVisitor:
         """`call` passes `entry.argument` a value (a literal, or a name or branch holding one) that
         is no longer allowed."""
         kw = next((k for k in call.keywords if k.arg == entry.argument), None)
+        if entry.position is None or entry.allowed is None:
+            return  # (never: load_table requires both of an argument entry)
         if kw is not None:
             value: ast.expr = kw.value
         elif entry.position < len(positional(call)):
@@ -914,7 +923,7 @@ class MigrationVisitor:
             index = len(call.args) + call.keywords.index(kw) if kw is not None else entry.position
             fix = partial(_fix_drop_argument, call, index, f"Drop `{entry.argument}={written}`", entry)
         # at the callee, where the call starts: the argument may sit lines below it
-        self.report(call.func, entry.message(dotted_name(call.func), written, resolved), fix=fix)
+        self.report(call.func, entry.message(dotted_name(call.func) or self.ctx.code(call.func), written, resolved), fix=fix)
 
     def _uses_of(self, local: str, qualified: str) -> list[ast.Name]:
         """The names that refer to the import `local` of `qualified`; none when `local` is also a
@@ -924,7 +933,7 @@ class MigrationVisitor:
             return []
         return self.ctx.index.name_uses.get(local, [])
 
-    def _fix_uses(self, refs: list[ast.expr], entry: Migration, beside: str | None,
+    def _fix_uses(self, refs: Sequence[ast.expr], entry: Migration, beside: str | None,
                   removed: ImportRequest | None) -> FixBuilder | None:
         """The fix rewriting `refs` (uses of `entry`), decided here, built on libcst; None when a use
         can't be rewritten."""

@@ -155,8 +155,10 @@ class BooleanMaskOfTracer(Rule):
 
     def _fix(self, node: ast.Subscript, mask: ast.expr):
         """`x[m].sum()` or `x.at[m].set(c)`, with `m` elementwise on `x`: the call to rewrite."""
-        call = self.ctx.index.parent(self.ctx.index.parent(node))
-        if not isinstance(call, ast.Call) or call.func is not self.ctx.index.parent(node) or call.keywords:
+        parent = self.ctx.index.parent(node)
+        call = self.ctx.index.parent(parent) if parent is not None else None
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute) or \
+                call.func is not parent or call.keywords:
             return None
         method = call.func.attr
         base = node.value
@@ -166,7 +168,7 @@ class BooleanMaskOfTracer(Rule):
                 return None
             number = call.args[0]
             literal = number.operand if isinstance(number, ast.UnaryOp) else number
-            safe = type(literal.value) is int
+            safe = isinstance(literal, ast.Constant) and type(literal.value) is int
             parts = lambda seg: (seg(mask), seg(number), seg(array))  # noqa: E731
         else:
             array = base

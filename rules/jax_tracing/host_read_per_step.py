@@ -190,8 +190,9 @@ class HostReadPerStep(Rule):
         loop = self.ctx.index.enclosing_loop(node)
         if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
                 isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range" and \
-                all(isinstance(a, ast.Constant) and isinstance(a.value, int) for a in loop.iter.args) and \
-                len(range(*[a.value for a in loop.iter.args])) <= SHORT_LOOP:
+                len(bounds := [a.value for a in loop.iter.args if isinstance(a, ast.Constant) and
+                               isinstance(a.value, int)]) == len(loop.iter.args) and \
+                len(range(*bounds)) <= SHORT_LOOP:
             return False
         return self.ctx.is_per_step(node)
 

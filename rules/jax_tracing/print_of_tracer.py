@@ -152,11 +152,15 @@ def _debug_print(cctx, node: ast.Call):
                 if isinstance(value, ast.Constant):
                     text += str(value.value).replace("{", "{{").replace("}", "}}")
                     continue
+                if not isinstance(value, ast.FormattedValue):
+                    return None  # (never: an f-string is constants and fields)
                 spec = ""
                 if value.format_spec is not None:
-                    if not all(isinstance(v, ast.Constant) for v in value.format_spec.values):
+                    written = value.format_spec.values if isinstance(value.format_spec, ast.JoinedStr) else []
+                    constants = [v for v in written if isinstance(v, ast.Constant)]
+                    if len(constants) != len(written):
                         return None  # a nested field in the spec: left as it is
-                    spec = ":" + "".join(str(v.value) for v in value.format_spec.values)
+                    spec = ":" + "".join(str(v.value) for v in constants)
                 conversion = "" if value.conversion == -1 else "!" + chr(value.conversion)
                 text += "{" + conversion + spec + "}"
                 args.append(cctx.text.segment(value.value))

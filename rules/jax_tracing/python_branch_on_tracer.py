@@ -158,8 +158,9 @@ class PythonBranchOnTracer(Rule):
 
     def _defaults_to_none(self, name: ast.Name) -> bool:
         param = self.ctx.parameter(name)
-        func = self.ctx.index.parent(self.ctx.index.parent(param)) if param is not None else None
-        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        arguments = self.ctx.index.parent(param) if param is not None else None
+        func = self.ctx.index.parent(arguments) if arguments is not None else None
+        if param is None or not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return False
         default = param_default(func, param)
         return isinstance(default, ast.Constant) and default.value is None

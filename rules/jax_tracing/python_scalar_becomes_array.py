@@ -104,7 +104,7 @@ class PythonScalarBecomesArray(Rule):
         loop = self.ctx.index.enclosing_loop(node)
         if target is None or loop is None:
             return
-        passed = [(name, arg) for name, arg in zip(target.params, node.args)]
+        passed: list[tuple[str | None, ast.expr]] = [(name, arg) for name, arg in zip(target.params, node.args)]
         passed += [(kw.arg, kw.value) for kw in node.keywords]
         for name, arg in passed:
             if name not in target.static and isinstance(arg, ast.Name) and self._flips(arg, loop):
