@@ -157,6 +157,27 @@ def test_installed_fix_imports_the_installed_runtime(user_venv, tmp_path):
     assert ran.stdout.strip().splitlines()[-1] == "[]", "the runtime loaded the linter's dependencies"
 
 
+def test_installed_runtime_is_typed_for_a_users_strict_mypy(user_venv, tmp_path):
+    """The wheel's py.typed covers xlalint.runtime (installed inside xlalint/): a user's `mypy --strict`
+    over code calling it passes and sees its real types (without the marker mypy reports the import
+    as untyped and fails)."""
+    pytest.importorskip("mypy")
+    (tmp_path / "user.py").write_text(
+        "import torch\n"
+        "from xlalint.runtime import DeviceAccumulator, clip_grad_norm_, masked_sum\n\n\n"
+        "def step(model: torch.nn.Module, mask: torch.Tensor) -> torch.Tensor:\n"
+        "    norm = clip_grad_norm_(model.parameters(), 1.0)\n"
+        "    reveal_type(norm)\n"
+        "    acc = DeviceAccumulator()\n"
+        "    acc.add(norm)\n"
+        "    return masked_sum(norm, mask)\n"
+    )
+    proc = run([sys.executable, "-m", "mypy", "--strict", "--python-executable", user_venv / "bin" / "python",
+                "--cache-dir", tmp_path / "cache", "--no-incremental", "user.py"], cwd=tmp_path, env=clean_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'Revealed type is "torch._tensor.Tensor"' in proc.stdout, proc.stdout
+
+
 # -- pre-commit --------------------------------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 LINE_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,?\s*[A-Z]+[0-9]+)*))?", re.I)
 FILE_NOQA = re.compile(r"#\s*xlalint\s*:\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,?\s*[A-Z]+[0-9]+)*))?", re.I)
-OTHER_FILE_NOQA = re.compile(r"#\s*[a-z][\w-]*\s*:\s*noqa\b", re.I)  # `# ruff: noqa`, `# flake8: noqa`
+OTHER_FILE_NOQA = re.compile(r"#\s*[a-z][\w-]*\s*:\s*noqa\b", re.I)  # Ruff's and flake8's file-level form
 ALL = frozenset({"*"})
 
 

@@ -11,6 +11,8 @@ Findings and what their fixes do are decided on `ast`; the fixes are built on li
 
 from ._common import TABLE, MigrationTableError, load_table  # the migration table, as data (tests read it)
 
+__all__ = ["TABLE", "MigrationTableError", "load_table"]
+
 # The family's codes start with CODES and its rules' categories are among CATEGORIES; the registry
 # (xlalint.rules) checks every rule module of this package against them.
 CODES = "XLA6"
