@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from xlalint.analysis.names import dotted_name, is_constant, param_default, string_value
 from xlalint.diagnostics import Applicability, Fix
+from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
 from ._common import CLIP_GRAD_NORM
 
@@ -263,7 +264,11 @@ class ClipGradNormSync(Rule):
             # passed through from a parameter whose default is True (the caller usually keeps it)
             param = self.ctx.parameter(value)
             if param is not None and not self.ctx.reaching_values(value):
-                default = param_default(self.ctx.parent(self.ctx.parent(param)), param)
+                arguments = self.ctx.parent(param)
+                func = self.ctx.parent(arguments) if arguments is not None else None
+                if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    return False  # (never: a parameter's grandparent is its function)
+                default = param_default(func, param)
                 return default is not None and _is_true(default)
             values = self.ctx.reaching_values(value)
             return bool(values) and all(_is_true(v) for v in values)
@@ -280,7 +285,7 @@ class ClipGradNormSync(Rule):
     @staticmethod
     def _fix(cctx: CstContext, call: ast.Call, drop: int | None, safe: bool) -> Fix:
         """Call the runtime's `clip_grad_norm_` instead, without the argument at source position `drop`."""
-        node = cctx.locate(call)
+        node = cctx.find(call, cst.Call)
         spelled, request = cctx.importable("xlalint.runtime", "clip_grad_norm_")
         args = list(node.args)
         if drop is not None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from xlalint.analysis.index import FUNCTIONS, target_names
 from xlalint.analysis.names import dotted_name, last_part, method_name, receiver
 from xlalint.diagnostics import Applicability, Fix
+from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
@@ -334,14 +335,17 @@ class ManualGradClipping(Rule):
         if not self._loop_scales_each(loop.body, loop.target.id, threshold, norm, coefficients):
             return None
         params = loop.iter
-        compared = _norm_denominator(self.ctx.assigned_values(norm)[0].right) if coefficient else norm
+        compared: ast.expr | None = norm
+        if coefficient:  # `coef = max / (norm + eps)`, as _threshold_of_coefficient found
+            value = self.ctx.assigned_values(norm)[0]
+            compared = _norm_denominator(value.right) if isinstance(value, ast.BinOp) else None
         if compared is None or not self._norm_over(compared, params):
             return None
         return code(params), code(threshold)
 
     @staticmethod
     def _fix(cctx: CstContext, if_node: ast.If, params: str, threshold: str) -> Fix:
-        node = cctx.locate(if_node)
+        node = cctx.find(if_node, cst.If)
         spelled, request = cctx.importable("xlalint.runtime", "clip_grad_norm_")
         statement = cctx.parse_statement(f"{spelled}({params}, {threshold})")
         statement = statement.with_changes(leading_lines=node.leading_lines)
@@ -383,7 +387,7 @@ class ManualGradClipping(Rule):
             target, factor = small.target, small.value
         else:
             return False
-        if code(target) not in (f"{var}.grad", f"{var}.grad.data", f"{var}.grad.detach()"):
+        if target is None or code(target) not in (f"{var}.grad", f"{var}.grad.data", f"{var}.grad.detach()"):
             return False
         if code(factor) in coefficients:
             return True
@@ -444,4 +448,5 @@ def _simple_assignment(statement: ast.stmt):
 
 def _is_number(node: ast.expr, value: float) -> bool:
     """An int or float literal equal to `value` (never `True`)."""
-    return isinstance(node, ast.Constant) and type(node.value) in (int, float) and float(node.value) == value
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and type(node.value) is not bool \
+        and float(node.value) == value

@@ -160,6 +160,7 @@ ARRAY_ATTRIBUTES = {"T", "mT", "real", "imag", "value"}
 STATIC_FUNCTIONS = {"jax.numpy.shape", "jax.numpy.ndim", "jax.numpy.size", "jax.numpy.result_type",
                     "jax.numpy.dtype", "jax.numpy.iinfo", "jax.numpy.finfo", "len", "isinstance", "type"}
 MAX_DEPTH = 8
+Function = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda  # what JAX stages: a def or a lambda
 
 
 def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
@@ -169,8 +170,8 @@ def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
     transformations, every parameter not annotated as an array (non-arrays are static there). A
     helper only called from traced code is left out: its callers may pass static Python values."""
     staging = ctx.jax_staged.get(func)
-    if staging is None:
-        return set()
+    if staging is None or not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return set()  # (staged: always a def or a lambda)
     names = [a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)]
     if names and names[0] in ("self", "cls"):
         names = names[1:]
@@ -217,7 +218,7 @@ def _annotated_array(arg: ast.arg) -> bool:
     return "Array" in text or "ndarray" in text
 
 
-def _unmapped(ctx: "FileContext", func: ast.AST, specs: list[ast.Call]) -> set[str]:
+def _unmapped(ctx: "FileContext", func: Function, specs: list[ast.Call]) -> set[str]:
     """The parameters a `vmap` passes through unmapped (`in_axes` None at their position), or a
     `shard_map` does not shard (`in_specs` None): their Python values reach the function as they
     are (a config value, `cp_size`)."""
@@ -256,7 +257,7 @@ def _passed(ctx: "FileContext", call: ast.Call) -> int:
     return max(len(call.args) - 3, 0)
 
 
-def _static_names(func: ast.AST, staging: list[ast.Call]) -> set[str]:
+def _static_names(func: Function, staging: list[ast.Call]) -> set[str]:
     """The parameters `static_argnames`/`static_argnums` of these staging calls make static."""
     args = [*func.args.posonlyargs, *func.args.args]  # a decorated method counts `self` (static_argnums=0)
     static: set[str] = set()
@@ -294,6 +295,8 @@ def staged_functions(ctx: "FileContext") -> dict[ast.AST, list[ast.Call]]:
             if func in staged_lambdas:
                 staged[func] = []  # a lambda given to a primitive or to jax.jit
             continue
+        if not isinstance(func, FUNCTIONS):
+            continue  # (never: traced code is a def or a lambda)
         decorators = [d for d in func.decorator_list if _is_tracing(ctx, d)]
         if decorators or func in by_function:
             staged[func] = [d for d in decorators if isinstance(d, ast.Call)] + by_function.get(func, [])
@@ -479,7 +482,7 @@ def jitted_callables(ctx: "FileContext") -> dict[str, JittedCallable]:
     this module runs."""
     found: dict[str, JittedCallable] = {}
     for func, staging in ctx.jax_staged.items():
-        if isinstance(func, ast.Lambda):
+        if not isinstance(func, FUNCTIONS):  # a lambda (staged: a def or a lambda)
             continue
         params = tuple(a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs))
         if params and params[0] in ("self", "cls"):
@@ -496,7 +499,7 @@ def jitted_callables(ctx: "FileContext") -> dict[str, JittedCallable]:
     return found
 
 
-def _decorated(ctx: "FileContext", func: ast.AST) -> JittedCallable:
+def _decorated(ctx: "FileContext", func: ast.FunctionDef | ast.AsyncFunctionDef) -> JittedCallable:
     """What calling a `@jax.jit`-decorated function runs (computed once per function)."""
     cached = ctx.jitted_cache.get(func)
     if cached is not None:
@@ -509,7 +512,7 @@ def _decorated(ctx: "FileContext", func: ast.AST) -> JittedCallable:
     return found
 
 
-def _callable(ctx: "FileContext", func: ast.AST, params: tuple[str, ...], specs: list[ast.expr],
+def _callable(ctx: "FileContext", func: Function, params: tuple[str, ...], specs: list[ast.expr],
               traced: set[str]) -> JittedCallable:
     """Under `filter_jit` every parameter not traced (not annotated as an array) is static."""
     if any(_transformation(ctx, s) in FILTERED for s in specs):
@@ -524,7 +527,8 @@ def jitted_target(ctx: "FileContext", call: ast.Call) -> JittedCallable | None:
     if isinstance(func, ast.Name):
         defined = resolve_function(ctx, func)  # the `forward` defined here, not another test's
         for candidate in defined:
-            if candidate in ctx.jax_staged and any(_is_tracing(ctx, d) for d in candidate.decorator_list):
+            if isinstance(candidate, FUNCTIONS) and candidate in ctx.jax_staged and \
+                    any(_is_tracing(ctx, d) for d in candidate.decorator_list):
                 return _decorated(ctx, candidate)
         target = ctx.jax_jitted.get(func.id)
         if target is not None and getattr(target.func, "name", None) == func.id and target.func not in defined:
@@ -602,7 +606,8 @@ def is_bound_method(ctx: "FileContext", attribute: ast.Attribute, loop: ast.AST)
     for value in ctx.reaching_values(owner):
         if loop in set(ctx.index.ancestors(value)) and isinstance(value, ast.Call) and \
                 isinstance(value.func, ast.Name):
-            classes = [c for c in ctx.index.by_type.get(ast.ClassDef, ()) if c.name == value.func.id]
+            classes = [c for c in ctx.index.by_type.get(ast.ClassDef, ())
+                       if isinstance(c, ast.ClassDef) and c.name == value.func.id]
             if any(isinstance(f, FUNCTIONS) and f.name == attribute.attr for c in classes for f in c.body):
                 inside.add(value)
     return bool(inside)

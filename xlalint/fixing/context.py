@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -15,6 +15,8 @@ from ..diagnostics import ImportRequest
 from ..source import SourceText
 from .cst_index import ModuleIndex, build_index
 from .cst_names import dotted_name
+
+N = TypeVar("N", bound=cst.CSTNode)
 
 # The libcst node classes that stand for an `ast` node class (same span, same construct).
 AST_TO_CST: dict[type, tuple[type, ...]] = {
@@ -108,6 +110,14 @@ class CstContext:
                 if best is None or _size(outer) < _size(best[1]):
                     best = (candidate, outer)
         return best[0] if best else None
+
+    def find(self, node: ast.AST, kind: type[N]) -> N:
+        """`locate(node, kind)` for a node a fix was decided on, which is there: the same text gave both
+        trees. Typed as `kind`; a miss is a bug in the fix (ValueError: the engine keeps the file)."""
+        found = self.locate(node, kind)
+        if not isinstance(found, kind):
+            raise ValueError(f"no {kind.__name__} spans {self.span_of(node)}")
+        return found
 
     # -- what fix builders ask, as on the analysis side ------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
