@@ -65,7 +65,8 @@ def without_codes(comment: str, directive: tuple[int, int], codes: list[str]) ->
     the comment); "" when nothing of the comment is left."""
     start, end = directive
     match = LINE_NOQA.match(comment, start)
-    kept = [c for c in re.findall(r"[A-Za-z]+[0-9]+", match.group("codes") or "") if c.upper() not in
+    written = match.group("codes") if match is not None else None  # (there is one: `directive` is its span)
+    kept = [c for c in re.findall(r"[A-Za-z]+[0-9]+", written or "") if c.upper() not in
             {x.upper() for x in codes}]
     rest_before, rest_after = comment[:start].rstrip(), comment[end:].strip()
     if kept:

@@ -10,6 +10,7 @@ from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import dotted_name, method_name, receiver
 from xlalint.analysis.tensors import evident_device_tensor, Kind
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
+from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
@@ -194,7 +195,9 @@ class PythonValueFromTensors(Rule):
         return evident_device_tensor(self.ctx, expr) or self.ctx.tensor_kind(expr) == Kind.DEVICE
 
     def _is_tensor_method(self, node: ast.Call, args: list[ast.expr]) -> bool:
-        return self._device(receiver(node)) and self.ctx.tensor_kind(args[0]) not in (Kind.NOT_TENSOR, Kind.CPU)
+        recv = receiver(node)
+        return recv is not None and self._device(recv) and \
+            self.ctx.tensor_kind(args[0]) not in (Kind.NOT_TENSOR, Kind.CPU)
 
     def _on_device_only(self, args: list[ast.expr]) -> bool:
         """A tensor that may be on the device among the arguments (a model output, or the inputs of a
@@ -222,7 +225,7 @@ class PythonValueFromTensors(Rule):
 
 
 def _use_elementwise(cctx: CstContext, node: ast.Call, func: str, imports: list[ImportRequest]) -> Fix:
-    call = cctx.locate(node)
+    call = cctx.find(node, cst.Call)
     return Fix.replace(call, call.with_changes(func=cctx.parse_expression(func)),
                        title=f"Use `{func}` (elementwise, on the device)", safe=False, imports=imports)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import dotted_name, string_value
@@ -175,9 +175,10 @@ class BooleanMaskAssign(Rule):
 
 
 def _masked_fill(cctx: CstContext, node: ast.Assign, mask: ast.expr, safe: bool) -> Fix:
-    assign = cctx.locate(node)
-    base, value = cctx.code(assign.targets[0].target.value), cctx.code(assign.value)
-    mask_code = cctx.code(cctx.locate(mask))
+    assign = cctx.find(node, cst.Assign)
+    subscript = cast(cst.Subscript, assign.targets[0].target)  # `x[m] = v`, as the rule found
+    base, value = cctx.code(subscript.value), cctx.code(assign.value)
+    mask_code = cctx.code(cctx.find(mask))
     new = cst.Expr(cctx.parse_expression(f"{base}.masked_fill_({mask_code}, {value})"))
     return Fix.replace(assign, new, title="Use `masked_fill_` (static shape)", safe=safe)
 
@@ -189,7 +190,7 @@ FLOAT16_MAX = 65504.0  # torch.finfo(torch.float16).max
 
 def _scalar_value(ctx: FileContext, value: ast.expr) -> float | None:
     """The number a `_python_scalar` expression holds (None when it can't be told)."""
-    if isinstance(value, ast.Constant) and type(value.value) in (int, float, bool):
+    if isinstance(value, ast.Constant) and isinstance(value.value, (int, float)):  # (bool is an int)
         return value.value
     if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
         inner = _scalar_value(ctx, value.operand)

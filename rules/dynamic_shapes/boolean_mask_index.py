@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.tensors import elementwise_of, is_bool_mask, Kind
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
+from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
 from ._common import shaped_out, single_index
 
@@ -248,22 +249,22 @@ def _reduced(ctx: FileContext, node: ast.Subscript) -> str | None:
 
 
 def _runtime_reduction(cctx: CstContext, node: ast.Subscript, mask: ast.expr, function: str) -> Fix:
-    subscript = cctx.locate(node)
+    subscript = cctx.find(node, cst.Subscript)
     call = cctx.parent(cctx.parent(subscript))  # the `.mean()` around it
     spelled, request = cctx.importable("xlalint.runtime", function)
     value = subscript.value
     if getattr(value, "lpar", None):  # `((a - b) ** 2)[m]`: an argument needs no parentheses of its own
         value = value.with_changes(lpar=[], rpar=[])
-    mask_code, base = cctx.code(cctx.locate(mask)), cctx.code(value)
+    mask_code, base = cctx.code(cctx.find(mask)), cctx.code(value)
     new = cctx.parse_expression(f"{spelled}({base}, {mask_code})")
     return Fix.replace(call, new, title=f"Reduce with `{function}` (static shape)", safe=False, imports=[request])
 
 
 def _sum_with_where(cctx: CstContext, node: ast.Subscript, mask: ast.expr, torch_name: str, safe: bool,
                     imports: list[ImportRequest]) -> Fix:
-    subscript = cctx.locate(node)
+    subscript = cctx.find(node, cst.Subscript)
     call = cctx.parent(cctx.parent(subscript))  # the `.sum()` around it
-    mask_code, base = cctx.code(cctx.locate(mask)), cctx.code(subscript.value)
+    mask_code, base = cctx.code(cctx.find(mask)), cctx.code(subscript.value)
     new = cctx.parse_expression(f"{torch_name}.where({mask_code}, {base}, 0).sum()")
     return Fix.replace(call, new, title="Mask with `where` and reduce over the full tensor (exact up to summation "
                        "order)", safe=safe, imports=imports)

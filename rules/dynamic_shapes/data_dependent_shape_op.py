@@ -183,7 +183,10 @@ class DataDependentShapeOp(Rule):
             qualified = self.ctx.qualified_name(node.func) or ""
             if qualified.split(".")[0] in ("numpy", "np", "pandas", "pd") or qualified.startswith("torch."):
                 return
-            subject = receiver(node)
+            recv = receiver(node)
+            if recv is None:
+                return  # (never: a method call has a receiver)
+            subject = recv
             if op == "repeat_interleave" and not self._tensor_repeats(node, positional(node), functional=False):
                 return
             if op == "nonzero" and (node.args or node.keywords) and not keyword(node, "as_tuple"):

@@ -42,7 +42,7 @@ class UnusedNoqa(Rule):
     code, name, category = "XLA901", "unused-noqa", "other"
     summary = "unused `noqa` code: {codes}"
     fix_availability = "always"
-    judges_noqa = True  # the engine reports it from the file's `# noqa` comments after the other rules
+    judges_noqa = True  # the engine reports it from the file's noqa comments, after the other rules
 
     VALID = [
         Valid("import torch\nx = torch.ones(3)  # noqa: E501\n"),  # another tool's code

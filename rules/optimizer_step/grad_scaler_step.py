@@ -15,7 +15,8 @@ from xlalint.rule import Invalid, Rule, Valid
 
 def _first_argument(call: ast.Call) -> ast.Starred | ast.keyword | ast.expr | None:
     """The call's first argument as written, positional or keyword (`f(a=1, *rest)`)."""
-    return min([*call.args, *call.keywords], key=lambda a: (a.lineno, a.col_offset), default=None)
+    written: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
+    return min(written, key=lambda a: (a.lineno, a.col_offset), default=None)
 
 
 SCALER_NAME = re.compile(r"(^|_)(grad_?)?scaler$", re.I)
@@ -192,7 +193,7 @@ class GradScalerStep(Rule):
 
     def _is_scaler(self, expr: ast.expr | None) -> bool:
         name = dotted_name(expr)
-        if not name:
+        if not name or expr is None:
             return False
         for value in self.ctx.assigned_values(expr):
             if isinstance(value, ast.Call) and SCALER_CLASS.match(last_part(dotted_name(value.func))):

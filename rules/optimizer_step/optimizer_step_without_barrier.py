@@ -14,6 +14,7 @@ from xlalint.analysis.names import (dotted_name, function_params, has_star_args,
                                     receiver)
 from xlalint.analysis.vocabulary import OPTIMIZER_CLASS, OPTIMIZER_NAME
 from xlalint.diagnostics import Applicability, Fix
+from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
 from ._common import insert_sync_after, simple_statement
 
@@ -626,7 +627,7 @@ class OptimizerStepWithoutBarrier(Rule):
             return
         barriers = self.ctx.barriers
         recv = receiver(node)
-        if not barriers.is_optimizer(recv):
+        if recv is None or not barriers.is_optimizer(recv):
             return
         if not self.ctx.is_per_step(node, periodic=True) or self.ctx.in_non_xla_code(node):
             return
@@ -693,9 +694,9 @@ class OptimizerStepWithoutBarrier(Rule):
 
 # -- fixes, built on libcst ------------------------------------------------------------------------
 def _fix(cctx: CstContext, node: ast.Call, *, with_closure: bool) -> Fix | None:
-    call = cctx.locate(node)
-    if call is None:
-        return None
+    call = cctx.locate(node, cst.Call)
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+        return None  # (`opt.step()`, as the rule found: a call of an attribute)
     spelled, request = cctx.importable("xlalint.runtime", "optimizer_step")
     text = f"{spelled}({cctx.code(call.func.value)}, barrier=True"
     if with_closure:  # the call's one argument, positional or `closure=`

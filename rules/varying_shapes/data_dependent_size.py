@@ -169,7 +169,7 @@ class DataDependentSize(Rule):
         self._found: list[tuple[ast.AST, ast.AST, ast.AST | int, str]] = []
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
-        bounds = []
+        bounds: list[ast.expr] = []
         for element in subscript_indices(node):
             if isinstance(element, ast.Slice):
                 bounds.extend(b for b in (element.lower, element.upper) if b is not None)
@@ -229,7 +229,7 @@ class DataDependentSize(Rule):
                 flat.append(v)
         return flat
 
-    def _report(self, node: ast.AST, source: ast.AST, size: ast.expr, what: str) -> None:
+    def _report(self, node: ast.expr, source: ast.AST, size: ast.expr, what: str) -> None:
         if not self.ctx.runs_hot(node):
             return
         # a size that is still a device tensor is converted to an int (a host read) at every use, so
@@ -241,7 +241,7 @@ class DataDependentSize(Rule):
 
     def finish(self) -> None:
         # calls and subscripts are visited type by type: "first" must mean first in the source
-        seen: set[tuple[ast.AST, ast.AST]] = set()
+        seen: set[tuple[ast.AST, ast.AST | int]] = set()
         for node, func, key, what in sorted(self._found, key=lambda found: self.ctx.index.order[found[0]]):
             if (func, key) not in seen:
                 seen.add((func, key))
@@ -369,6 +369,8 @@ def _call_source(ctx, call: ast.Call, depth: int) -> ast.AST | None:
     method = method_name(call)
     if method in _TENSOR_SCALAR_METHODS:
         recv = receiver(call)
+        if recv is None:
+            return None  # (never: a method call has a receiver)
         deeper = _data_dependent(ctx, recv, depth + 1)
         if deeper is not None:
             return deeper

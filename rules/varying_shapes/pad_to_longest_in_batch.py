@@ -96,6 +96,7 @@ def _host_only_uses(ctx, func: ast.AST, name: str, depth: int) -> bool:
     uses = [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
     if not uses or depth > 2:
         return False
+    node: ast.AST
     for use in uses:
         node, parent = use, ctx.parent(use)
         while isinstance(parent, ast.Subscript) and parent.value is node:  # `ids[i]`, `ids[:, n:]`

@@ -269,7 +269,7 @@ class TrainLoaderWithoutDropLast(Rule):
 
 
 def _drop_last(cctx: CstContext, node: ast.Call) -> Fix:
-    call = cctx.locate(node)
+    call = cctx.find(node, cst.Call)
     from xlalint.fixing.cst_names import with_keyword  # libcst-side helpers load with the fix
 
     new = with_keyword(call, "drop_last", cst.Name("True"))

@@ -100,7 +100,7 @@ class FileContext:
         return not self._scope_values(scope, name) and not self._scope_values(self.tree, name)
 
     # -- structure --------------------------------------------------------------------------
-    def parent(self, node: ast.AST) -> ast.AST | None:
+    def parent(self, node: ast.AST | None) -> ast.AST | None:
         return self.index.parent(node)
 
     def calls_within(self, owner: ast.AST) -> list[ast.Call]:

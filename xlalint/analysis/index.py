@@ -58,8 +58,9 @@ class ModuleIndex:
     _first_in_block: dict[tuple[int, str], int] = field(default_factory=dict)
     _positions: dict[ast.AST, int] = field(default_factory=dict)  # statement -> its position in its block
 
-    def parent(self, node: ast.AST) -> ast.AST | None:
-        return self.parents.get(node)
+    def parent(self, node: ast.AST | None) -> ast.AST | None:
+        """The node's parent; None for the module, or for None (so `parent(parent(x))` needs no check)."""
+        return self.parents.get(node) if node is not None else None
 
     def field_of(self, node: ast.AST) -> str | None:
         """The field of its parent that holds `node` ("body", "orelse", "test", ...)."""

@@ -97,7 +97,11 @@ def subscript_indices(node: ast.Subscript) -> list[ast.expr]:
     return node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
 
 
-def param_default(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, param: ast.arg) -> ast.expr | None:
+def param_default(func: ast.AST | None, param: ast.arg) -> ast.expr | None:
+    """The default of `param` of `func` (a parameter's grandparent); None without one, or when `func`
+    is not a function."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return None
     a = func.args
     positional_params = [*a.posonlyargs, *a.args]
     if param in positional_params:

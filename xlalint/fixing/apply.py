@@ -148,7 +148,9 @@ def _add_imports(module: cst.Module, requests: list[ImportRequest], *, notebook:
     return module.with_changes(body=[*body[:lead], *head.body, *body[end + 1:]])
 
 
-def _imports_torch(statement: cst.SimpleStatementLine) -> bool:
+def _imports_torch(statement: cst.BaseStatement) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False  # (never: an import line)
     node = statement.body[0]
     names = [dotted_name(node.module) or ""] if isinstance(node, cst.ImportFrom) and node.module else [
         dotted_name(alias.name) or "" for alias in getattr(node, "names", ())]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -111,17 +111,22 @@ class CstContext:
                     best = (candidate, outer)
         return best[0] if best else None
 
-    def find(self, node: ast.AST, kind: type[N]) -> N:
-        """`locate(node, kind)` for a node a fix was decided on, which is there: the same text gave both
-        trees. Typed as `kind`; a miss is a bug in the fix (ValueError: the engine keeps the file)."""
+    @overload
+    def find(self, node: ast.AST) -> cst.CSTNode: ...
+    @overload
+    def find(self, node: ast.AST, kind: type[N]) -> N: ...
+
+    def find(self, node: ast.AST, kind: type[cst.CSTNode] | None = None) -> cst.CSTNode:
+        """`locate` for a node a fix was decided on, which is there (the same text gave both trees), typed
+        as `kind` when given. A miss is a bug in the fix: ValueError, after which the engine keeps the file."""
         found = self.locate(node, kind)
-        if not isinstance(found, kind):
-            raise ValueError(f"no {kind.__name__} spans {self.span_of(node)}")
+        if found is None or (kind is not None and not isinstance(found, kind)):
+            raise ValueError(f"no libcst node for the {type(node).__name__} at {self.span_of(node)}")
         return found
 
     # -- what fix builders ask, as on the analysis side ------------------------------------------
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.index.parent(node)
+    def parent(self, node: cst.CSTNode | None) -> cst.CSTNode | None:
+        return self.index.parent(node) if node is not None else None
 
     def qualified_name(self, node: cst.CSTNode) -> str | None:
         name = dotted_name(node)
