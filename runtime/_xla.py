@@ -35,7 +35,8 @@ def xla_model() -> ModuleType | None:
         import torch_xla.core.xla_model as xm
     except ImportError:
         return None
-    return xm
+    module: ModuleType = xm  # (untyped: torch_xla ships no annotations)
+    return module
 
 
 def _runtime_initialized(torch_xla: ModuleType) -> bool:

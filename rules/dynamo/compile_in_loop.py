@@ -86,7 +86,7 @@ class CompileInLoop(Rule):
                 self.report(node, self.summary.format(name=read[0]))
                 return
 
-    def _loop(self, node: ast.AST) -> ast.AST | None:
+    def _loop(self, node: ast.AST) -> ast.For | ast.AsyncFor | ast.While | None:
         for anc in self.ctx.index.ancestors(node):
             if isinstance(anc, LOOPS):
                 return anc
@@ -95,7 +95,7 @@ class CompileInLoop(Rule):
         return None
 
     @staticmethod
-    def _changing(loop: ast.AST) -> set[str]:
+    def _changing(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
         names = set(target_names(loop.target)) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
         for stmt in loop.body:
             for n in ast.walk(stmt):
@@ -105,5 +105,7 @@ class CompileInLoop(Rule):
 
 
 def _params(func: ast.AST) -> set[str]:
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return set()  # (never: a lambda, or a def functions_named found)
     a = func.args
     return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}

@@ -111,4 +111,5 @@ class DisabledCalleeInCompiled(Rule):
             return
         options = compiled_options(self.ctx, node)
         if options is not None:
-            self.report(node, self.summary.format(func=callees[0].name, consequence=break_note(options)))
+            name = getattr(callees[0], "name", "")  # a def's (functions_named finds defs)
+            self.report(node, self.summary.format(func=name, consequence=break_note(options)))

@@ -153,7 +153,8 @@ class DynamicShapeOpInCompiled(Rule):
         if func == "where" and not rest and not node.keywords and name == "torch.where":
             return "torch.where(cond)"
         if func == "repeat_interleave":
-            repeats = rest[0] if rest else (keyword(node, "repeats").value if keyword(node, "repeats") else None)
+            written = keyword(node, "repeats")
+            repeats = rest[0] if rest else (written.value if written else None)
             if repeats is not None and is_tensor(self.ctx, repeats):
                 return "repeat_interleave"
         return None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+from typing import cast
 
 from xlalint.analysis.names import dotted_name, keyword, positional
 from xlalint.diagnostics import Fix
@@ -141,7 +142,7 @@ class OneHotWithoutNumClasses(Rule):
         parent = self.ctx.parent(current)
         while isinstance(parent, ast.Attribute) and parent.attr in PASSING and \
                 isinstance(self.ctx.parent(parent), ast.Call):
-            current = self.ctx.parent(parent)
+            current = cast(ast.Call, self.ctx.parent(parent))  # a Call: the loop's condition
             parent = self.ctx.parent(current)
         if not (isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Mult, ast.Add, ast.Sub))):
             return None

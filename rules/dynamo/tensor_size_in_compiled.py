@@ -139,4 +139,6 @@ class TensorSizeInCompiled(Rule):
         return compiled_options(self.ctx, expr) is not None and is_tensor(self.ctx, expr)
 
     def _message(self, node: ast.AST, what: str) -> str:
-        return self.summary.format(what=what, consequence=break_note(compiled_options(self.ctx, node)))
+        options = compiled_options(self.ctx, node)
+        assert options is not None  # a finding is in compiled code (_tensor_size)
+        return self.summary.format(what=what, consequence=break_note(options))

@@ -16,11 +16,12 @@ import sys
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from xlalint.analysis.names import dotted_name, has_star_args, keyword, positional, string_value
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.fixing.lazy import cst
+from xlalint.rule import Rule
 
 from ._common import spell_module
 
@@ -104,10 +105,10 @@ def _validate(row: dict, where: str, seen: set[tuple]) -> Move:
         fail(f"`kind` must be one of {KINDS}, got {kind!r}")
     if not (_ENV if kind == "environment" else _DOTTED).fullmatch(row["name"]):
         fail(f"`name` is not a {'variable' if kind == 'environment' else 'dotted'} name: {row['name']!r}")
-    key = (kind, row["name"], row.get("argument"))
-    if key in seen:
+    identity = (kind, row["name"], row.get("argument"))
+    if identity in seen:
         fail("duplicate row")
-    seen.add(key)
+    seen.add(identity)
     if row["fix"] not in FIXES:
         fail(f"`fix` must be one of {FIXES}, got {row['fix']!r}")
     transform = row.get("transform")
@@ -182,10 +183,9 @@ _SETTERS = ("os.environ.setdefault", "os.putenv")
 _BY_NAME: dict[tuple[str, str], dict[str, Move]] = {}
 
 
-class MigrationVisitor:
-    """Mixin for a TPU1xx rule: reports this code's rows of the table (set `code` on the rule)."""
-
-    code: ClassVar[str]
+class MigrationVisitor(Rule):
+    """Base of a TPU1xx rule: reports this code's rows of the table (set `code` on the rule; without one
+    the registry does not list it)."""
 
     @classmethod
     def rows(cls) -> tuple[Move, ...]:
@@ -219,11 +219,13 @@ class MigrationVisitor:
                 self.report(node, _message(envs[name], name))
 
     def _argument(self, call: ast.Call, move: Move) -> None:
+        if move.argument is None or move.position is None:
+            return  # (never: an `argument` row has both)
         kw = keyword(call, move.argument)
         args = positional(call)
         value = kw.value if kw is not None else (
             args[move.position] if 0 <= move.position < len(args) else None)
-        if string_value(value) not in move.values:
+        if value is None or string_value(value) not in move.values:
             return
         fix = None
         if move.applicability is not None:
@@ -275,7 +277,7 @@ class MigrationVisitor:
         applicability = move.applicability
         if move.needs_process_group and not _calls_init_process_group(ctx):
             applicability = Applicability.UNSAFE
-        if move.transform == "unwrap" and not positional(target):
+        if move.transform == "unwrap" and not (isinstance(target, ast.Call) and positional(target)):
             return None
         return partial(_build, move, target, spelled, applicability, _removed_import(ctx, ref))
 
@@ -284,7 +286,7 @@ class MigrationVisitor:
         with the imports they need (under the key `imports`)."""
         ctx = self.ctx
         needed = ["torch"] if move.transform in ("device", "compile", "autocast", "save") else []
-        if move.transform == "rename":
+        if move.transform == "rename" and move.to:
             needed.append(move.to.rpartition(".")[0])
         found: dict = {"imports": []}
         for module in needed:
@@ -305,8 +307,8 @@ def _references(ctx: "FileContext") -> list[tuple[ast.expr, ast.AST, Move, str]]
     cached = ctx.__dict__.get("_torchtpu_references")
     if cached is not None:
         return cached
-    found = []
-    names = [n for n in ctx.index.by_type.get(ast.Name, ()) if isinstance(n.ctx, ast.Load)]
+    found: list[tuple[ast.expr, ast.AST, Move, str]] = []
+    names = [n for n in ctx.index.by_type.get(ast.Name, ()) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
     for node in (*ctx.index.by_type.get(ast.Attribute, ()), *names):
         parent = ctx.parent(node)
         if isinstance(parent, ast.Attribute):
@@ -315,6 +317,8 @@ def _references(ctx: "FileContext") -> list[tuple[ast.expr, ast.AST, Move, str]]
         move = _CALLS.get(qualified or "")
         if move is None or (isinstance(node, ast.Name) and node.id == qualified):
             continue  # a bare name the file defines itself
+        if not isinstance(node, (ast.Attribute, ast.Name)) or qualified is None:
+            continue  # (never: by_type's Attributes, and a name that has a move)
         target = parent if isinstance(parent, ast.Call) and parent.func is node else node
         found.append((node, target, move, dotted_name(node) or qualified))
     found.sort(key=lambda item: ctx.index.order.get(item[0], 0))
@@ -383,15 +387,21 @@ def _build(move: Move, target: ast.AST, spelled: dict, applicability: Applicabil
     old = cctx.locate(target)
     if old is None:
         return None
+    new: cst.CSTNode
+    call = old if isinstance(old, cst.Call) else None  # a decorator otherwise (`@torch_xla.compile`)
     if move.transform == "device":
         new = cctx.parse_expression(f'{torch}.device("tpu")')
         title = 'Use `torch.device("tpu")`'
     elif move.transform == "rename":
+        if call is None or move.to is None:
+            return None  # (a reference is not fixed, see _fix; a `rename` row has its `to`)
         module, _, func = move.to.rpartition(".")
-        new = old.with_changes(func=cctx.parse_expression(f"{spelled[module]}.{func}"))
+        new = call.with_changes(func=cctx.parse_expression(f"{spelled[module]}.{func}"))
         title = f"Use `{move.to}()`"
     elif move.transform == "unwrap":
-        new = old.args[0].value
+        if call is None:
+            return None
+        new = call.args[0].value
         title = "Iterate the loader itself"
     elif move.transform == "compile":
         backend = 'backend="tpu"'
@@ -402,12 +412,14 @@ def _build(move: Move, target: ast.AST, spelled: dict, applicability: Applicabil
             new = cctx.parse_expression(f"{torch}.compile({backend})")
         title = 'Use `torch.compile(..., backend="tpu")`'
     elif move.transform == "autocast":
-        new = _autocast(cctx, old, torch)
+        if call is None:
+            return None
+        new = _autocast(cctx, call, torch)
         title = 'Use `torch.autocast("tpu", dtype=torch.bfloat16)`'
     elif move.transform == "save":
-        if len(old.args) != 2 or any(a.keyword is not None for a in old.args):
+        if call is None or len(call.args) != 2 or any(a.keyword is not None for a in call.args):
             return None
-        obj, path = (cctx.code(a.value) for a in old.args)
+        obj, path = (cctx.code(a.value) for a in call.args)
         new = cctx.parse_expression(
             f"{torch}.save({torch}.utils._pytree.tree_map_only({torch}.Tensor, {torch}.Tensor.cpu, {obj}), {path})")
         title = "Use `torch.save` of CPU values"
@@ -434,9 +446,9 @@ def _autocast(cctx: "CstContext", old: cst.Call, torch: str) -> cst.Call:
 
 def _fix_value(call: ast.Call, value: ast.expr, move: Move, cctx: "CstContext") -> Fix | None:
     """The argument's literal becomes `move.to`; keywords of `move.drop` holding their value go."""
-    old_call = cctx.locate(call)
+    old_call = cctx.locate(call, cst.Call)
     old_value = cctx.locate(value)
-    if old_call is None or old_value is None:
+    if not isinstance(old_call, cst.Call) or old_value is None or move.to is None or move.applicability is None:
         return None
     new_value = cctx.parse_expression(move.to)
     drop = dict(move.drop)

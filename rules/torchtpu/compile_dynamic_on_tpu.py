@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from functools import partial
 
 from xlalint.analysis.torchtpu import compile_sites, on_tpu_backend
 from xlalint.diagnostics import Applicability, Fix
@@ -124,8 +125,10 @@ class CompileDynamicOnTpu(Rule):
         for site in compile_sites(self.ctx):
             if site.dynamic is not True or not on_tpu_backend(self.ctx, site):
                 continue
-            value = site.option("dynamic").value
-            self.report(value, fix=lambda cctx, v=value, safe=site.backend == "tpu": _to_false(cctx, v, safe))
+            dynamic = site.option("dynamic")
+            if dynamic is None:
+                continue  # (never: `dynamic=True` is written)
+            self.report(dynamic.value, fix=partial(_to_false, value=dynamic.value, safe=site.backend == "tpu"))
 
 
 def _to_false(cctx, value: ast.expr, safe: bool):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from functools import partial
 
 from xlalint.analysis.names import string_value
 from xlalint.analysis.torchtpu import compile_sites, uses_torchtpu
@@ -112,8 +113,10 @@ class InductorBackendOnTpu(Rule):
             options = site.option("options")
             if pallas_opt_in(options.value if options else None):
                 continue
-            value = site.option("backend").value
-            self.report(value, fix=lambda cctx, v=value: _to_tpu(cctx, v))
+            backend = site.option("backend")
+            if backend is None:
+                continue  # (never: the site's backend is "inductor" because it says so)
+            self.report(backend.value, fix=partial(_to_tpu, value=backend.value))
 
 
 def _to_tpu(cctx, value: ast.expr):

@@ -106,7 +106,7 @@ class InductorOptionOnTpu(Rule):
             options = site.option("options")
             if options is not None and isinstance(options.value, ast.Dict):
                 for key in options.value.keys:
-                    name = string_value(key)
-                    if name is not None and name not in TPU_OPTIONS:
+                    name = string_value(key) if key is not None else None  # (None: a `**spread`)
+                    if key is not None and name is not None and name not in TPU_OPTIONS:
                         self.report(key, self.summary.replace("<what>", f"option {name!r}").replace(
                             "<effect>", "the tpu backend ignores it"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from functools import partial
 
 from xlalint.analysis.torchtpu import compiled_functions, on_tpu_backend
 from xlalint.diagnostics import Applicability, Fix
@@ -142,11 +143,11 @@ class InferenceModeCompiled(Rule):
         for func, sites in compiled_functions(self.ctx).items():
             if not any(on_tpu_backend(self.ctx, s) for s in sites):
                 continue
-            for decorator in func.decorator_list:
+            for decorator in getattr(func, "decorator_list", ()):  # a def (a lambda has none)
                 target = decorator.func if isinstance(decorator, ast.Call) else decorator
                 if self.ctx.qualified_name(target) == INFERENCE_MODE and not (
                         isinstance(decorator, ast.Call) and (decorator.args or decorator.keywords)):
-                    self.report(decorator, fix=lambda cctx, d=decorator: _no_grad(cctx, d))
+                    self.report(decorator, fix=partial(_no_grad, decorator=decorator))
 
 
 def _no_grad(cctx, decorator: ast.expr):

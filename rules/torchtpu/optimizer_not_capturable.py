@@ -195,6 +195,8 @@ class OptimizerNotCapturable(Rule):
                 if not (isinstance(call.func, ast.Attribute) and call.func.attr == "step" and not call.args):
                     continue
                 owner = dotted_name(call.func.value)
+                if not owner:
+                    continue  # (as _constructions: none to find)
                 for made in _constructions(ctx, owner):
                     if made not in reported:
                         reported.add(made)

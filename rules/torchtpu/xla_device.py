@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from functools import partial
 import re
 
 from xlalint.analysis.names import positional, string_value
@@ -110,9 +111,10 @@ class XlaDevice(MigrationVisitor, Rule):
         for kw in node.keywords:
             if kw.arg == "device":
                 value = kw.value
-        if value is not None and string_value(value) is not None and XLA_DEVICE.fullmatch(string_value(value)):
+        written = string_value(value) if value is not None else None
+        if value is not None and written is not None and XLA_DEVICE.fullmatch(written):
             self.report(value, 'the `"xla"` device string is torch_xla\'s: TorchTPU\'s device is `"tpu"`',
-                        fix=lambda cctx, v=value: _to_tpu(cctx, v))
+                        fix=partial(_to_tpu, value=value))
 
 
 def _to_tpu(cctx, value: ast.expr):

@@ -109,9 +109,10 @@ def compile_sites(ctx: "FileContext") -> list[CompileSite]:
     if cached is not None:
         return cached
     sites: list[CompileSite] = []
-    functions = {f.name: f for f in ctx.index.by_type.get(ast.FunctionDef, ())}
-    functions.update({f.name: f for f in ctx.index.by_type.get(ast.AsyncFunctionDef, ())})
-    for func in (*ctx.index.by_type.get(ast.FunctionDef, ()), *ctx.index.by_type.get(ast.AsyncFunctionDef, ())):
+    defs = [f for f in (*ctx.index.by_type.get(ast.FunctionDef, ()), *ctx.index.by_type.get(ast.AsyncFunctionDef, ()))
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]  # (all are: by_type's lists)
+    functions = {f.name: f for f in defs}  # the last of a name wins, async after plain ones, as before
+    for func in defs:
         for decorator in func.decorator_list:
             if _is_compile(ctx, decorator):
                 sites.append(CompileSite(None, func, None, None))
@@ -122,11 +123,12 @@ def compile_sites(ctx: "FileContext") -> list[CompileSite]:
             continue
         args = positional(call)
         target = args[0] if args else None
-        if target is None and isinstance(ctx.parent(call), ast.Call) and ctx.parent(call).func is call:
-            inner = positional(ctx.parent(call))  # `torch.compile(backend="tpu")(f)`
+        outer = ctx.parent(call)
+        if target is None and isinstance(outer, ast.Call) and outer.func is call:
+            inner = positional(outer)  # `torch.compile(backend="tpu")(f)`
             target = inner[0] if inner else None
-        func = functions.get(target.id) if isinstance(target, ast.Name) else None
-        sites.append(_site(call, func))
+        named = functions.get(target.id) if isinstance(target, ast.Name) else None
+        sites.append(_site(call, named))
     ctx.__dict__["_torchtpu_sites"] = sites
     return sites
 
