@@ -10,7 +10,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from .analysis.context import FileContext
 from .analysis.project import NO_PROJECT, ProjectFacts, ProjectIndex, summarize
@@ -41,7 +42,10 @@ class FileResult:
 
     def diff_texts(self) -> tuple[str, str]:
         """The code before and after the fixes, as a diff shows them (a notebook's cells, else the file)."""
-        return self.display or (self.source.text, self.fixed.decode(self.source.encoding).lstrip("\ufeff"))
+        if self.display is not None:
+            return self.display
+        assert self.source is not None and self.fixed is not None  # asked of a fixed file's result only
+        return self.source.text, self.fixed.decode(self.source.encoding).lstrip("\ufeff")
 
 
 def parse(source: SourceFile) -> ast.Module:
@@ -103,11 +107,12 @@ class _Found:
 
 
 def _location(ctx: FileContext, node: ast.AST) -> tuple[Location, Location]:
-    while not hasattr(node, "lineno"):  # `comprehension`, `withitem`: report their parent's span
-        node = ctx.parent(node)
+    located: Any = node  # a node with a position (ast.AST itself declares none)
+    while not hasattr(located, "lineno"):  # `comprehension`, `withitem`: report their parent's span
+        located = ctx.parent(located)
     text = ctx.text
-    return (Location(node.lineno, text.column(node.lineno, node.col_offset) + 1),
-            Location(node.end_lineno, text.column(node.end_lineno, node.end_col_offset) + 1))
+    return (Location(located.lineno, text.column(located.lineno, located.col_offset) + 1),
+            Location(located.end_lineno, text.column(located.end_lineno, located.end_col_offset) + 1))
 
 
 def _run_rules(ctx: FileContext, rules: list[type[Rule]]) -> list[_Found]:
@@ -162,7 +167,7 @@ def _in_compiled_regions(ctx: FileContext, found: list[_Found]) -> list[_Found]:
 
 
 def _keep(source: SourceFile, found: list[_Found], ctx: FileContext | None = None,
-          rules: list[type[Rule]] = ()) -> list[_Found]:
+          rules: Sequence[type[Rule]] = ()) -> list[_Found]:
     """Drop what `# noqa` suppresses and exact duplicates (same code and range); then, when a rule
     that judges the comments is selected (XLA901), report the `noqa` codes that suppressed nothing."""
     noqa = parse_noqa(source.text)
@@ -235,7 +240,7 @@ def analyse(source: SourceFile, *, assume_xla: bool = False, project: ProjectFac
                        target_version=target_version)
 
 
-def example_facts(source: SourceFile, others: list[SourceFile] = ()) -> ProjectFacts:
+def example_facts(source: SourceFile, others: Sequence[SourceFile] = ()) -> ProjectFacts:
     """The project facts of a file whose project is itself and `others` (a rule's example and its
     other modules, named by their paths)."""
     summaries = [summarize(analyse(s), s.path.with_suffix("").as_posix().replace("/", ".")) for s in (source, *others)]
@@ -293,7 +298,7 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
         cst_ctx = _build_fixes(current, ctx, found, with_edits=False, fixable=fixable)
         diagnostics = [_diagnostic(current, item) for item in found]
         chosen = _choose_fixes(found, unsafe)
-        fixes = [item.fix for item in chosen]
+        fixes = [item.fix for item in chosen if item.fix is not None]  # (all: _choose_fixes keeps fixes)
         if not fixes or cst_ctx is None:
             result.diagnostics = diagnostics
             break
