@@ -443,7 +443,8 @@ class Workspace:
             key = digest(repr((digest(raw), codes, self._options, facts[path].key(), self.with_edits,
                                __version__)).encode())
             relpath = _relative(real[path], root)
-            cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(relpath, key))
+            # (_read calls the lambda at once, in this iteration)
+            cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(relpath, key))  # noqa: B023
             if cached is None and real[path] in checks:
                 # checked on the analysis that summarised it, if its project facts answer alike
                 cached = next((_outcome(path, *result) for asked_of, asked, result in self.shared.get(real[path], ())
