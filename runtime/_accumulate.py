@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 

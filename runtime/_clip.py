@@ -6,7 +6,8 @@ import math
 import sys
 import types
 import warnings
-from typing import Iterable, cast
+from collections.abc import Iterable
+from typing import cast
 
 import torch
 

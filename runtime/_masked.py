@@ -10,7 +10,7 @@ reductions select with ``torch.where`` instead of indexing.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

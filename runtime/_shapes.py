@@ -14,7 +14,7 @@ once per unpadded shape, since that shape is new to the device's graph.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 

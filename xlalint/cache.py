@@ -19,9 +19,8 @@ import os
 import re
 import stat
 import sys
-from pathlib import Path
-
 from functools import lru_cache
+from pathlib import Path
 
 from . import __version__
 from .source import read_bounded, write_atomic

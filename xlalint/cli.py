@@ -17,17 +17,26 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .config import ConfigError, Settings, load_settings, parse_platform, parse_target, pinned_torch_xla, validate_selectors
+from .analysis.project import project_root
+from .cache import CACHE_DIR_NAME
+from .cache import clean as clean_cache
+from .config import (
+    ConfigError,
+    Settings,
+    load_settings,
+    parse_platform,
+    parse_target,
+    pinned_torch_xla,
+    validate_selectors,
+)
 from .diagnostics import Diagnostic
 from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
+from .noqa import add_noqa
 from .progress import Progress
 from .reporters import FORMATS, WITH_EDITS, SourceLines, colour_diff, printable, render, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
-from .noqa import add_noqa
-from .analysis.project import project_root
 from .source import SourceError, Stamp, decode_source, read_bounded, stat_or_none, write_fixed
-from .cache import CACHE_DIR_NAME, clean as clean_cache
 from .workspace import Workspace, crash_report, run_root
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -102,7 +111,7 @@ class Options:
     diff: bool = False
 
     @classmethod
-    def from_params(cls, params: dict) -> "Options":
+    def from_params(cls, params: dict) -> Options:
         known = {f.name for f in fields(cls)}
         return cls(**{key: value for key, value in params.items() if key in known})
 

@@ -42,7 +42,7 @@ class Location:
         return {"column": self.column, "row": self.row}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Location":
+    def from_json(cls, data: dict) -> Location:
         return cls(data["row"], data["column"])
 
 
@@ -62,7 +62,7 @@ class Edit:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Edit":
+    def from_json(cls, data: dict) -> Edit:
         return cls(Location.from_json(data["location"]), Location.from_json(data["end_location"]), data["content"])
 
 
@@ -96,7 +96,7 @@ class Fix:
     edits: tuple[Edit, ...] = ()
 
     @classmethod
-    def replace(cls, node, replacement, *, title: str, safe: bool, imports=(), removed_imports=()) -> "Fix":
+    def replace(cls, node, replacement, *, title: str, safe: bool, imports=(), removed_imports=()) -> Fix:
         return cls(
             Applicability.SAFE if safe else Applicability.UNSAFE,
             title,
@@ -113,7 +113,7 @@ class Fix:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Fix":
+    def from_json(cls, data: dict) -> Fix:
         """A reported fix (applicability, title, edits), as read back from the cache."""
         return cls(Applicability(data["applicability"]), data["message"],
                    edits=tuple(Edit.from_json(e) for e in data["edits"]))
@@ -164,7 +164,7 @@ class Diagnostic:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Diagnostic":
+    def from_json(cls, data: dict) -> Diagnostic:
         return cls(data["code"], data["name"], data["message"], data["category"], Path(data["filename"]),
                    Location.from_json(data["location"]), Location.from_json(data["end_location"]),
                    Fix.from_json(data["fix"]) if data["fix"] else None, data["noqa_row"], data.get("cell"),

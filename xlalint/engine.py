@@ -7,10 +7,9 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .analysis.context import FileContext
@@ -83,7 +82,7 @@ def newer_syntax(source: SourceFile, error: SyntaxError) -> bool:
     return True
 
 
-def parse_cst(source: SourceFile) -> "cst.Module | None":
+def parse_cst(source: SourceFile) -> cst.Module | None:
     """The lossless tree fixes are built on; None when libcst cannot parse what Python accepts."""
     import libcst as cst
 
@@ -192,7 +191,7 @@ def _keep(source: SourceFile, found: list[_Found], ctx: FileContext | None = Non
 
 
 def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, with_edits: bool,
-                 fixable: frozenset[str] | None = None) -> "CstContext | None":
+                 fixable: frozenset[str] | None = None) -> CstContext | None:
     """Run the fix builders of `found` on the file's libcst tree (parsed here, and only here);
     `fixable`: the codes whose fixes may be built (None: all; `--fixable`/`--unfixable`)."""
     if fixable is not None:
@@ -224,7 +223,7 @@ def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, w
     return cst_ctx
 
 
-def _cst_span(cst_ctx: "CstContext", node: "cst.CSTNode") -> tuple[Location, Location]:
+def _cst_span(cst_ctx: CstContext, node: cst.CSTNode) -> tuple[Location, Location]:
     where = cst_ctx.positions[node]
     return Location(where.start.line, where.start.column + 1), Location(where.end.line, where.end.column + 1)
 

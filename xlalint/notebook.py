@@ -59,7 +59,7 @@ class Notebook:
         self.text, self.rows = self._join()
 
     @classmethod
-    def parse(cls, path: Path, raw: bytes) -> "Notebook":
+    def parse(cls, path: Path, raw: bytes) -> Notebook:
         try:
             data = json.loads(raw.decode("utf-8-sig"))
         except (UnicodeDecodeError, ValueError) as exc:

@@ -21,7 +21,7 @@ class Progress:
         self._drawn_at = 0.0
         self._shown = False
 
-    def step(self, label: str, total: int) -> "Progress":
+    def step(self, label: str, total: int) -> Progress:
         self.label, self.total, self.done = label, total, 0
         return self
 

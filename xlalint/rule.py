@@ -14,8 +14,9 @@ import ast
 import inspect
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from .diagnostics import CATEGORIES, Applicability, Fix
 
@@ -97,7 +98,7 @@ class Rule:
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.reports: list[Report] = []
 
@@ -118,7 +119,7 @@ class Rule:
         return {getattr(ast, attr[6:]): attr for attr in dir(cls) if attr.startswith("visit_")}
 
     @classmethod
-    def applies(cls, ctx: "FileContext") -> bool:
+    def applies(cls, ctx: FileContext) -> bool:
         """Whether to run on this file at all (XLA-only rules need a file that uses XLA)."""
         return ctx.uses_xla or not cls.xla_only
 

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from . import __version__
-from .diagnostics import Diagnostic, DOCS_URL, Edit, Fix
+from .diagnostics import DOCS_URL, Diagnostic, Edit, Fix
 from .rules import RULES_BY_CODE
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"

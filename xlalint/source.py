@@ -13,7 +13,6 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-
 # Python's parser needs ~150x a file's size in memory: a generated 50 MB module would take gigabytes
 # and minutes. The largest hand-written modules of torch, transformers and diffusers are under 1 MiB.
 MAX_FILE_BYTES = 8 << 20
@@ -136,7 +135,7 @@ class Stamp:
     digest: str
 
     @classmethod
-    def of(cls, raw: bytes, info: os.stat_result) -> "Stamp":
+    def of(cls, raw: bytes, info: os.stat_result) -> Stamp:
         return cls(info.st_size, info.st_mtime_ns, hashlib.blake2b(raw, digest_size=16).hexdigest())
 
     def holds(self, path: Path) -> bool:

@@ -21,9 +21,20 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import __version__
-from .analysis.project import (NO_PROJECT, PROJECT_MARKERS, ModuleSummary, ProjectFacts, ProjectIndex, module_name, project_root, source_root,
-                               summarize, summary_from_json, summary_to_json)
 from .analysis.asked import AskedFacts, holds
+from .analysis.project import (
+    NO_PROJECT,
+    PROJECT_MARKERS,
+    ModuleSummary,
+    ProjectFacts,
+    ProjectIndex,
+    module_name,
+    project_root,
+    source_root,
+    summarize,
+    summary_from_json,
+    summary_to_json,
+)
 from .analysis.reads import ParamRead
 from .cache import CACHE_DIR_NAME, ProjectCache, digest
 from .config import Settings

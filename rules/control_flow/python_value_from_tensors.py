@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import dotted_name, method_name, receiver
-from xlalint.analysis.tensors import evident_device_tensor, Kind
+from xlalint.analysis.tensors import Kind, evident_device_tensor
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid

@@ -8,11 +8,11 @@ import itertools
 import re
 import sys
 import tokenize
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from importlib import resources
-from typing import TYPE_CHECKING, Callable, ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.guards import exits_block, words

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from xlalint.rule import Invalid, Rule, Valid
-from ._common import MigrationVisitor, entries_doc
 
+from ._common import MigrationVisitor, entries_doc
 
 _DEPRECATED_DOC = """## What it does
 Flags uses of torch_xla APIs that still work but warn or are superseded, and code that sets an

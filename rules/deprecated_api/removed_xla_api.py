@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from xlalint.diagnostics import Applicability
 from xlalint.rule import Invalid, Rule, Valid
-from ._common import MigrationVisitor, entries_doc
 
+from ._common import MigrationVisitor, entries_doc
 
 # --------------------------------------------------------------------------------------------------
 # The two codes

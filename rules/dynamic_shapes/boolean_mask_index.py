@@ -7,10 +7,11 @@ import ast
 from typing import TYPE_CHECKING
 
 from xlalint.analysis.context import FileContext
-from xlalint.analysis.tensors import elementwise_of, is_bool_mask, Kind
+from xlalint.analysis.tensors import Kind, elementwise_of, is_bool_mask
 from xlalint.diagnostics import Applicability, Fix, ImportRequest
 from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
+
 from ._common import shaped_out, single_index
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)

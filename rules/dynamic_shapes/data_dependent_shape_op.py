@@ -7,9 +7,10 @@ import ast
 
 from xlalint.analysis.context import FileContext
 from xlalint.analysis.names import keyword, keyword_value, method_name, positional, receiver
-from xlalint.analysis.tensors import is_torch, Kind
+from xlalint.analysis.tensors import Kind, is_torch
 from xlalint.analysis.vocabulary import LIKE_FACTORIES
 from xlalint.rule import Invalid, Rule, Valid
+
 from ._common import shaped_out
 
 

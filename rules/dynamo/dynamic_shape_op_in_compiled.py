@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import ast
 
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
+
 from xlalint.analysis.names import keyword, positional
 from xlalint.rule import Invalid, Rule, Valid
-
-from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 OPS = {"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select"}
 

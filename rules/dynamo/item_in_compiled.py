@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import ast
 
-from xlalint.rule import Invalid, Rule, Valid
-
 from xlalint.rules.dynamo._common import compiled_options, is_tensor
+
+from xlalint.rule import Invalid, Rule, Valid
 
 GB = {"item": "GB0124", "tolist": "GB0109"}
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import ast
 
+from xlalint.rules.dynamo._common import break_note, compiled_options
+
 from xlalint.analysis.names import dotted_name
 from xlalint.rule import Invalid, Rule, Valid
-
-from xlalint.rules.dynamo._common import break_note, compiled_options
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
 

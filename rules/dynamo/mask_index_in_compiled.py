@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import ast
 
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
+
 from xlalint.analysis.names import is_number
 from xlalint.diagnostics import Fix
 from xlalint.rule import Invalid, Rule, Valid
-
-from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 BOOLEAN = {"torch.isnan", "torch.isinf", "torch.isfinite", "torch.logical_and", "torch.logical_or",
            "torch.logical_not", "torch.logical_xor", "torch.eq", "torch.ne", "torch.gt", "torch.lt", "torch.ge",

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import ast
 
+from xlalint.rules.dynamo._common import compiled_options
+
 from xlalint.analysis.names import dotted_name
 from xlalint.rule import Invalid, Rule, Valid
-
-from xlalint.rules.dynamo._common import compiled_options
 
 
 class ModuleIntAttributeMutated(Rule):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import ast
 from typing import cast
 
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
+
 from xlalint.analysis.names import dotted_name, keyword, positional
 from xlalint.diagnostics import Fix
 from xlalint.rule import Invalid, Rule, Valid
-
-from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 ONE_HOT = {"torch.nn.functional.one_hot", "torch.one_hot"}
 PASSING = {"float", "half", "bfloat16", "double", "long", "int", "to", "type_as"}  # keep the width

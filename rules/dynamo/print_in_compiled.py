@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import ast
 
-from xlalint.rule import Invalid, Rule, Valid
-
 from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
+
+from xlalint.rule import Invalid, Rule, Valid
 
 
 class PrintInCompiled(Rule):

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import ast
 
+from xlalint.rules.dynamo._common import is_tensor, recompile_note
+
 from xlalint.analysis.index import FUNCTIONS, LOOPS
 from xlalint.analysis.jax_tracing import reads_any
 from xlalint.analysis.steps import loop_counters
 from xlalint.rule import Invalid, Rule, Valid
-
-from xlalint.rules.dynamo._common import is_tensor, recompile_note
 
 
 class ScalarArgumentPerCall(Rule):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import ast
 
+from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
+
 from xlalint.analysis.names import positional
 from xlalint.rule import Invalid, Rule, Valid
-
-from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 # torch factories whose leading arguments are sizes
 SIZED = {"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn", "torch.arange", "torch.full"}

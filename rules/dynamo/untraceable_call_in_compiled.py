@@ -14,9 +14,9 @@ import sys
 from dataclasses import dataclass
 from importlib import resources
 
-from xlalint.rule import Invalid, Rule, Valid
-
 from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
+
+from xlalint.rule import Invalid, Rule, Valid
 
 if sys.version_info >= (3, 11):
     import tomllib

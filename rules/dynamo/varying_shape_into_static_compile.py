@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import ast
 
+from xlalint.rules.dynamo._common import recompile_note
+
 from xlalint.analysis.index import FUNCTIONS
 from xlalint.analysis.names import dotted_name, keyword, keyword_value
 from xlalint.rule import Invalid, Rule, Valid
-
-from xlalint.rules.dynamo._common import recompile_note
 
 PAD_TO_LONGEST = {"torch.nn.utils.rnn.pad_sequence"}
 FIXED = ("padding_value_to", "total_length", "pad_to_multiple_of", "max_length")

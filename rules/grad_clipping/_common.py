@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 CLIP_GRAD_NORM = {
     "torch.nn.utils.clip_grad_norm_",
     "torch.nn.utils.clip_grad_norm",  # deprecated alias, same function

@@ -13,6 +13,7 @@ from xlalint.analysis.vocabulary import XM, XM_OPTIMIZER_STEP
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
+
 from ._common import CLIP_GRAD_NORM
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)

@@ -11,6 +11,7 @@ from xlalint.analysis.names import dotted_name, is_constant, param_default, stri
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
+
 from ._common import CLIP_GRAD_NORM
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)

@@ -8,7 +8,6 @@ import ast
 from xlalint.analysis.reads import argument_reads
 from xlalint.rule import Invalid, Rule, Valid
 
-
 # -- XLA504 ----------------------------------------------------------------------------------------
 
 class GradientReadingHelperInStep(Rule):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from xlalint.analysis.names import dotted_name, last_part, method_name, keyword, receiver, string_value
-from xlalint.analysis.tensors import evident_device_tensor, Kind
+from xlalint.analysis.names import dotted_name, keyword, last_part, method_name, receiver, string_value
+from xlalint.analysis.tensors import Kind, evident_device_tensor
 from xlalint.rule import Invalid, Rule, Valid
 
 

@@ -8,7 +8,6 @@ import ast
 from xlalint.analysis.jax_tracing import enclosing_traced
 from xlalint.rule import Invalid, Rule, Valid
 
-
 # jax.numpy functions that join arrays: `x = jnp.append(x, v)` in a loop grows `x`
 JOINING = {"append", "concatenate", "vstack", "hstack", "dstack", "column_stack", "row_stack"}
 

@@ -9,6 +9,7 @@ from xlalint.analysis.jax_tracing import elementwise_of, enclosing_traced, is_bo
 from xlalint.analysis.names import is_number
 from xlalint.diagnostics import Fix
 from xlalint.rule import Invalid, Rule, Valid
+
 from ._common import module_spelling
 
 

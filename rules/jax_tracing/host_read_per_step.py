@@ -11,7 +11,6 @@ from xlalint.analysis.names import positional
 from xlalint.analysis.steps import is_test_module
 from xlalint.rule import Invalid, Rule, Valid
 
-
 SHORT_LOOP = 10  # iterations: a demonstration, not training
 
 

@@ -12,7 +12,6 @@ from xlalint.analysis.names import has_star_args, keyword, positional
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.rule import Invalid, Rule, Valid
 
-
 # jax.numpy functions whose output size depends on the values, unless `size=` bounds it
 SIZED = {"nonzero", "argwhere", "flatnonzero", "unique", "unique_values", "unique_counts", "unique_inverse",
          "unique_all", "extract", "union1d", "intersect1d", "setdiff1d", "setxor1d"}

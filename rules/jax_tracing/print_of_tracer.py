@@ -10,6 +10,7 @@ import json
 from xlalint.analysis.jax_tracing import is_traced_value
 from xlalint.diagnostics import Fix
 from xlalint.rule import Invalid, Rule, Valid
+
 from ._common import module_spelling
 
 

@@ -9,6 +9,7 @@ from xlalint.analysis.jax_tracing import jitted_target, reads_any, sweep_variabl
 from xlalint.analysis.names import has_star_args
 from xlalint.analysis.steps import loop_counters
 from xlalint.rule import Invalid, Rule, Valid
+
 from ._common import static_arguments
 
 

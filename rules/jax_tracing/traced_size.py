@@ -9,7 +9,6 @@ from xlalint.analysis.jax_tracing import enclosing_traced, is_traced_value
 from xlalint.analysis.names import has_star_args, keyword
 from xlalint.rule import Invalid, Rule, Valid
 
-
 # jax.numpy constructors: (positions, keywords) of the arguments that give the output's size
 SIZE_ARGUMENTS = {"arange": ((0, 1, 2), ("start", "stop", "step")), "zeros": ((0,), ("shape",)),
                   "ones": ((0,), ("shape",)), "empty": ((0,), ("shape",)), "full": ((0,), ("shape",)),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 
 from xlalint.rule import Invalid, Rule, Valid
+
 from ._common import static_arguments
 
 

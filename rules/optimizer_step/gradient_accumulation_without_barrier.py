@@ -10,6 +10,7 @@ from xlalint.analysis.barriers import PLAIN_BATCHES, StepPath, names_in
 from xlalint.analysis.names import method_name, receiver
 from xlalint.diagnostics import Applicability
 from xlalint.rule import Invalid, Rule, Valid
+
 from ._common import insert_sync_after, simple_statement
 
 

@@ -8,14 +8,22 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from xlalint.analysis.barriers import DEVICE_BATCHES, StepPath, UNKNOWN_BATCHES, names_in
+from xlalint.analysis.barriers import DEVICE_BATCHES, UNKNOWN_BATCHES, StepPath, names_in
 from xlalint.analysis.index import FUNCTIONS
-from xlalint.analysis.names import (dotted_name, function_params, has_star_args, is_constant, last_part, method_name,
-                                    receiver)
+from xlalint.analysis.names import (
+    dotted_name,
+    function_params,
+    has_star_args,
+    is_constant,
+    last_part,
+    method_name,
+    receiver,
+)
 from xlalint.analysis.vocabulary import OPTIMIZER_CLASS, OPTIMIZER_NAME
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
+
 from ._common import insert_sync_after, simple_statement
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)

@@ -301,7 +301,7 @@ class MigrationVisitor(Rule):
 _CALLS: dict[str, Move] = {m.name: m for m in TABLE if m.kind == "call"}
 
 
-def _references(ctx: "FileContext") -> list[tuple[ast.expr, ast.AST, Move, str]]:
+def _references(ctx: FileContext) -> list[tuple[ast.expr, ast.AST, Move, str]]:
     """Every reference to a `call` row's function in the file (resolved once for all TPU1xx rules):
     (the reference, what is reported: its call or itself, the row, the name as written)."""
     cached = ctx.__dict__.get("_torchtpu_references")
@@ -356,13 +356,13 @@ def _carries(call: ast.Call, move: Move) -> bool:
     return len(call.args) <= len(move.params) and all(k.arg in move.params for k in call.keywords)
 
 
-def _calls_init_process_group(ctx: "FileContext") -> bool:
+def _calls_init_process_group(ctx: FileContext) -> bool:
     return any(ctx.qualified_name(c.func) in ("torch.distributed.init_process_group",
                                               "torch.distributed.distributed_c10d.init_process_group")
                for c in ctx.index.calls)
 
 
-def _removed_import(ctx: "FileContext", ref: ast.expr) -> ImportRequest | None:
+def _removed_import(ctx: FileContext, ref: ast.expr) -> ImportRequest | None:
     """The torch_xla import `ref` goes through, to drop once no use is left."""
     head = (dotted_name(ref) or "").split(".")[0]
     binding = ctx.index.imports.get(head)
@@ -382,7 +382,7 @@ def _removed_import(ctx: "FileContext", ref: ast.expr) -> ImportRequest | None:
 
 
 def _build(move: Move, target: ast.AST, spelled: dict, applicability: Applicability,
-           removed: ImportRequest | None, cctx: "CstContext") -> Fix | None:
+           removed: ImportRequest | None, cctx: CstContext) -> Fix | None:
     torch = spelled.get("torch", "torch")
     old = cctx.locate(target)
     if old is None:
@@ -431,7 +431,7 @@ def _build(move: Move, target: ast.AST, spelled: dict, applicability: Applicabil
                (removed,) if removed else ())
 
 
-def _autocast(cctx: "CstContext", old: cst.Call, torch: str) -> cst.Call:
+def _autocast(cctx: CstContext, old: cst.Call, torch: str) -> cst.Call:
     """`torch_xla.amp.autocast(dev, enabled, dtype=..., cache_enabled=...)` -> `torch.autocast("tpu", ...)`."""
     names = ["device", "enabled", "dtype", "cache_enabled"]
     passed: dict[str, str] = {}
@@ -444,7 +444,7 @@ def _autocast(cctx: "CstContext", old: cst.Call, torch: str) -> cst.Call:
     return cctx.parse_expression(f'{torch}.autocast("tpu", {", ".join(rest)})')
 
 
-def _fix_value(call: ast.Call, value: ast.expr, move: Move, cctx: "CstContext") -> Fix | None:
+def _fix_value(call: ast.Call, value: ast.expr, move: Move, cctx: CstContext) -> Fix | None:
     """The argument's literal becomes `move.to`; keywords of `move.drop` holding their value go."""
     old_call = cctx.locate(call, cst.Call)
     old_value = cctx.locate(value)

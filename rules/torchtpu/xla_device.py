@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ast
-from functools import partial
 import re
+from functools import partial
 
 from xlalint.analysis.names import positional, string_value
 from xlalint.diagnostics import Fix

@@ -12,8 +12,8 @@ from xlalint.analysis.reads import only_without
 from xlalint.analysis.tensors import Kind
 from xlalint.analysis.vocabulary import SIZED_FACTORIES
 from xlalint.rule import Invalid, Rule, Valid
-from ._common import NEW_SIZED, arg_values, enclosing
 
+from ._common import NEW_SIZED, arg_values, enclosing
 
 # -- XLA313 ----------------------------------------------------------------------------------------
 
@@ -191,7 +191,7 @@ class DataDependentSize(Rule):
             args = positional(node)
             if len(args) >= 3 and self.ctx.tensor_kind(receiver(node)) not in (Kind.NOT_TENSOR, Kind.CPU):
                 sizes = [args[1], args[2]]
-                what = f"`.narrow(...)`"
+                what = "`.narrow(...)`"
         elif method in NEW_SIZED - {"new_tensor"}:
             if self.ctx.tensor_kind(receiver(node)) not in (Kind.NOT_TENSOR, Kind.CPU):
                 sizes = self._size_args(node, positional(node)[1:] if method == "new_full" else positional(node))

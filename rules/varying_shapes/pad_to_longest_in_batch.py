@@ -7,12 +7,20 @@ import ast
 import re
 
 from xlalint.analysis.index import COMPREHENSIONS, FUNCTIONS, LOOPS
-from xlalint.analysis.names import (dotted_name, is_constant, keyword, last_part, method_name, param_default, receiver,
-                                    string_value)
+from xlalint.analysis.names import (
+    dotted_name,
+    is_constant,
+    keyword,
+    last_part,
+    method_name,
+    param_default,
+    receiver,
+    string_value,
+)
 from xlalint.analysis.vocabulary import SIZED_FACTORIES
 from xlalint.rule import Invalid, Rule, Valid
-from ._common import NEW_SIZED, arg_values, enclosing
 
+from ._common import NEW_SIZED, arg_values, enclosing
 
 # -- shared helpers ------------------------------------------------------------------------------
 

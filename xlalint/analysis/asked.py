@@ -15,6 +15,7 @@ from dataclasses import fields
 
 from .project import ProjectFacts
 
+
 class AskedFacts:
     """`ProjectFacts` as the analysis sees them, noting what it asks (`questions`, picklable)."""
 

@@ -11,15 +11,44 @@ from typing import TYPE_CHECKING
 
 from .guards import ALMOST_ALWAYS, EVERY_N, periodic_polarity, skips_rest
 from .index import FUNCTIONS, LOOPS, target_names
-from .names import (dotted_name, has_star_args, is_constant, keyword, last_part, method_name, param_default,
-                    positional, receiver, string_value)
 from .loaders import moves_batches_by_hand
+from .names import (
+    dotted_name,
+    has_star_args,
+    is_constant,
+    keyword,
+    last_part,
+    method_name,
+    param_default,
+    positional,
+    receiver,
+    string_value,
+)
 from .project import passed_device_loader
 from .steps import gated_by, is_step_loop, local_callees_of
-from .vocabulary import (COMPILE_CALLS, DEVICE_LOADER, EARLY_REDUCTION, FRAMEWORK_MODULES, GRADIENT_REDUCER_MODULES,
-                         GRADIENT_REDUCERS, ITERABLE_WRAPPERS, LATE_REDUCTION, NOT_OPTIMIZER, OPTIMIZER_CLASS,
-                         OPTIMIZER_NAME, PLAIN_LOADER, PREPARE_METHODS, REPLICA_LAUNCH, RUNTIME_OPTIMIZER_STEP,
-                         STEP_CONTEXTS, SYNC_CALLS, SYNC_NAMES, WORLD_SIZE, XM_OPTIMIZER_STEP, XM_REDUCE_GRADIENTS)
+from .vocabulary import (
+    COMPILE_CALLS,
+    DEVICE_LOADER,
+    EARLY_REDUCTION,
+    FRAMEWORK_MODULES,
+    GRADIENT_REDUCER_MODULES,
+    GRADIENT_REDUCERS,
+    ITERABLE_WRAPPERS,
+    LATE_REDUCTION,
+    NOT_OPTIMIZER,
+    OPTIMIZER_CLASS,
+    OPTIMIZER_NAME,
+    PLAIN_LOADER,
+    PREPARE_METHODS,
+    REPLICA_LAUNCH,
+    RUNTIME_OPTIMIZER_STEP,
+    STEP_CONTEXTS,
+    SYNC_CALLS,
+    SYNC_NAMES,
+    WORLD_SIZE,
+    XM_OPTIMIZER_STEP,
+    XM_REDUCE_GRADIENTS,
+)
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -46,7 +75,7 @@ class StepPath:
 class StepBarriers:
     """Where a file's step barriers run, what its step loops iterate, and who owns the step."""
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self._barriers: dict[ast.AST, list[tuple[ast.Call, frozenset]]] = {}
         self._steps: dict[ast.AST, list[tuple[ast.Call, frozenset]]] = {}

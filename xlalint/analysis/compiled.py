@@ -54,7 +54,7 @@ class CompileOptions:
         (`dynamic=False`, and TorchTPU's backend, which forces it)."""
         return self.dynamic is False or (self.tpu and self.dynamic is None)
 
-    def merge(self, other: "CompileOptions") -> "CompileOptions":
+    def merge(self, other: CompileOptions) -> CompileOptions:
         """A function compiled twice (or reached from two compiled callers): the stricter reading."""
         dynamic = False if False in (self.dynamic, other.dynamic) else (self.dynamic if self.dynamic is not None
                                                                          else other.dynamic)
@@ -64,7 +64,7 @@ class CompileOptions:
         return f"{self.dynamic}|{self.backend or ''}|{int(self.fullgraph)}"
 
     @classmethod
-    def from_key(cls, key: str) -> "CompileOptions":
+    def from_key(cls, key: str) -> CompileOptions:
         dynamic, backend, fullgraph = key.split("|")
         return cls({"True": True, "False": False}.get(dynamic), backend or None, fullgraph == "1")
 
@@ -75,7 +75,7 @@ class CompileOptions:
         return " (`dynamic=False`)" if self.dynamic is False else ""
 
 
-def options_of(ctx: "FileContext", spec: ast.expr) -> CompileOptions:
+def options_of(ctx: FileContext, spec: ast.expr) -> CompileOptions:
     """The options a decorator or compiling call passes: `torch.compile(f, dynamic=False,
     backend="tpu", fullgraph=True)`, `torch._dynamo.optimize("eager", nopython=True)`."""
     if not isinstance(spec, ast.Call):
@@ -92,26 +92,26 @@ def options_of(ctx: "FileContext", spec: ast.expr) -> CompileOptions:
                           isinstance(fullgraph, ast.Constant) and fullgraph.value is True)
 
 
-def _is_partial(ctx: "FileContext", call: ast.Call) -> bool:
+def _is_partial(ctx: FileContext, call: ast.Call) -> bool:
     return ctx.qualified_name(call.func) in ("functools.partial", "partial") and bool(call.args) and \
         ctx.qualified_name(call.args[0]) in COMPILERS
 
 
-def _compiler(ctx: "FileContext", spec: ast.expr) -> bool:
+def _compiler(ctx: FileContext, spec: ast.expr) -> bool:
     """`torch.compile`, `torch.compile(...)`, `torch._dynamo.optimize(...)`, `partial(torch.compile, ...)`."""
     if ctx.qualified_name(spec) == "torch.compile":
         return True
     return isinstance(spec, ast.Call) and (ctx.qualified_name(spec.func) in COMPILERS or _is_partial(ctx, spec))
 
 
-def _disabler(ctx: "FileContext", spec: ast.expr) -> bool:
+def _disabler(ctx: FileContext, spec: ast.expr) -> bool:
     return ctx.qualified_name(spec.func if isinstance(spec, ast.Call) else spec) in DISABLERS
 
 
 class CompiledRegions:
     """The compiled functions of one file (computed once, on first question)."""
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         # name (`step`, `model`, a decorated function's name) -> (the function it runs, options)
         self.callables: dict[str, tuple[ast.AST, CompileOptions]] = {}
@@ -343,7 +343,7 @@ NON_BREAKING_BUILTINS = {"len", "max", "min", "isinstance"}
 PRINTING = {"print", "str", "repr", "format"}
 
 
-def traced_without_break(ctx: "FileContext", node: ast.AST) -> bool:
+def traced_without_break(ctx: FileContext, node: ast.AST) -> bool:
     """Under compile, the code at `node` is traced into the graph although torch_xla would sync
     there: an `assert` on a tensor, a boolean-mask assignment (`x[m] = 0`), `.cpu()`/`.numpy()`,
     `len(t)`, `max(t)`, shapes, and an f-string of a tensor that is not printed (all measured:
@@ -382,14 +382,14 @@ def _merged(options) -> CompileOptions:
     return result
 
 
-def _by_qualname(ctx: "FileContext", qualified: str) -> list[ast.AST]:
+def _by_qualname(ctx: FileContext, qualified: str) -> list[ast.AST]:
     from .index import qualname
 
     name = qualified.rpartition(".")[2]
     return [f for f in ctx.index.functions.get(name, ()) if qualname(ctx.index, f) == qualified]
 
 
-def summary_entries(ctx: "FileContext") -> tuple[dict[str, str], dict[str, str], list[str]]:
+def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """For the project index: this module's compiled functions (qualname -> options key), the
     classes it compiles that live elsewhere (`torch.compile(Model())` with `Model` imported: name
     as written -> options key; `Model:generate` for `torch.compile(model.generate)`), and its
@@ -411,7 +411,7 @@ def summary_entries(ctx: "FileContext") -> tuple[dict[str, str], dict[str, str],
     return compiled, imported, disabled
 
 
-def compiled_arguments(ctx: "FileContext", param: ast.arg) -> list[ast.expr] | None:
+def compiled_arguments(ctx: FileContext, param: ast.arg) -> list[ast.expr] | None:
     """What the callers of a compiled function pass for `param` (`step(x, i)` after
     `step = torch.compile(f)`), or None without such calls (their kind is `tensors`' business:
     this module does not import it, which imports this one)."""

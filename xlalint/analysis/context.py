@@ -8,14 +8,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..source import SourceText
 from . import guards, steps
-from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, qualname, target_names
-from .names import argument, dotted_name, function_params, last_part, positional
 from .barriers import StepBarriers
+from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, qualname, target_names
 from .loaders import TrainingSources
+from .names import argument, dotted_name, function_params, last_part, positional
 from .project import NO_PROJECT, ProjectFacts
 from .reads import ParamRead
-from ..source import SourceText
 from .tensors import Kind, TensorInference
 
 if TYPE_CHECKING:
@@ -291,7 +291,7 @@ class FileContext:
         return jitted_callables(self)
 
     @cached_property
-    def compiled(self) -> "CompiledRegions":
+    def compiled(self) -> CompiledRegions:
         """The functions `torch.compile` traces, with their options (see `compiled`)."""
         from .compiled import CompiledRegions
 

@@ -38,7 +38,7 @@ CONTROL_FLOW = {"jax.lax.scan": (0,), "jax.lax.fori_loop": (2,), "jax.lax.while_
 TREE_MAPS = {"jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map", "equinox.filter", "optax.tree_map_params"}
 
 
-def resolve_function(ctx: "FileContext", name: ast.Name) -> list[ast.AST]:
+def resolve_function(ctx: FileContext, name: ast.Name) -> list[ast.AST]:
     """The functions a bare name refers to where it is used: those defined in the innermost
     enclosing scope that defines one of that name (a local `update_fn` in one test is not the
     `update_fn` another test jits); methods are never reached by a bare name."""
@@ -52,7 +52,7 @@ def resolve_function(ctx: "FileContext", name: ast.Name) -> list[ast.AST]:
     return []
 
 
-def _staging_targets(ctx: "FileContext", call: ast.Call) -> list[ast.expr]:
+def _staging_targets(ctx: FileContext, call: ast.Call) -> list[ast.expr]:
     """The function expressions a staging call traces: `jax.jit(f)`, `partial(jax.jit, f)`, the
     bodies of `lax.scan(f, ...)`, `lax.cond(p, f, g)`, `lax.switch(i, [f, g])`."""
     name = ctx.qualified_name(call.func) or ""
@@ -68,7 +68,7 @@ def _staging_targets(ctx: "FileContext", call: ast.Call) -> list[ast.expr]:
     return []
 
 
-def traced_functions(ctx: "FileContext") -> set[ast.AST]:
+def traced_functions(ctx: FileContext) -> set[ast.AST]:
     """The functions (and lambdas) of this module that JAX runs on tracers."""
     traced: set[ast.AST] = set()
 
@@ -101,7 +101,7 @@ def traced_functions(ctx: "FileContext") -> set[ast.AST]:
     return traced
 
 
-def _is_tracing(ctx: "FileContext", decorator: ast.expr) -> bool:
+def _is_tracing(ctx: FileContext, decorator: ast.expr) -> bool:
     """`@jax.jit`, `@jax.jit(static_argnames=...)`, `@partial(jax.jit, ...)`."""
     if ctx.qualified_name(decorator) in TRACING:
         return True
@@ -110,12 +110,12 @@ def _is_tracing(ctx: "FileContext", decorator: ast.expr) -> bool:
     return False
 
 
-def _is_partial_of_tracing(ctx: "FileContext", call: ast.Call) -> bool:
+def _is_partial_of_tracing(ctx: FileContext, call: ast.Call) -> bool:
     return ctx.qualified_name(call.func) in ("functools.partial", "partial") and bool(call.args) and \
         ctx.qualified_name(call.args[0]) in TRACING
 
 
-def _transformation(ctx: "FileContext", spec: ast.expr) -> str:
+def _transformation(ctx: FileContext, spec: ast.expr) -> str:
     """The transformation a decorator or staging call applies: `jax.jit`, `equinox.filter_jit`."""
     if isinstance(spec, ast.Call):
         if _is_partial_of_tracing(ctx, spec):
@@ -124,7 +124,7 @@ def _transformation(ctx: "FileContext", spec: ast.expr) -> str:
     return ctx.qualified_name(spec) or ""
 
 
-def enclosing_traced(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
+def enclosing_traced(ctx: FileContext, node: ast.AST) -> ast.AST | None:
     """The innermost traced function or lambda around `node`, if any; None also where a tracer
     never goes: the body of `if isinstance(x, np.ndarray):` (true only for host arrays)."""
     traced = ctx.jax_traced
@@ -140,7 +140,7 @@ def enclosing_traced(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
     return None
 
 
-def _tests_host_array(ctx: "FileContext", test: ast.expr) -> bool:
+def _tests_host_array(ctx: FileContext, test: ast.expr) -> bool:
     """`isinstance(x, np.ndarray)` (or a tuple of NumPy types): never true of a tracer."""
     if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
             and len(test.args) == 2):
@@ -163,7 +163,7 @@ MAX_DEPTH = 8
 Function = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda  # what JAX stages: a def or a lambda
 
 
-def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
+def traced_parameters(ctx: FileContext, func: ast.AST) -> set[str]:
     """Parameters of `func` that hold tracers: those of a function JAX stages out itself (decorated,
     wrapped by `jax.jit(f)`, a control-flow body), minus `static_argnums`/`static_argnames`, the
     `in_axes=None` arguments of `vmap` (passed through as they are) and, under Equinox's filtered
@@ -190,7 +190,7 @@ def traced_parameters(ctx: "FileContext", func: ast.AST) -> set[str]:
     return {n for n in names if n not in static}
 
 
-def _defaults_kept(ctx: "FileContext", func: ast.AST) -> set[str]:
+def _defaults_kept(ctx: FileContext, func: ast.AST) -> set[str]:
     """Parameters with a Python literal default (`*, row_chunk_size: int = 16`) that no call of
     the function in this module passes: `jit` binds the default while tracing, a Python value.
     (A caller that passes one makes it a tracer: then it counts as traced.)"""
@@ -218,7 +218,7 @@ def _annotated_array(arg: ast.arg) -> bool:
     return "Array" in text or "ndarray" in text
 
 
-def _unmapped(ctx: "FileContext", func: Function, specs: list[ast.Call]) -> set[str]:
+def _unmapped(ctx: FileContext, func: Function, specs: list[ast.Call]) -> set[str]:
     """The parameters a `vmap` passes through unmapped (`in_axes` None at their position), or a
     `shard_map` does not shard (`in_specs` None): their Python values reach the function as they
     are (a config value, `cp_size`)."""
@@ -247,7 +247,7 @@ PASSED = {"jax.lax.scan": 2, "jax.lax.fori_loop": 2, "jax.lax.while_loop": 1, "j
           "jax.lax.associative_scan": 2}
 
 
-def _passed(ctx: "FileContext", call: ast.Call) -> int:
+def _passed(ctx: FileContext, call: ast.Call) -> int:
     """`lax.cond(pred, f, g, *operands)` passes the operands."""
     name = ctx.qualified_name(call.func) or ""
     if name in PASSED:
@@ -272,7 +272,7 @@ def _static_names(func: Function, staging: list[ast.Call]) -> set[str]:
     return static
 
 
-def staged_functions(ctx: "FileContext") -> dict[ast.AST, list[ast.Call]]:
+def staged_functions(ctx: FileContext) -> dict[ast.AST, list[ast.Call]]:
     """The functions JAX stages out directly (not the helpers they call), each with the decorators
     and calls that stage it (a `jax.jit` call's keywords give the static arguments; a control-flow
     primitive's call, how many arguments it passes)."""
@@ -303,7 +303,7 @@ def staged_functions(ctx: "FileContext") -> dict[ast.AST, list[ast.Call]]:
     return staged
 
 
-def is_traced_value(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
+def is_traced_value(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is (computed from) a tracer inside the function JAX traces around it: a traced
     parameter, a jnp/lax result, or arithmetic on one; not its metadata (`x.shape[0]`, `x.ndim`)."""
     if depth > MAX_DEPTH:
@@ -361,7 +361,7 @@ def is_traced_value(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
 PYTHON_PREDICATES = ("is_", "has_")
 
 
-def _tree_map_operand(ctx: "FileContext", func: ast.AST, param: str) -> ast.expr | None:
+def _tree_map_operand(ctx: FileContext, func: ast.AST, param: str) -> ast.expr | None:
     """For a function handed to `jax.tree.map(f, t0, t1, ...)`, the pytree whose leaves its
     parameter `param` receives."""
     call = ctx.index.parent(func)
@@ -378,7 +378,7 @@ def _tree_map_operand(ctx: "FileContext", func: ast.AST, param: str) -> ast.expr
     return args[position] if position < len(args) else None
 
 
-def _module_root(ctx: "FileContext", attribute: ast.Attribute) -> bool:
+def _module_root(ctx: FileContext, attribute: ast.Attribute) -> bool:
     """`model.dim`, `self.encoder.num_layers`: an attribute chain on a parameter that holds a
     module (by its name, or an annotation naming a Module/Model class)."""
     root: ast.expr = attribute
@@ -393,7 +393,7 @@ def _module_root(ctx: "FileContext", attribute: ast.Attribute) -> bool:
         re.search(r"(Module|Model)\b", ast.unparse(param.annotation)) is not None
 
 
-def _binding_function(ctx: "FileContext", name: ast.Name) -> ast.AST | None:
+def _binding_function(ctx: FileContext, name: ast.Name) -> ast.AST | None:
     """The function or lambda whose parameter `name` is."""
     for anc in ctx.index.ancestors(name):
         if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
@@ -409,7 +409,7 @@ BOOLEAN_FUNCTIONS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "logi
                      "less_equal", "isclose", "signbit"}
 
 
-def is_boolean_mask(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
+def is_boolean_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is evidently a boolean array: a comparison, `~m`, `m & n`, `jnp.isnan(x)`,
     `x.astype(bool)`, `jnp.all(m, axis=...)`, or a name holding one."""
     if depth > MAX_DEPTH:
@@ -437,7 +437,7 @@ def is_boolean_mask(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
     return False
 
 
-def elementwise_of(ctx: "FileContext", mask: ast.expr, array: ast.expr, depth: int = 0) -> bool:
+def elementwise_of(ctx: FileContext, mask: ast.expr, array: ast.expr, depth: int = 0) -> bool:
     """`mask` has the shape of `array` (a name), evidently: comparisons of it with numbers,
     `jnp.isnan(array)` and the like, and `~`, `&`, `|` of such masks."""
     if depth > MAX_DEPTH or not isinstance(array, ast.Name):
@@ -476,7 +476,7 @@ class JittedCallable:
     filtered: bool = False  # Equinox's filter_jit: static by type (non-arrays), not by declaration
 
 
-def jitted_callables(ctx: "FileContext") -> dict[str, JittedCallable]:
+def jitted_callables(ctx: FileContext) -> dict[str, JittedCallable]:
     """`@jax.jit`-decorated functions by their name, `step = jax.jit(f, static_argnums=...)` by
     `step`, decorated methods by `self.<name>`: what a call `step(...)` (`self.update(...)`) in
     this module runs."""
@@ -499,7 +499,7 @@ def jitted_callables(ctx: "FileContext") -> dict[str, JittedCallable]:
     return found
 
 
-def _decorated(ctx: "FileContext", func: ast.FunctionDef | ast.AsyncFunctionDef) -> JittedCallable:
+def _decorated(ctx: FileContext, func: ast.FunctionDef | ast.AsyncFunctionDef) -> JittedCallable:
     """What calling a `@jax.jit`-decorated function runs (computed once per function)."""
     cached = ctx.jitted_cache.get(func)
     if cached is not None:
@@ -512,7 +512,7 @@ def _decorated(ctx: "FileContext", func: ast.FunctionDef | ast.AsyncFunctionDef)
     return found
 
 
-def _callable(ctx: "FileContext", func: Function, params: tuple[str, ...], specs: list[ast.expr],
+def _callable(ctx: FileContext, func: Function, params: tuple[str, ...], specs: list[ast.expr],
               traced: set[str]) -> JittedCallable:
     """Under `filter_jit` every parameter not traced (not annotated as an array) is static."""
     if any(_transformation(ctx, s) in FILTERED for s in specs):
@@ -520,7 +520,7 @@ def _callable(ctx: "FileContext", func: Function, params: tuple[str, ...], specs
     return JittedCallable(func, params, frozenset(_static_names(func, [s for s in specs if isinstance(s, ast.Call)])))
 
 
-def jitted_target(ctx: "FileContext", call: ast.Call) -> JittedCallable | None:
+def jitted_target(ctx: FileContext, call: ast.Call) -> JittedCallable | None:
     """The jitted function of this module that `call` runs: `step(...)`, or `self.update(...)`
     inside the class whose method `update` is jitted."""
     func = call.func
@@ -544,7 +544,7 @@ def jitted_target(ctx: "FileContext", call: ast.Call) -> JittedCallable | None:
     return target
 
 
-def is_constant_sweep(ctx: "FileContext", iterable: ast.expr, depth: int = 0) -> bool:
+def is_constant_sweep(ctx: FileContext, iterable: ast.expr, depth: int = 0) -> bool:
     """A loop over literal configurations (`for block in (64, 128)`, `itertools.product((1, 2),
     ("a", "b"))`): a few values chosen on purpose, each worth its own compilation (autotuning,
     benchmarks), unlike a loop over steps or data."""
@@ -568,7 +568,7 @@ def _constant(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Constant) or is_number(expr)
 
 
-def sweep_variables(ctx: "FileContext", node: ast.AST) -> set[str]:
+def sweep_variables(ctx: FileContext, node: ast.AST) -> set[str]:
     """The names bound by loops around `node` that sweep literal configurations."""
     names: set[str] = set()
     for anc in ctx.index.ancestors(node):
@@ -577,7 +577,7 @@ def sweep_variables(ctx: "FileContext", node: ast.AST) -> set[str]:
     return names
 
 
-def reads_any(ctx: "FileContext", expr: ast.AST, names: set[str], depth: int = 0) -> bool:
+def reads_any(ctx: FileContext, expr: ast.AST, names: set[str], depth: int = 0) -> bool:
     """`expr` reads one of `names`, directly or through the values of the names it reads."""
     if depth > MAX_DEPTH:
         return False
@@ -591,7 +591,7 @@ def reads_any(ctx: "FileContext", expr: ast.AST, names: set[str], depth: int = 0
     return False
 
 
-def is_bound_method(ctx: "FileContext", attribute: ast.Attribute, loop: ast.AST) -> bool:
+def is_bound_method(ctx: FileContext, attribute: ast.Attribute, loop: ast.AST) -> bool:
     """`obj.method` evidently makes a new bound-method object at each evaluation: `self.apply` for
     a method the enclosing class defines, or `obj.apply` where the loop itself creates `obj` from a
     class of this module. A field that holds a function (`tx.update` of an optax
@@ -618,14 +618,14 @@ GRADIENTS = {"jax.grad", "jax.value_and_grad", "optax.apply_updates", "equinox.f
              "equinox.filter_value_and_grad", "flax.nnx.grad", "flax.nnx.value_and_grad"}
 
 
-def jitted_trains(ctx: "FileContext", call: ast.Call) -> bool:
+def jitted_trains(ctx: FileContext, call: ast.Call) -> bool:
     """`call` runs a jitted function of this module that computes gradients or applies them (a JAX
     training step, whatever it is called): the loop calling it is a step loop."""
     target = jitted_target(ctx, call)
     return target is not None and computes_gradients(ctx, target.func)
 
 
-def computes_gradients(ctx: "FileContext", func: ast.AST) -> bool:
+def computes_gradients(ctx: FileContext, func: ast.AST) -> bool:
     """`func` computes gradients or applies them: `jax.grad`, `value_and_grad`, `optax.apply_updates`,
     a TrainState's `apply_gradients` (read once per function, asked at every call of it)."""
     cache = ctx.gradients_cache
@@ -637,7 +637,7 @@ def computes_gradients(ctx: "FileContext", func: ast.AST) -> bool:
     return cache[func]
 
 
-def is_numpy_function(ctx: "FileContext", func: ast.expr) -> bool:
+def is_numpy_function(ctx: FileContext, func: ast.expr) -> bool:
     """`np.asarray`, `np.append`, `np.mean`: a NumPy function (not `np.random.*`, not a dtype), which
     converts a JAX array it is given to a host array: a read of a device array, an error on a tracer."""
     name = ctx.qualified_name(func) or ""
@@ -660,7 +660,7 @@ NUMPY_NOT_READING = {"dtype", "float32", "float64", "float16", "int32", "int64",
 DEVICE_PREFIXES = ("jax.numpy.", "jax.random.", "jax.nn.", "jax.lax.", "jax.device_put")
 
 
-def is_device_array(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
+def is_device_array(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     """`expr`, outside traced code, is evidently a JAX array on the device: the result of a jitted
     function of this module (or of `jax.jit(f)(...)`), an element of it, a jnp/random result, or
     arithmetic or a method on one."""

@@ -17,8 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS
-from .names import dotted_name, has_star_args, is_constant, keyword, keyword_value, last_part, method_name
-from .names import positional
+from .names import dotted_name, has_star_args, is_constant, keyword, keyword_value, last_part, method_name, positional
 from .steps import loop_trains
 
 if TYPE_CHECKING:
@@ -33,7 +32,7 @@ WRAPPERS = {"enumerate", "tqdm", "iter", "trange", "islice", "cycle", "MpDeviceL
 MAX_DEPTH = 4
 
 
-def ragged_loader(ctx: "FileContext", call: ast.Call) -> bool:
+def ragged_loader(ctx: FileContext, call: ast.Call) -> bool:
     """A `torch.utils.data.DataLoader(...)` of batches of more than one example without
     `drop_last=True` or a batch sampler: its last batch is smaller unless the dataset divides."""
     name = dotted_name(call.func)
@@ -57,7 +56,7 @@ def ragged_loader(ctx: "FileContext", call: ast.Call) -> bool:
     return len(args) <= 2  # positional shuffle/sampler...: unusual, leave it
 
 
-def ragged_training_loader(ctx: "FileContext", call: ast.Call) -> bool:
+def ragged_training_loader(ctx: FileContext, call: ast.Call) -> bool:
     """`ragged_loader`, and it feeds training (see the module's docstring)."""
     if not ragged_loader(ctx, call):
         return False
@@ -65,7 +64,7 @@ def ragged_training_loader(ctx: "FileContext", call: ast.Call) -> bool:
     return named if named is not None else feeds_training(ctx, call)
 
 
-def _named_for_training(ctx: "FileContext", call: ast.Call) -> bool | None:
+def _named_for_training(ctx: FileContext, call: ast.Call) -> bool | None:
     """True/False when how the loader is built or named tells; None when nothing does."""
     code = ctx.code
     words = [code(a) for a in call.args] + [code(k.value) for k in call.keywords if k.arg in ("dataset", "sampler")]
@@ -93,12 +92,12 @@ def _named_for_training(ctx: "FileContext", call: ast.Call) -> bool | None:
     return True if TRAIN.search(text) else None
 
 
-def _shuffles(ctx: "FileContext", shuffle: ast.expr) -> bool:
+def _shuffles(ctx: FileContext, shuffle: ast.expr) -> bool:
     """`shuffle=True`, `shuffle=is_train`: order is shuffled for training."""
     return is_constant(shuffle, True) or bool(TRAIN.search(ctx.code(shuffle)))
 
 
-def _target(ctx: "FileContext", call: ast.Call) -> ast.expr | None:
+def _target(ctx: FileContext, call: ast.Call) -> ast.expr | None:
     """What the loader is assigned to (`loader = DataLoader(...)`, through `prepare(DataLoader(...))`)."""
     parent = ctx.parent(call)
     while isinstance(parent, (ast.Call, ast.keyword)):
@@ -110,14 +109,14 @@ def _target(ctx: "FileContext", call: ast.Call) -> ast.expr | None:
 
 # -- where a loader goes ---------------------------------------------------------------------------
 
-def feeds_training(ctx: "FileContext", call: ast.Call) -> bool:
+def feeds_training(ctx: FileContext, call: ast.Call) -> bool:
     """A loop that trains iterates the loader `call` builds: in this module, or in the project
     function it is passed to (`ProjectFacts.helper_calls`, kind "trains_on")."""
     return call in training_sources(ctx).loaders or any(
         _trains_on(ctx, site, position, name) for site, position, name in _passed_to(ctx, call))
 
 
-def _passed_to(ctx: "FileContext", call: ast.Call):
+def _passed_to(ctx: FileContext, call: ast.Call):
     """(call, positional index, keyword) for each call this loader is passed to: directly
     (`Trainer(DataLoader(...))`), or by the name it is assigned to, in the same scope."""
     parent = ctx.parent(call)
@@ -140,7 +139,7 @@ def _passed_to(ctx: "FileContext", call: ast.Call):
                 yield site, None, kw.arg
 
 
-def _trains_on(ctx: "FileContext", site: ast.Call, position: int | None, name: str | None) -> bool:
+def _trains_on(ctx: FileContext, site: ast.Call, position: int | None, name: str | None) -> bool:
     for _, _, detail in ctx.helper_calls(site, "trains_on"):
         at, _, param = detail.partition(":")
         if (position is not None and at == str(position)) or (name is not None and param == name):
@@ -152,7 +151,7 @@ class TrainingSources:
     """What the loops of one module that train iterate: loaders built here, and parameters of its
     functions (directly, or kept as `self.x` by a method and iterated by another)."""
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
 
     @cached_property
@@ -206,13 +205,13 @@ class TrainingSources:
         return []
 
 
-def training_sources(ctx: "FileContext") -> TrainingSources:
+def training_sources(ctx: FileContext) -> TrainingSources:
     return ctx.training_sources
 
 
 # -- what helpers return -------------------------------------------------------------------------------
 
-def returned_ragged_loaders(ctx: "FileContext", func: ast.AST) -> list[tuple[int, int]]:
+def returned_ragged_loaders(ctx: FileContext, func: ast.AST) -> list[tuple[int, int]]:
     """(line of the `DataLoader(...)`, index in the returned tuple, -1 for the whole value) for each
     ragged training loader `func` returns (`return train_loader, val_loader`)."""
     found: list[tuple[int, int]] = []
@@ -234,7 +233,7 @@ def returned_ragged_loaders(ctx: "FileContext", func: ast.AST) -> list[tuple[int
 DEVICE_WORDS = re.compile(r"device|\bdev\b|xla|tpu", re.I)
 
 
-def moves_batches_by_hand(ctx: "FileContext", loop: ast.AST) -> bool:
+def moves_batches_by_hand(ctx: FileContext, loop: ast.AST) -> bool:
     """The loop moves what it iterates to the device itself (`x, y = x.to(device), y.to(device)`,
     `[t.to(self.device) for t in batch]`): evidence of a plain host loader, which a device loader
     would have made needless."""

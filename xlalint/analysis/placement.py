@@ -51,7 +51,7 @@ class Placement:
     """Whether an expression's tensors live on the XLA device: True, False (evidently elsewhere), or
     None (unknown)."""
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.seen: set[ast.AST] = set()
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ..source import is_file, stat_or_none
 from .index import FUNCTIONS, qualname
-from .names import dotted_name, last_part, method_name
 from .loaders import returned_ragged_loaders, training_sources
+from .names import dotted_name, last_part, method_name
 from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
 from .steps import in_loop_within, in_raise, runs_less_often, trains, unbarriered_optimizer_step
 from .vocabulary import DEVICE_LOADER, GRADIENT_REDUCERS, REPLICA_LAUNCH
@@ -91,7 +91,7 @@ class ProjectFacts:
                      self.static_methods, self.compiled, self.helper_calls, self.xla_device, self.replicas,
                      sorted(self.device_loader_params)))
 
-    def moved(self, before: str, after: str) -> "ProjectFacts":
+    def moved(self, before: str, after: str) -> ProjectFacts:
         """These facts for the module's text `after` a fix edited `before`: the calls they name by
         line and column follow their unchanged lines; those on edited lines are dropped (a miss,
         never a fact about another call)."""
@@ -578,7 +578,7 @@ class ProjectIndex:
         replicas = {path for summary, _, (path, _) in resolved if summary.launches_replicas and path != summary.path}
         device_loaders: dict[str, set[tuple[str, str]]] = defaultdict(set)
         overridden: set[tuple[str, str]] = set()  # `self.m(loader)`: any override of `m` gets it too
-        for summary, call, (path, name) in resolved:
+        for _summary, call, (path, name) in resolved:
             device_loaders[path].update((name, arg) for arg in call.device_loaders)
         for summary in self.summaries.values():  # resolved or not: the method may be a subclass's only
             for call in summary.calls:

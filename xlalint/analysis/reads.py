@@ -49,7 +49,7 @@ class ParamRead(NamedTuple):
     option_default: bool = False
 
 
-def parameter_reads(ctx: "FileContext", func: ast.FunctionDef) -> list[ParamRead]:
+def parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
     """The host reads in `func` of values computed from its parameters, on every call: not behind
     a gate, not off XLA, not in an error being raised (nested functions are their own)."""
     params = [*func.args.posonlyargs, *func.args.args]
@@ -88,7 +88,7 @@ REDUCTIONS = {"sum", "mean", "max", "min", "amax", "amin", "norm", "any", "all",
 BRANCHES = {ast.If: "if", ast.While: "while", ast.IfExp: "if"}
 
 
-def branch_reads(ctx: "FileContext", func: ast.AST):
+def branch_reads(ctx: FileContext, func: ast.AST):
     """(the branch's test, "if"/"while", the tensor reduced) for each test in `func` (not in nested
     functions) that decides on a reduction of a tensor: the host reads its value."""
     for node in [n for kind in BRANCHES for n in ctx.index.by_type.get(kind, ())]:
@@ -101,7 +101,7 @@ def branch_reads(ctx: "FileContext", func: ast.AST):
                 break
 
 
-def _reduced(ctx: "FileContext", node: ast.AST) -> ast.expr | None:
+def _reduced(ctx: FileContext, node: ast.AST) -> ast.expr | None:
     """`torch.min(y)` -> y, `y.abs().max()` -> `y.abs()`; None for anything else (`max(a, b)`,
     `np.max(a)`, `self.max()`)."""
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute) or node.func.attr not in REDUCTIONS:
@@ -120,7 +120,7 @@ def is_branch(read: ParamRead) -> bool:
     return read.what in BRANCHES.values()
 
 
-def state_reads(ctx: "FileContext", func: ast.AST) -> list[tuple[int, str]]:
+def state_reads(ctx: FileContext, func: ast.AST) -> list[tuple[int, str]]:
     """(line, read) for the host reads `func` makes on every call, itself or through the functions
     of this module it calls, of device tensors it is not given: its object's weights, gradients or
     state (`th.norm(p.grad).item()` for each `p` in `self.master_params`). Its callers pay them."""
@@ -144,7 +144,7 @@ def state_reads(ctx: "FileContext", func: ast.AST) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def _returned(ctx: "FileContext", call: ast.Call) -> bool:
+def _returned(ctx: FileContext, call: ast.Call) -> bool:
     """`call` is part of the value its function returns (`return [int(h.item()) for h in hs]`)."""
     for anc in ctx.index.ancestors(call):
         if isinstance(anc, ast.Return):
@@ -154,7 +154,7 @@ def _returned(ctx: "FileContext", call: ast.Call) -> bool:
     return False
 
 
-def _only_with_option(ctx: "FileContext", node: ast.AST, func: ast.AST, params: list[str]):
+def _only_with_option(ctx: FileContext, node: ast.AST, func: ast.AST, params: list[str]):
     """(parameter, constant) when `node` runs only in the branch of `if p == constant:` (the string
     options of losses and metrics: `reduction="mean"`), else (None, None)."""
     child = node
@@ -196,7 +196,7 @@ class _Origins:
     reach the use (`n = sum(...); n = torch.as_tensor(n); n.item()` reads the second). Values
     converted to Python on the way (`n = int(t.max().item())`) are not followed: they are numbers."""
 
-    def __init__(self, ctx: "FileContext", params: set[str]) -> None:
+    def __init__(self, ctx: FileContext, params: set[str]) -> None:
         self.ctx = ctx
         self.params = params
         self.memo: dict[ast.Name, tuple[str, str] | None] = {}
@@ -258,7 +258,7 @@ def _metadata(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr in METADATA_ATTRIBUTES
 
 
-def only_without(ctx: "FileContext", node: ast.AST, func: ast.AST, params: list[str]) -> str | None:
+def only_without(ctx: FileContext, node: ast.AST, func: ast.AST, params: list[str]) -> str | None:
     """The parameter `node` runs only without: in the body of `if p is None:` / `if not p:`, or the
     `else` of `if p is not None:` / `if p:`."""
     child = node
@@ -309,7 +309,7 @@ def _through(value: ast.expr, before: str) -> str:
 
 # -- at the call sites ---------------------------------------------------------------------------------
 
-def argument_reads(ctx: "FileContext", call: ast.Call, *, through: str, branches: bool = False):
+def argument_reads(ctx: FileContext, call: ast.Call, *, through: str, branches: bool = False):
     """(the helper as called, where it reads, the read, the argument read) for each host read of an
     argument by the project function `call` runs (of a helper in the same module, only the reads it
     returns: the others are reported where they are). An argument moved to the device later in the
@@ -338,7 +338,7 @@ def argument_reads(ctx: "FileContext", call: ast.Call, *, through: str, branches
             yield helper, f"{os.path.relpath(path, os.path.dirname(here))}:{read.line}", read, value
 
 
-def moved_to_device_later(ctx: "FileContext", value: ast.expr, call: ast.Call) -> bool:
+def moved_to_device_later(ctx: FileContext, value: ast.expr, call: ast.Call) -> bool:
     """`value` is a name that its scope later rebinds to itself moved to a device (`y = y.to(d)`)."""
     if not isinstance(value, ast.Name):
         return False

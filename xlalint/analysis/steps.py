@@ -24,13 +24,20 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from . import jax_tracing
-from .guards import EVERY_N, ALMOST_ALWAYS, is_periodic, periodic_polarity, skips_rest
+from .guards import ALMOST_ALWAYS, EVERY_N, is_periodic, periodic_polarity, skips_rest
 from .index import FUNCTIONS, LOOPS, loop_bindings
-from .names import dotted_name, function_params, is_constant, last_part, method_name, param_default, positional
-from .names import receiver
-from .names import subscript_indices
-from .vocabulary import (DEVICE_LOADER, FRAMEWORK_MODULES, ITERABLE_WRAPPERS, NOT_OPTIMIZER, OPTIMIZER_NAME,
-                         SYNC_NAMES)
+from .names import (
+    dotted_name,
+    function_params,
+    is_constant,
+    last_part,
+    method_name,
+    param_default,
+    positional,
+    receiver,
+    subscript_indices,
+)
+from .vocabulary import DEVICE_LOADER, FRAMEWORK_MODULES, ITERABLE_WRAPPERS, NOT_OPTIMIZER, OPTIMIZER_NAME, SYNC_NAMES
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -86,11 +93,11 @@ TRY = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
 
 # -- step functions ------------------------------------------------------------------------------------
 
-def is_step_function(ctx: "FileContext", func: ast.AST) -> bool:
+def is_step_function(ctx: FileContext, func: ast.AST) -> bool:
     return func in ctx.step_functions
 
 
-def compute_step_functions(ctx: "FileContext") -> set[ast.AST]:
+def compute_step_functions(ctx: FileContext) -> set[ast.AST]:
     """Step functions by name or by other modules' calls, plus the module-local functions they or
     a step loop call (transitively)."""
     index = ctx.index
@@ -115,7 +122,7 @@ def compute_step_functions(ctx: "FileContext") -> set[ast.AST]:
     return result
 
 
-def is_named_step(ctx: "FileContext", func: ast.AST) -> bool:
+def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
     """A step function by its name alone (`forward`, `training_step`, a loss, a per-batch hook),
     unless it iterates a data loader itself (`def train_fn(loader): for batch in loader: ...`)."""
     name = func.name
@@ -137,7 +144,7 @@ MODEL_INPUTS = {"input_ids", "inputs_embeds", "attention_mask", "pixel_values", 
                 "image_features", "encoder_hidden_states", "labels", "token_type_ids", "decoder_input_ids"}
 
 
-def overrides_model_hook(ctx: "FileContext", func: ast.AST) -> bool:
+def overrides_model_hook(ctx: FileContext, func: ast.AST) -> bool:
     """A method of a subclass of a library model (`class M(LlavaForConditionalGeneration)`) that
     takes the batch's tensors (`input_ids`, `attention_mask`, ...): it overrides a hook that the
     library's `forward` calls (`_merge_input_ids_with_image_features`, `_update_causal_mask`), so it
@@ -151,12 +158,12 @@ def overrides_model_hook(ctx: "FileContext", func: ast.AST) -> bool:
         dotted_name(base))) for base in cls.bases)
 
 
-def owns_loader_loop(ctx: "FileContext", func: ast.AST) -> bool:
+def owns_loader_loop(ctx: FileContext, func: ast.AST) -> bool:
     return any(isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter)
                for loop in ctx.loops_of(func))
 
 
-def loop_reachable_functions(ctx: "FileContext") -> set[ast.AST]:
+def loop_reachable_functions(ctx: FileContext) -> set[ast.AST]:
     """Functions that a step loop of this file calls, directly or through module-local calls
     (unlike step functions, not functions that are per-step by their name alone)."""
     result: set[ast.AST] = set()
@@ -173,14 +180,14 @@ def loop_reachable_functions(ctx: "FileContext") -> set[ast.AST]:
     return result
 
 
-def _local_callees(ctx: "FileContext", owner: ast.AST):
+def _local_callees(ctx: FileContext, owner: ast.AST):
     """FunctionDefs of this module called (ungated) from `owner`'s body (`f(...)` or `self.f(...)`)."""
     for call in ctx.calls_within(owner):
         if not runs_less_often(ctx, call, owner):
             yield from local_callees_of(ctx, call)
 
 
-def local_callees_of(ctx: "FileContext", call: ast.Call):
+def local_callees_of(ctx: FileContext, call: ast.Call):
     name = dotted_name(call.func)
     if not name:
         return
@@ -198,7 +205,7 @@ def local_callees_of(ctx: "FileContext", call: ast.Call):
 
 # -- gates -------------------------------------------------------------------------------------------
 
-def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
+def gated_by(ctx: FileContext, child: ast.AST, parent: ast.AST) -> bool:
     """`child`, held by `parent`, runs less often than `parent`: every N steps, or only when the
     caller opts into an option."""
     field = ctx.index.field_of(child)
@@ -216,7 +223,7 @@ def gated_by(ctx: "FileContext", child: ast.AST, parent: ast.AST) -> bool:
     return isinstance(child, ast.stmt) and _after_gating_exit(ctx, child)
 
 
-def _if_gates(ctx: "FileContext", parent: ast.If, field: str | None) -> bool:
+def _if_gates(ctx: FileContext, parent: ast.If, field: str | None) -> bool:
     """What `gated_by` says of the `field` block of an `if`, whatever node of it is asked about."""
     polarity = periodic_polarity(parent.test)
     if field == "body" and (polarity == EVERY_N or opt_in(ctx, parent) or _counter_bounded(ctx, parent)
@@ -231,7 +238,7 @@ def _if_gates(ctx: "FileContext", parent: ast.If, field: str | None) -> bool:
     return field == _EVAL_ONLY_FIELD.get(_training_test(parent.test))  # `if not self.training:`: inference only
 
 
-def _leaves_loop(ctx: "FileContext", node: ast.If) -> bool:
+def _leaves_loop(ctx: FileContext, node: ast.If) -> bool:
     """`if loss_is_nan: print(...); sys.exit(1)` in a loop: the block ends the loop, so it runs
     at most once per run of it."""
     last = node.body[-1] if node.body else None
@@ -280,7 +287,7 @@ def _latched(node: ast.If, field: str) -> bool:
         for statement in block for n in ast.walk(statement))
 
 
-def _lazily_initialised(ctx: "FileContext", node: ast.If) -> bool:
+def _lazily_initialised(ctx: FileContext, node: ast.If) -> bool:
     """`if self.sampler is None: self.sampler = build(...)`, or `if self.index is None:
     self._init_index(t)` where that method assigns `self._index` (the attribute behind a property):
     the block fills in the attribute it tests, so it runs on the first call only (lazy set-up), not
@@ -310,7 +317,7 @@ def _lazily_initialised(ctx: "FileContext", node: ast.If) -> bool:
     return False
 
 
-def _counter_bounded(ctx: "FileContext", node: ast.If) -> bool:
+def _counter_bounded(ctx: FileContext, node: ast.If) -> bool:
     """`if batch_idx == 1:`, `if j <= 4:`: a loop counter compared with a constant holds on a
     fixed number of iterations (debug output for the first batches), not every step."""
     counters = _loop_counters(ctx, node)
@@ -327,7 +334,7 @@ def _counter_bounded(ctx: "FileContext", node: ast.If) -> bool:
     return False
 
 
-def _loop_counters(ctx: "FileContext", node: ast.AST) -> set[str]:
+def _loop_counters(ctx: FileContext, node: ast.AST) -> set[str]:
     """Names counting the iterations of the loops around `node`: `enumerate`'s index, a `range`
     loop's variable, a name the loop increments (`step += 1`)."""
     counters: set[str] = set()
@@ -339,7 +346,7 @@ def _loop_counters(ctx: "FileContext", node: ast.AST) -> set[str]:
     return counters
 
 
-def loop_counters(ctx: "FileContext", loop: ast.For | ast.AsyncFor | ast.While) -> frozenset[str]:
+def loop_counters(ctx: FileContext, loop: ast.For | ast.AsyncFor | ast.While) -> frozenset[str]:
     """The names one loop counts its iterations in (its body is walked once, not once per `if` in it)."""
     found = ctx.loop_counter_cache.get(loop)
     if found is None:
@@ -364,13 +371,13 @@ def after_periodic_operand(boolop: ast.BoolOp, operand: ast.AST) -> bool:
     return False
 
 
-def _after_gating_exit(ctx: "FileContext", statement: ast.stmt) -> bool:
+def _after_gating_exit(ctx: FileContext, statement: ast.stmt) -> bool:
     """An earlier `if step % N: continue`, `if not should_log(step): return` or `if option is None:
     return` in the statement's block: the statement runs only when that test fails."""
     return ctx.index.after_in_block(statement, "gating-exit", lambda earlier: _gating_exit(ctx, earlier))
 
 
-def _gating_exit(ctx: "FileContext", earlier: ast.stmt) -> bool:
+def _gating_exit(ctx: FileContext, earlier: ast.stmt) -> bool:
     if isinstance(earlier, ast.If) and not earlier.orelse and skips_rest(earlier.body):
         return periodic_polarity(earlier.test) == ALMOST_ALWAYS or _option_absent(ctx, earlier.test)
     # `try: return fast(...) except OOM: ...` then a fallback: only after an error
@@ -378,7 +385,7 @@ def _gating_exit(ctx: "FileContext", earlier: ast.stmt) -> bool:
         and not earlier.orelse and not earlier.finalbody
 
 
-def opt_in(ctx: "FileContext", node: ast.If) -> bool:
+def opt_in(ctx: FileContext, node: ast.If) -> bool:
     """`if ignore_index is not None:` / `if normalize:` where the tested name is a parameter whose
     default is None/False and the block uses it as a value: the block runs only when the caller
     asks for a non-default behaviour. (A block that calls or uses an attribute of the name, as in
@@ -398,7 +405,7 @@ def _tested_present(test: ast.expr) -> list[ast.Name]:
     return []
 
 
-def _option_absent(ctx: "FileContext", test: ast.expr) -> bool:
+def _option_absent(ctx: FileContext, test: ast.expr) -> bool:
     """`if option is None: return` before the statement."""
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) and \
             isinstance(test.left, ast.Name) and is_constant(test.comparators[0], None):
@@ -407,7 +414,7 @@ def _option_absent(ctx: "FileContext", test: ast.expr) -> bool:
     return False
 
 
-def _option_value(ctx: "FileContext", name: ast.Name, body: list[ast.stmt]) -> bool:
+def _option_value(ctx: FileContext, name: ast.Name, body: list[ast.stmt]) -> bool:
     param = ctx.parameter(name)
     if param is None:
         return False
@@ -424,7 +431,7 @@ def _option_value(ctx: "FileContext", name: ast.Name, body: list[ast.stmt]) -> b
     return True
 
 
-def runs_less_often(ctx: "FileContext", node: ast.AST, owner: ast.AST) -> bool:
+def runs_less_often(ctx: FileContext, node: ast.AST, owner: ast.AST) -> bool:
     """`node` runs less often than `owner`'s body: behind a gate, off XLA, or in a nested loop
     of its own when `owner` is a loop."""
     child = node
@@ -441,7 +448,7 @@ def runs_less_often(ctx: "FileContext", node: ast.AST, owner: ast.AST) -> bool:
 
 # -- step loops --------------------------------------------------------------------------------------
 
-def is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
+def is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
     cache = ctx.step_loop_cache
     if loop not in cache:
         cache[loop] = False  # a loop reached again while deciding (through `trains`) is not yet one
@@ -449,7 +456,7 @@ def is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
     return cache[loop]
 
 
-def _is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
+def _is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
     if isinstance(loop, (ast.For, ast.AsyncFor)) and (iterates_batches(ctx, loop.iter) or _slices_batches(ctx, loop)):
         return True
     data = loop_data(ctx, loop)
@@ -469,7 +476,7 @@ def _is_step_loop(ctx: "FileContext", loop: ast.AST) -> bool:
     return False
 
 
-def _slices_batches(ctx: "FileContext", loop: ast.For | ast.AsyncFor) -> bool:
+def _slices_batches(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
     """`for i in range(0, n, chunk): x = feats[i : i + chunk]`: mini-batches cut from a tensor by a
     strided counter, each one computed on in its own iteration, as a loader's batches are."""
     iterable = loop.iter
@@ -489,7 +496,7 @@ def _slices_batches(ctx: "FileContext", loop: ast.For | ast.AsyncFor) -> bool:
     return False
 
 
-def _training_call(ctx: "FileContext", call: ast.Call) -> bool:
+def _training_call(ctx: FileContext, call: ast.Call) -> bool:
     """A backward, an optimizer step or a step call."""
     method = method_name(call)
     if method == "backward":
@@ -503,7 +510,7 @@ def _training_call(ctx: "FileContext", call: ast.Call) -> bool:
     return ctx.imports_jax and jax_tracing.jitted_trains(ctx, call)
 
 
-def trains(ctx: "FileContext", func: ast.AST) -> bool:
+def trains(ctx: FileContext, func: ast.AST) -> bool:
     """`func`, or a module-local function it calls, runs one backward or optimizer step per call.
     (A function that runs them in a loop of its own trains an epoch: calling it is no step.)"""
     cache = ctx.trains_cache
@@ -518,7 +525,7 @@ def trains(ctx: "FileContext", func: ast.AST) -> bool:
     return cache[func]
 
 
-def loop_trains(ctx: "FileContext", loop: ast.AST) -> bool:
+def loop_trains(ctx: FileContext, loop: ast.AST) -> bool:
     """`loop` is a step loop that trains: a backward or an optimizer step runs in every iteration,
     in its body or in a function it calls (of this module or, through the project index, another)."""
     return is_step_loop(ctx, loop) and any(
@@ -532,7 +539,7 @@ def loop_trains(ctx: "FileContext", loop: ast.AST) -> bool:
 BARRIER_NAMES = SYNC_NAMES | {"sync", "optimizer_step", "StepTrace", "wait_device_ops"}
 
 
-def unbarriered_optimizer_step(ctx: "FileContext", func: ast.AST) -> int | None:
+def unbarriered_optimizer_step(ctx: FileContext, func: ast.AST) -> int | None:
     """The line of the plain optimizer step (`opt.step()`, `scaler.step(opt)`) `func` runs on every
     call, through the functions of this module it calls, when nothing there cuts the graph: a
     helper such as `mp_trainer.optimize(opt)` whose caller's loop owns the barrier. None for an
@@ -575,7 +582,7 @@ def _plain_optimizer_step(call: ast.Call) -> bool:
         "scaler" in (recv or "").lower()
 
 
-def in_loop_within(ctx: "FileContext", node: ast.AST, owner: ast.AST) -> bool:
+def in_loop_within(ctx: FileContext, node: ast.AST, owner: ast.AST) -> bool:
     """`node` sits in the body of a loop (or comprehension) inside `owner`."""
     for anc in ctx.index.ancestors(node):
         if anc is owner:
@@ -585,7 +592,7 @@ def in_loop_within(ctx: "FileContext", node: ast.AST, owner: ast.AST) -> bool:
     return False
 
 
-def loop_data(ctx: "FileContext", loop: ast.AST) -> set[str]:
+def loop_data(ctx: FileContext, loop: ast.AST) -> set[str]:
     """Names holding what a `for` loop yields: its targets, and names the body assigns from them
     (`images = batch[0].to(device)`, `x, y = batch`), not names of what is called on them."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -631,7 +638,7 @@ def _forward_on(call: ast.Call, data: set[str]) -> bool:
     return any(_mentions(a, data) for a in args)
 
 
-def iterates_batches(ctx: "FileContext", iterable: ast.expr, depth: int = 0) -> bool:
+def iterates_batches(ctx: FileContext, iterable: ast.expr, depth: int = 0) -> bool:
     """`for batch in loader`, `enumerate(tqdm(train_loader))`, `pl.MpDeviceLoader(...)`,
     `metric_logger.log_every(loader, ...)`, or a variable holding one of those."""
     if depth > 3:
@@ -656,7 +663,7 @@ def iterates_batches(ctx: "FileContext", iterable: ast.expr, depth: int = 0) -> 
 
 # -- per-step ----------------------------------------------------------------------------------------
 
-def is_per_step(ctx: "FileContext", node: ast.AST, *, periodic: bool = False) -> bool:
+def is_per_step(ctx: FileContext, node: ast.AST, *, periodic: bool = False) -> bool:
     """True when `node` runs once per training/evaluation step. With `periodic=True`, also when it
     runs every N steps (`if step % accumulate == 0:`): what a step barrier must cover."""
     child = node
@@ -674,14 +681,14 @@ def is_per_step(ctx: "FileContext", node: ast.AST, *, periodic: bool = False) ->
     return False
 
 
-def _runs_each_iteration(ctx: "FileContext", loop: ast.AST, field: str | None) -> bool:
+def _runs_each_iteration(ctx: FileContext, loop: ast.AST, field: str | None) -> bool:
     """`loop` is a step loop, and its `field` (the body; a `while`'s test too) runs every step."""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
         return field == "body" and is_step_loop(ctx, loop)
     return isinstance(loop, ast.While) and field in ("body", "test") and is_step_loop(ctx, loop)
 
 
-def _periodic_pass(ctx: "FileContext", loop: ast.AST) -> bool:
+def _periodic_pass(ctx: FileContext, loop: ast.AST) -> bool:
     """`loop` runs inside a gate of an outer loop (`if step % eval_every == 0:`) and does not
     iterate batches: a pass over a few things every N steps (`for split, ds in evals.items():`),
     not an evaluation loop over a loader, whose iterations are steps of their own."""
@@ -710,7 +717,7 @@ NOT_PER_CALL = re.compile(r"^_*test|(^|_)(init|setup|config|version|available|im
 MAX_CALL_SITE_DEPTH = 2
 
 
-def compute_per_call_functions(ctx: "FileContext") -> set[ast.AST]:
+def compute_per_call_functions(ctx: FileContext) -> set[ast.AST]:
     """Per-call functions by name (with no caller in the project), and the module-local functions
     they call."""
     result: set[ast.AST] = set()
@@ -726,11 +733,11 @@ def compute_per_call_functions(ctx: "FileContext") -> set[ast.AST]:
     return result
 
 
-def _call_sites(ctx: "FileContext", func: ast.AST) -> list[ast.Call]:
+def _call_sites(ctx: FileContext, func: ast.AST) -> list[ast.Call]:
     return ctx.calls_of(func.name)
 
 
-def runs_hot(ctx: "FileContext", node: ast.AST, depth: int = 0) -> bool:
+def runs_hot(ctx: FileContext, node: ast.AST, depth: int = 0) -> bool:
     """`node` runs every step (or on every call of a loss/metric check) and may run on XLA.
 
     A helper that is per-step only because a step function calls it (not by its own name) is
@@ -749,7 +756,7 @@ def runs_hot(ctx: "FileContext", node: ast.AST, depth: int = 0) -> bool:
     return False
 
 
-def _in_step_loop_within(ctx: "FileContext", node: ast.AST, func: ast.AST) -> bool:
+def _in_step_loop_within(ctx: FileContext, node: ast.AST, func: ast.AST) -> bool:
     """Per-step because a step loop inside `func` runs it, whoever calls `func`."""
     child = node
     for anc in ctx.index.ancestors(node):
@@ -762,14 +769,14 @@ def _in_step_loop_within(ctx: "FileContext", node: ast.AST, func: ast.AST) -> bo
     return False
 
 
-def _excluded_here(ctx: "FileContext", node: ast.AST) -> bool:
+def _excluded_here(ctx: FileContext, node: ast.AST) -> bool:
     """Never on XLA, or building an error being raised (runs once, when failing)."""
     if ctx.in_non_xla_code(node):
         return True
     return in_raise(ctx, node)
 
 
-def in_raise(ctx: "FileContext", node: ast.AST) -> bool:
+def in_raise(ctx: FileContext, node: ast.AST) -> bool:
     """`node` builds the error of a failing check: part of a `raise`, or of an `assert`'s message
     (evaluated only when the assertion fails)."""
     child = node
@@ -784,7 +791,7 @@ def in_raise(ctx: "FileContext", node: ast.AST) -> bool:
     return False
 
 
-def _site_excluded(ctx: "FileContext", node: ast.AST) -> bool:
+def _site_excluded(ctx: FileContext, node: ast.AST) -> bool:
     """`node` never runs on XLA, runs behind a gate, or builds an error being raised, within its
     function."""
     if ctx.in_non_xla_code(node):

@@ -13,11 +13,29 @@ import re
 from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS
-from .names import dotted_name, is_constant, keyword_value, last_part, method_name, param_default, positional
-from .names import keyword, receiver, string_value
+from .names import (
+    dotted_name,
+    is_constant,
+    keyword,
+    keyword_value,
+    last_part,
+    method_name,
+    param_default,
+    positional,
+    receiver,
+    string_value,
+)
 from .steps import MODEL_CALLEE, is_named_step
-from .vocabulary import (BOOL_FUNCTIONS, BOOL_METHODS, ELEMENT_WRAPPERS, ELEMENTWISE_FUNCTIONS, ELEMENTWISE_METHODS,
-                         FACTORIES, LIKE_FACTORIES, TENSOR_REDUCTIONS)
+from .vocabulary import (
+    BOOL_FUNCTIONS,
+    BOOL_METHODS,
+    ELEMENT_WRAPPERS,
+    ELEMENTWISE_FUNCTIONS,
+    ELEMENTWISE_METHODS,
+    FACTORIES,
+    LIKE_FACTORIES,
+    TENSOR_REDUCTIONS,
+)
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -116,7 +134,7 @@ _NOT_TENSOR_NODES = (ast.Constant, ast.JoinedStr, ast.Dict, ast.DictComp, ast.La
 class TensorInference:
     """Memoised `kind(expr)` for one file."""
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.cache: dict[ast.AST, Kind] = {}
         # answers that went through a cut cycle are exact only within the query that computed
@@ -528,7 +546,7 @@ def _is_text(node: ast.expr) -> bool:
     return isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
 
 
-def evident_device_tensor(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
+def evident_device_tensor(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is a device tensor by what it computes, not only by its name.
 
     A bare parameter or loop variable (`if cache:`, `if dur > 0:`) is not enough: in a truth test
@@ -567,7 +585,7 @@ def evident_device_tensor(ctx: "FileContext", expr: ast.expr, depth: int = 0) ->
     return False
 
 
-def is_torch(ctx: "FileContext", call: ast.Call, names: set[str]) -> str | None:
+def is_torch(ctx: FileContext, call: ast.Call, names: set[str]) -> str | None:
     qualified = ctx.qualified_name(call.func) or ""
     head, _, tail = qualified.rpartition(".")
     if head == "torch" and tail in names:
@@ -575,7 +593,7 @@ def is_torch(ctx: "FileContext", call: ast.Call, names: set[str]) -> str | None:
     return None
 
 
-def is_bool_mask(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
+def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is evidently a boolean device tensor: a comparison of tensors, `~m`, `m & n`,
     `torch.isnan(x)`, `.bool()`, a name assigned from one of those, or a tensor named like a mask."""
     if depth > MAX_DEPTH or not ctx.on_device(expr):
@@ -610,13 +628,13 @@ def is_bool_mask(ctx: "FileContext", expr: ast.expr, depth: int = 0) -> bool:
     return False
 
 
-def _mask_named(ctx: "FileContext", expr: ast.expr) -> bool:
+def _mask_named(ctx: FileContext, expr: ast.expr) -> bool:
     name = dotted_name(expr)
     return bool(name) and bool(_MASK_NAME.search(last_part(name))) and ctx.on_device(expr) and \
         "attention_mask" not in name and "padding_mask" not in name
 
 
-def elementwise_of(ctx: "FileContext", mask: ast.expr, base: ast.expr, depth: int = 0) -> bool:
+def elementwise_of(ctx: FileContext, mask: ast.expr, base: ast.expr, depth: int = 0) -> bool:
     """`mask` is computed elementwise from the tensor `base` (and scalars), so it has exactly
     `base`'s shape: `x > 0`, `~torch.isnan(x)`, `(x > 0) & (x < 1)`, or a name bound to one. The `x`
     in the mask must be the same binding as `base`, not the same spelling: after
@@ -624,7 +642,7 @@ def elementwise_of(ctx: "FileContext", mask: ast.expr, base: ast.expr, depth: in
     return _elementwise(ctx, mask, base, depth) == "base"
 
 
-def _elementwise(ctx: "FileContext", expr: ast.expr, base: ast.expr, depth: int) -> str | None:
+def _elementwise(ctx: FileContext, expr: ast.expr, base: ast.expr, depth: int) -> str | None:
     """"base" (shaped like base), "scalar" (a Python number), or None (anything else)."""
     if depth > MAX_DEPTH:
         return None
