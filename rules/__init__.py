@@ -33,9 +33,14 @@ class RegistryError(Exception):
 
 def _rules_in(module: ModuleType) -> list[type[Rule]]:
     # `issubclass(type(obj), type)`, not `isinstance`: that would touch the lazy `cst` module and load libcst
-    return [obj for obj in vars(module).values()
-            if issubclass(type(obj), type) and issubclass(obj, Rule) and getattr(obj, "code", None)
-            and obj.__module__ == module.__name__]
+    return [
+        obj
+        for obj in vars(module).values()
+        if issubclass(type(obj), type)
+        and issubclass(obj, Rule)
+        and getattr(obj, "code", None)
+        and obj.__module__ == module.__name__
+    ]
 
 
 def discover(package: ModuleType) -> list[type[Rule]]:
@@ -47,8 +52,9 @@ def discover(package: ModuleType) -> list[type[Rule]]:
             continue
         where = f"{package.__name__}.{info.name}"
         if not info.ispkg:
-            raise RegistryError(f"{where}: a module outside a family package; rules live in "
-                                f"{package.__name__}.<family>.<rule_name>")
+            raise RegistryError(
+                f"{where}: a module outside a family package; rules live in {package.__name__}.<family>.<rule_name>"
+            )
         family = importlib.import_module(where)
         codes, categories = getattr(family, "CODES", None), getattr(family, "CATEGORIES", None)
         if not isinstance(codes, str) or not codes or not isinstance(categories, tuple) or not categories:
@@ -65,19 +71,26 @@ def discover(package: ModuleType) -> list[type[Rule]]:
                 raise RegistryError(f"{name}: a package inside a family; a rule is one module")
             rules = _rules_in(importlib.import_module(name))
             if len(rules) != 1:
-                raise RegistryError(f"{name}: a rule module must define exactly one Rule subclass with a code, "
-                                    f"found {len(rules)}" + (f" ({', '.join(r.code for r in rules)})" if rules else "")
-                                    + "; shared helpers go in a module whose name starts with `_`")
+                raise RegistryError(
+                    f"{name}: a rule module must define exactly one Rule subclass with a code, "
+                    f"found {len(rules)}"
+                    + (f" ({', '.join(r.code for r in rules)})" if rules else "")
+                    + "; shared helpers go in a module whose name starts with `_`"
+                )
             rule = rules[0]
             if rule.name.replace("-", "_") != sub.name:
-                raise RegistryError(f"{name}: the module of rule {rule.code} must be named after it: "
-                                    f"{rule.name.replace('-', '_')}.py")
+                raise RegistryError(
+                    f"{name}: the module of rule {rule.code} must be named after it: {rule.name.replace('-', '_')}.py"
+                )
             if not rule.code.startswith(codes):
-                raise RegistryError(f"{name}: code {rule.code} is not of family {where} (its codes start with "
-                                    f"{codes}); move the module to the family of its code")
+                raise RegistryError(
+                    f"{name}: code {rule.code} is not of family {where} (its codes start with "
+                    f"{codes}); move the module to the family of its code"
+                )
             if rule.category not in categories:
-                raise RegistryError(f"{name}: category {rule.category!r} of {rule.code} is not one of family "
-                                    f"{where}'s {categories}")
+                raise RegistryError(
+                    f"{name}: category {rule.category!r} of {rule.code} is not one of family {where}'s {categories}"
+                )
             if rule.code in found:
                 raise RegistryError(f"{name}: code {rule.code} is already taken by {found[rule.code].__module__}")
             found[rule.code] = rule

@@ -143,9 +143,7 @@ class DeviceAccumulator:
         """
         return _to_reading(self._snapshot())
 
-    def read_in_step_closure(
-        self, callback: Callable[[Reading], object], run_async: bool = False
-    ) -> None:
+    def read_in_step_closure(self, callback: Callable[[Reading], object], run_async: bool = False) -> None:
         """Call ``callback(reading)`` once the values are ready, without stalling the XLA step.
 
         On torch_xla (the totals are on an ``'xla'`` device and torch_xla is

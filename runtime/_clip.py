@@ -157,9 +157,7 @@ def clip_grad_norm_(
         else:
             norms.extend(torch.linalg.vector_norm(g, norm_type) for g in tensors)
     first_device = grads[0].device
-    total_norm: torch.Tensor = torch.linalg.vector_norm(
-        torch.stack([n.to(first_device) for n in norms]), norm_type
-    )
+    total_norm: torch.Tensor = torch.linalg.vector_norm(torch.stack([n.to(first_device) for n in norms]), norm_type)
     if error_if_nonfinite:
         _check_finite(total_norm, norm_type)
 

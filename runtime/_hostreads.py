@@ -17,9 +17,19 @@ from pathlib import Path
 from typing import Any
 
 # method -> how the read shows in the report; `to` counts only when it moves the value to the CPU
-READS = {"item": "item", "tolist": "tolist", "numpy": "numpy", "cpu": "cpu", "to": "to(cpu)",
-         "__bool__": "bool", "__float__": "float", "__int__": "int", "__index__": "index",
-         "__repr__": "repr", "__format__": "format"}
+READS = {
+    "item": "item",
+    "tolist": "tolist",
+    "numpy": "numpy",
+    "cpu": "cpu",
+    "to": "to(cpu)",
+    "__bool__": "bool",
+    "__float__": "float",
+    "__int__": "int",
+    "__index__": "index",
+    "__repr__": "repr",
+    "__format__": "format",
+}
 
 
 class HostReadRecorder:
@@ -27,8 +37,9 @@ class HostReadRecorder:
     of the innermost frame under one of `roots` (frames of `skip` folders, such as this package and
     installed libraries, are passed over)."""
 
-    def __init__(self, roots: Iterable[Path], device_types: Iterable[str] = ("xla",),
-                 skip: Iterable[Path] = ()) -> None:
+    def __init__(
+        self, roots: Iterable[Path], device_types: Iterable[str] = ("xla",), skip: Iterable[Path] = ()
+    ) -> None:
         self.roots = [Path(r).resolve() for r in roots]
         self.device_types = frozenset(device_types)
         self.skip = [Path(s).resolve() for s in skip] + [Path(__file__).resolve().parent]
@@ -55,8 +66,10 @@ class HostReadRecorder:
 
     def rows(self) -> list[dict[str, Any]]:
         """The counts as JSON rows, one per line and kind of read."""
-        return [{"file": f, "line": line, "function": fn, "kind": kind, "count": n}
-                for (f, line, fn, kind), n in sorted(self.counts.items())]
+        return [
+            {"file": f, "line": line, "function": fn, "kind": kind, "count": n}
+            for (f, line, fn, kind), n in sorted(self.counts.items())
+        ]
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         kind = READS[name]
@@ -102,7 +115,8 @@ class HostReadRecorder:
                 known = False
             else:
                 resolved = path.resolve()
-                known = not any(s == resolved or s in resolved.parents for s in self.skip) and \
-                    any(r == resolved or r in resolved.parents for r in self.roots)
+                known = not any(s == resolved or s in resolved.parents for s in self.skip) and any(
+                    r == resolved or r in resolved.parents for r in self.roots
+                )
             self._files[file] = known
         return known

@@ -111,9 +111,7 @@ def _reduce_arg(x: torch.Tensor, dim: _Dim) -> tuple[int, ...] | None:
     return None if dim is None else _dims(x, dim)
 
 
-def masked_sum(
-    x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: bool = False
-) -> torch.Tensor:
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: bool = False) -> torch.Tensor:
     """Sum of the entries of ``x`` where ``mask`` is True, with a static shape.
 
     Replaces ``x[mask].sum()`` (``dim=None``) and per-dimension masked sums,
@@ -139,9 +137,7 @@ def masked_sum(
     return torch.sum(selected, dim=_reduce_arg(x, dim), keepdim=keepdim)
 
 
-def masked_count(
-    x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: bool = False
-) -> torch.Tensor:
+def masked_count(x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: bool = False) -> torch.Tensor:
     """Number of entries of ``x`` selected by ``mask``, as an int64 tensor.
 
     Replaces ``x[mask].numel()`` / ``len(x[mask])`` (``dim=None``) and
@@ -155,9 +151,7 @@ def masked_count(
     return torch.sum(selected, dim=_reduce_arg(x, dim), keepdim=keepdim, dtype=torch.int64)
 
 
-def masked_mean(
-    x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: bool = False
-) -> torch.Tensor:
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: bool = False) -> torch.Tensor:
     """Mean of the entries of ``x`` where ``mask`` is True: ``masked_sum / masked_count``.
 
     Replaces ``x[mask].mean()`` and per-dimension masked means (see
@@ -199,9 +193,11 @@ def _masked_extreme(
     dims = _dims(x, dim)
     if any(x.shape[d] == 0 for d in dims):
         # amax refuses to reduce an empty dimension; every slice is an empty selection.
-        shape = [1 if d in dims else n for d, n in enumerate(x.shape)] if keepdim else [
-            n for d, n in enumerate(x.shape) if d not in dims
-        ]
+        shape = (
+            [1 if d in dims else n for d, n in enumerate(x.shape)]
+            if keepdim
+            else [n for d, n in enumerate(x.shape) if d not in dims]
+        )
         return torch.full(shape, fill, dtype=x.dtype, device=x.device)
     selected = torch.where(mask, x, fill)  # a Python scalar keeps x's dtype and needs no transfer
     reduce = torch.amax if largest else torch.amin
@@ -214,9 +210,7 @@ def _masked_extreme(
     return result
 
 
-def masked_max(
-    x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: bool = False
-) -> torch.Tensor:
+def masked_max(x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: bool = False) -> torch.Tensor:
     """Maximum of the entries of ``x`` where ``mask`` is True, with a static shape.
 
     Replaces ``x[mask].max()`` and per-dimension masked maxima (``.values`` of
@@ -236,9 +230,7 @@ def masked_max(
     return _masked_extreme(x, mask, dim, keepdim, largest=True, name="masked_max")
 
 
-def masked_min(
-    x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: bool = False
-) -> torch.Tensor:
+def masked_min(x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: bool = False) -> torch.Tensor:
     """Minimum of the entries of ``x`` where ``mask`` is True, with a static shape.
 
     The mirror of :func:`masked_max` (``torch.amin`` over ``torch.where(mask,

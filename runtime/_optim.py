@@ -11,9 +11,7 @@ from ._xla import xla_model
 
 
 def _on_xla(optimizer: torch.optim.Optimizer) -> bool:
-    return any(
-        p.device.type == "xla" for group in optimizer.param_groups for p in group["params"]
-    )
+    return any(p.device.type == "xla" for group in optimizer.param_groups for p in group["params"])
 
 
 def optimizer_step(

@@ -31,9 +31,7 @@ def bucket_size(n: int, buckets: Iterable[int]) -> int:
     ``x.shape[d]``).
     """
     if isinstance(n, torch.Tensor) or isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(
-            f"bucket_size: n must be a Python int (a length or shape entry), got {type(n).__name__}"
-        )
+        raise TypeError(f"bucket_size: n must be a Python int (a length or shape entry), got {type(n).__name__}")
     sizes = sorted(_check_bucket(b) for b in buckets)
     if not sizes:
         raise ValueError("bucket_size: buckets is empty")
@@ -43,8 +41,7 @@ def bucket_size(n: int, buckets: Iterable[int]) -> int:
         if size >= n:
             return size
     raise ValueError(
-        f"bucket_size: {n} exceeds the largest bucket ({sizes[-1]}); add a larger bucket "
-        "or truncate the input first"
+        f"bucket_size: {n} exceeds the largest bucket ({sizes[-1]}); add a larger bucket or truncate the input first"
     )
 
 
@@ -79,9 +76,7 @@ def pad_to_bucket(
     ``IndexError`` for a ``dim`` out of range (0-d tensors have no dim to pad).
     """
     if not -x.ndim <= dim < x.ndim:
-        raise IndexError(
-            f"pad_to_bucket: dim {dim} is out of range for a tensor with {x.ndim} dimensions"
-        )
+        raise IndexError(f"pad_to_bucket: dim {dim} is out of range for a tensor with {x.ndim} dimensions")
     dim %= x.ndim
     length = x.shape[dim]
     size = bucket_size(length, buckets)

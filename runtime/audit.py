@@ -53,12 +53,14 @@ from typing import Any
 from ._hostreads import HostReadRecorder
 
 # the prefixes torch_xla/csrc/debug_util.cpp writes before every line of an analysis block
-PREFIXES = {"Compilation Analysis: ": "compile", "Execution Analysis: ": "execute",
-            "Unexpected Execution Analysis: ": "execute"}
+PREFIXES = {
+    "Compilation Analysis: ": "compile",
+    "Execution Analysis: ": "execute",
+    "Unexpected Execution Analysis: ": "execute",
+}
 # how debug_util.cpp words the cause of a graph run at a step boundary (anything else that names
 # no barrier is user code accessing a value: "most likely user code trying to access tensor value")
-BARRIER_CAUSES = ("torch_xla.sync", "mark_step", "parallel loader", "StepTrace", "torch_xla.compile",
-                  "dynamo")
+BARRIER_CAUSES = ("torch_xla.sync", "mark_step", "parallel loader", "StepTrace", "torch_xla.compile", "dynamo")
 HOST_READ_CAUSE = "access tensor value"
 OWN_PACKAGE = Path(__file__).resolve().parent
 
@@ -104,7 +106,7 @@ def parse_debug_output(text: str) -> list[Event]:
         prefix = next((p for p in PREFIXES if raw.startswith(p)), None)
         if prefix is None:
             continue
-        body = raw[len(prefix):]
+        body = raw[len(prefix) :]
         if body.startswith("=" * 10):
             if kind is not None and frames:  # the closing rule of a block
                 events.append(Event(kind, cause or "host_read", graph or "", tuple(frames)))
@@ -117,8 +119,9 @@ def parse_debug_output(text: str) -> list[Event]:
             continue
         elif cause is None and body.startswith("  "):
             text_ = body.strip()
-            cause = "host_read" if HOST_READ_CAUSE in text_ or not any(c in text_ for c in BARRIER_CAUSES) \
-                else "barrier"
+            cause = (
+                "host_read" if HOST_READ_CAUSE in text_ or not any(c in text_ for c in BARRIER_CAUSES) else "barrier"
+            )
         elif body.startswith("  Graph Hash: "):
             graph = body.split(":", 1)[1].strip()
         elif body.startswith("Python Frame Triggered Execution"):
@@ -146,8 +149,9 @@ def user_frame(event: Event, roots: list[Path]) -> Frame | None:
     return None
 
 
-def by_line(events: list[Event], roots: list[Path], reads: Sequence[dict] = ()) -> \
-        tuple[dict[tuple[str, int], LineReport], int]:
+def by_line(
+    events: list[Event], roots: list[Path], reads: Sequence[dict] = ()
+) -> tuple[dict[tuple[str, int], LineReport], int]:
     """Events (and the recorder's host reads) grouped by the user line they are attributed to, and
     how many events had no user frame."""
     lines: dict[tuple[str, int], LineReport] = {}
@@ -173,8 +177,14 @@ def by_line(events: list[Event], roots: list[Path], reads: Sequence[dict] = ()) 
 
 
 # the findings a run can confirm: deprecated APIs and the like have no run-time signature
-RUNTIME_CATEGORIES = {"item_sync", "control_flow_on_tensor", "dynamic_shape", "varying_shape", "optimizer_step",
-                      "clip_grad_norm"}
+RUNTIME_CATEGORIES = {
+    "item_sync",
+    "control_flow_on_tensor",
+    "dynamic_shape",
+    "varying_shape",
+    "optimizer_step",
+    "clip_grad_norm",
+}
 
 
 def is_hazard(report: LineReport) -> bool:
@@ -194,8 +204,11 @@ def _scopes(file: str) -> list[tuple[int, int]]:
     except (OSError, SyntaxError, ValueError):
         return []
     kinds = (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef)
-    return sorted(((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree) if isinstance(n, kinds)),
-                  key=lambda span: span[1] - span[0], reverse=True)
+    return sorted(
+        ((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree) if isinstance(n, kinds)),
+        key=lambda span: span[1] - span[0],
+        reverse=True,
+    )
 
 
 def _scope_of(spans: list[tuple[int, int]], line: int) -> tuple[int, int] | None:
@@ -218,8 +231,9 @@ def attribute_structural(lines: dict[tuple[str, int], LineReport], findings: lis
         scope = _scope_of(spans, finding["location"]["row"])
         if scope is None:
             continue
-        recompiling = [r for (file, line), r in lines.items()
-                       if file == path and scope[0] <= line <= scope[1] and r.compiles > 1]
+        recompiling = [
+            r for (file, line), r in lines.items() if file == path and scope[0] <= line <= scope[1] and r.compiles > 1
+        ]
         for report in recompiling:
             report.explained_by.append(finding)
         if recompiling:
@@ -243,10 +257,13 @@ def cross_reference(lines: dict[tuple[str, int], LineReport], findings: list[dic
     structural = attribute_structural(lines, not_seen)
     not_seen = [f for f in not_seen if not any(f is s for s in structural)]
     hazards = [r for r in lines.values() if is_hazard(r)]
-    return {"confirmed": [r for r in hazards if r.findings],
-            "explained": [r for r in hazards if not r.findings and r.explained_by],
-            "structural": structural, "not_seen": not_seen,
-            "unpredicted": [r for r in hazards if not r.findings and not r.explained_by]}
+    return {
+        "confirmed": [r for r in hazards if r.findings],
+        "explained": [r for r in hazards if not r.findings and r.explained_by],
+        "structural": structural,
+        "not_seen": not_seen,
+        "unpredicted": [r for r in hazards if not r.findings and not r.explained_by],
+    }
 
 
 def run_xlalint(files: list[str], command: list[str] | None) -> tuple[list[dict], str | None]:
@@ -259,8 +276,9 @@ def run_xlalint(files: list[str], command: list[str] | None) -> tuple[list[dict]
             if found is None:
                 return [], "xlalint is not installed here: no cross-reference (pass --xlalint or --findings)"
             command = [found]
-    proc = subprocess.run([*command, "check", "--no-cache", "--output-format", "json", *files],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [*command, "check", "--no-cache", "--output-format", "json", *files], capture_output=True, text=True
+    )
     if proc.returncode not in (0, 1):
         return [], f"xlalint check failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}"
     return json.loads(proc.stdout or "[]"), None
@@ -273,21 +291,31 @@ def steps_from_barriers(lines: dict[tuple[str, int], LineReport]) -> int | None:
     return most if most >= 2 else None
 
 
-def audit(events: list[Event], roots: list[Path], findings: list[dict], steps_hint: int | None = None,
-          reads: Sequence[dict] = ()) -> dict:
+def audit(
+    events: list[Event],
+    roots: list[Path],
+    findings: list[dict],
+    steps_hint: int | None = None,
+    reads: Sequence[dict] = (),
+) -> dict:
     """The whole report as data: totals, per-step rates, and the cross-reference."""
     lines, unattributed = by_line(events, roots, reads)
     crossed = cross_reference(lines, findings)
     barriers = sum(1 for e in events if e.kind == "execute" and e.cause == "barrier")
     steps = steps_hint or steps_from_barriers(lines)
-    totals: dict[str, Any] = {"compiles": sum(e.kind == "compile" for e in events),
-              "host_reads": sum(e.kind == "execute" and e.cause == "host_read" for e in events),
-              "barriers": barriers, "unattributed": unattributed, "steps": steps,
-              "steps_from": "--steps" if steps_hint else ("barriers" if steps else None)}
+    totals: dict[str, Any] = {
+        "compiles": sum(e.kind == "compile" for e in events),
+        "host_reads": sum(e.kind == "execute" and e.cause == "host_read" for e in events),
+        "barriers": barriers,
+        "unattributed": unattributed,
+        "steps": steps,
+        "steps_from": "--steps" if steps_hint else ("barriers" if steps else None),
+    }
     if reads:
         totals["python_reads"] = sum(int(r["count"]) for r in reads)
     if steps:
         totals["host_reads_per_step"] = round(totals["host_reads"] / steps, 3)
+
     def line(r: LineReport) -> dict:  # noqa: E306
         row = asdict(r)
         row["graphs"] = len(r.graphs)
@@ -299,18 +327,23 @@ def audit(events: list[Event], roots: list[Path], findings: list[dict], steps_hi
 
     def finding(f: dict) -> dict:
         return {"file": f["filename"], "row": f["location"]["row"], "code": f["code"], "message": f["message"]}
-    return {"totals": totals,
-            "lines": [line(r) for r in sorted(lines.values(), key=lambda r: (r.file, r.line))],
-            "confirmed": [line(r) for r in crossed["confirmed"]],
-            "structural": [finding(f) for f in crossed["structural"]],
-            "explained": [line(r) for r in crossed["explained"]],
-            "not_seen": [finding(f) for f in crossed["not_seen"]],
-            "unpredicted": [line(r) for r in sorted(crossed["unpredicted"],
-                                                    key=lambda r: -(r.host_reads + r.reads + r.compiles))]}
+
+    return {
+        "totals": totals,
+        "lines": [line(r) for r in sorted(lines.values(), key=lambda r: (r.file, r.line))],
+        "confirmed": [line(r) for r in crossed["confirmed"]],
+        "structural": [finding(f) for f in crossed["structural"]],
+        "explained": [line(r) for r in crossed["explained"]],
+        "not_seen": [finding(f) for f in crossed["not_seen"]],
+        "unpredicted": [
+            line(r) for r in sorted(crossed["unpredicted"], key=lambda r: -(r.host_reads + r.reads + r.compiles))
+        ],
+    }
 
 
 def render(report: dict, root: Path) -> str:
     """The report as text for a terminal."""
+
     def where(file: str, line: int) -> str:
         path = Path(file)
         return f"{path.relative_to(root) if root in path.parents else path}:{line}"
@@ -318,26 +351,37 @@ def render(report: dict, root: Path) -> str:
     t = report["totals"]
     per_step = f" ({t['host_reads_per_step']} per step)" if "host_reads_per_step" in t else ""
     python_reads = f", {t['python_reads']} reads of tensor values" if "python_reads" in t else ""
-    out = [f"xlalint audit: {t['steps'] or 'unknown'} steps (barriers {t['barriers']}), "
-           f"{t['compiles']} compilations, {t['host_reads']} host reads{per_step}{python_reads}"]
+    out = [
+        f"xlalint audit: {t['steps'] or 'unknown'} steps (barriers {t['barriers']}), "
+        f"{t['compiles']} compilations, {t['host_reads']} host reads{per_step}{python_reads}"
+    ]
     if not t["steps"]:
         out.append("no per-step rates: no line ran a barrier every step (pass --steps N)")
     if "transfers" in t:
         rate = f" ({t['transfers_per_step']} per step)" if "transfers_per_step" in t else ""
         lines_note = "each is counted at its line below" if "python_reads" in t else "they have no line below"
-        out.append(f"device-to-host transfers: {t['transfers']}{rate}; reads of values a barrier already "
-                   f"computed cost a transfer but no execution: {lines_note}")
-    for title, rows in (("Confirmed by the run (finding and run-time event on the same line)", report["confirmed"]),
-                        ("Recompiles caused by a structural finding in the same loop", report["explained"]),
-                        ("Run-time events no rule predicted", report["unpredicted"])):
+        out.append(
+            f"device-to-host transfers: {t['transfers']}{rate}; reads of values a barrier already "
+            f"computed cost a transfer but no execution: {lines_note}"
+        )
+    for title, rows in (
+        ("Confirmed by the run (finding and run-time event on the same line)", report["confirmed"]),
+        ("Recompiles caused by a structural finding in the same loop", report["explained"]),
+        ("Run-time events no rule predicted", report["unpredicted"]),
+    ):
         out.append(f"\n{title}:" if rows else f"\n{title}: none")
         for r in rows:
             codes = f"  [{', '.join(r['findings'] or r['explained_by'])}]" if r["findings"] or r["explained_by"] else ""
-            rate = "" if r["per_step"] is None else \
-                (" - every step" if r["per_step"] >= 1 else f" - {r['per_step']} per step")
+            rate = (
+                ""
+                if r["per_step"] is None
+                else (" - every step" if r["per_step"] >= 1 else f" - {r['per_step']} per step")
+            )
             reads = f", {r['reads']} reads of values" if r["reads"] else ""
-            out.append(f"  {where(r['file'], r['line'])} in {r['function']}: {r['compiles']} compiles "
-                       f"({r['graphs']} graphs), {r['host_reads']} host reads{reads}{rate}{codes}")
+            out.append(
+                f"  {where(r['file'], r['line'])} in {r['function']}: {r['compiles']} compiles "
+                f"({r['graphs']} graphs), {r['host_reads']} host reads{reads}{rate}{codes}"
+            )
     if report["structural"]:
         out.append("\nStructural findings seen as recompiles in their loop:")
         for f in report["structural"]:
@@ -350,10 +394,14 @@ def render(report: dict, root: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m xlalint.runtime.audit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", type=Path, help="the user's code: files under it get the events (default: the script's folder)")
+    parser.add_argument(
+        "--root", type=Path, help="the user's code: files under it get the events (default: the script's folder)"
+    )
     parser.add_argument("--steps", type=int, help="steps the script runs, for per-step rates (default: its barriers)")
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
-    parser.add_argument("--findings", type=Path, help="xlalint JSON findings to cross-reference (default: run xlalint check)")
+    parser.add_argument(
+        "--findings", type=Path, help="xlalint JSON findings to cross-reference (default: run xlalint check)"
+    )
     parser.add_argument("--xlalint", help="the xlalint command to run (default: this interpreter's -m xlalint)")
     parser.add_argument("--keep-log", type=Path, help="keep torch_xla's raw analysis log here")
     parser.add_argument("--from-log", type=Path, help="report on a log kept earlier instead of running a script")
@@ -442,9 +490,11 @@ def _save_metrics(log: Path) -> None:
     import torch_xla.debug.metrics as met  # imported by the script already
 
     transfers = met.metric_data("TransferFromDeviceTime")
-    counts = {"transfers": transfers[0] if transfers else 0,
-              "uncached_compiles": met.counter_value("UncachedCompile") or 0,
-              "local_scalar_dense": met.counter_value("aten::_local_scalar_dense") or 0}
+    counts = {
+        "transfers": transfers[0] if transfers else 0,
+        "uncached_compiles": met.counter_value("UncachedCompile") or 0,
+        "local_scalar_dense": met.counter_value("aten::_local_scalar_dense") or 0,
+    }
     Path(f"{log}.metrics.json").write_text(json.dumps(counts) + "\n")
 
 

@@ -48,8 +48,11 @@ def code_fingerprint() -> str:
     must still be read (~1 MB hashed, a few ms)."""
     import xlalint.rules  # noqa: F401  (the rules decide the findings: make sure their packages count)
 
-    folders = {Path(module.__file__).resolve().parent for name, module in list(sys.modules.items())
-               if name.partition(".")[0] == "xlalint" and hasattr(module, "__path__") and getattr(module, "__file__", None)}
+    folders = {
+        Path(module.__file__).resolve().parent
+        for name, module in list(sys.modules.items())
+        if name.partition(".")[0] == "xlalint" and hasattr(module, "__path__") and getattr(module, "__file__", None)
+    }
     roots = sorted(f for f in folders if not any(parent in folders for parent in f.parents))
     hashed = hashlib.blake2b(repr((__version__, FORMAT)).encode(), digest_size=16)
     for package in roots:
@@ -128,8 +131,10 @@ class ProjectCache:
             for name, content in ((IGNORE_FILE, IGNORE), (TAG_FILE, TAG)):
                 if not os.path.lexists(self.folder / name):  # written to a new file, then renamed: no link followed
                     write_atomic(self.folder / name, content)
-            payload = json.dumps({"code": code_fingerprint(), "summaries": self.summaries, "results": self.results},
-                                 separators=(",", ":"))
+            payload = json.dumps(
+                {"code": code_fingerprint(), "summaries": self.summaries, "results": self.results},
+                separators=(",", ":"),
+            )
             write_atomic(self.file, payload.encode("utf-8"))  # concurrent runs: the last complete write wins
         except (OSError, ValueError, RecursionError):
             pass  # a read-only tree (or entries too deep to write back): run without a cache

@@ -137,7 +137,7 @@ def _per_file_ignores(values: tuple[str, ...]) -> dict[str, list[str]]:
     for value in values:
         pattern, sep, codes = value.rpartition(":")
         if not sep or not pattern.strip() or not codes.strip():
-            raise ConfigError(f"--per-file-ignores: `{value}` is not PATTERN:CODES (e.g. \"tests/*:XLA1,XLA2\")")
+            raise ConfigError(f'--per-file-ignores: `{value}` is not PATTERN:CODES (e.g. "tests/*:XLA1,XLA2")')
         table.setdefault(pattern.strip(), []).extend(_split((codes,)))
     return table
 
@@ -157,7 +157,9 @@ def prepare(opts: Options) -> Prepared:
     if opts.target_version is not None:
         settings.target_version, settings.target_source = parse_target(opts.target_version), "--target-version"
         if settings.target_version is None:
-            raise ConfigError(f"--target-version: `{opts.target_version}` is no torch_xla version (e.g. 2.5 or torch_xla>=2.5)")
+            raise ConfigError(
+                f"--target-version: `{opts.target_version}` is no torch_xla version (e.g. 2.5 or torch_xla>=2.5)"
+            )
     elif settings.target_version is None:
         pinned = pinned_torch_xla(settings.root)
         if pinned is not None:
@@ -176,7 +178,8 @@ def prepare(opts: Options) -> Prepared:
     if opts.per_file_ignores:  # replaces the configuration's table, as Ruff's option does
         settings.per_file_ignores = {
             pattern: validate_selectors(codes, ALL_RULES, "--per-file-ignores")
-            for pattern, codes in _per_file_ignores(opts.per_file_ignores).items()}
+            for pattern, codes in _per_file_ignores(opts.per_file_ignores).items()
+        }
     if opts.fixable:
         settings.fixable = validate_selectors(_split(opts.fixable), ALL_RULES, "--fixable")
     if opts.unfixable:
@@ -262,52 +265,96 @@ def _options(options):
         for option in reversed(options):
             func = option(func)
         return func
+
     return decorate
 
 
-_shared_options = _options([
-    click.argument("paths", nargs=-1, type=click.Path(path_type=str)),
-    click.option("--config", type=click.Path(dir_okay=False), help="Use this TOML file instead of discovery."),
-    click.option("--select", multiple=True, help="Rule codes or prefixes to enable (e.g. XLA1,XLA401)."),
-    click.option("--extend-select", multiple=True, help="Codes or prefixes to enable in addition."),
-    click.option("--ignore", multiple=True, help="Codes or prefixes to disable."),
-    click.option("--per-file-ignores", multiple=True, metavar="PATTERN:CODES",
-                 help="Disable CODES in files matching PATTERN (e.g. \"tests/*:XLA1\"); repeatable; replaces the "
-                      "configuration's table."),
-    click.option("--fixable", multiple=True, help="Only these codes or prefixes may be fixed (default: all)."),
-    click.option("--unfixable", multiple=True, help="Codes or prefixes never fixed (reported without a fix)."),
-    click.option("--preview/--no-preview", default=None,
-                 help="Enable preview rules (on real code their precision is not yet shown; `xlalint "
-                      "rules` marks them). Selecting a rule or its family explicitly enables it too."),
-    click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too."),
-    click.option("--assume-xla", is_flag=True,
-                 help="Treat every file as code that runs on an XLA device (migration mode): XLA-only "
-                      "rules also fire in files that do not import torch_xla or torchax."),
-    click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only: no hints, no summary."),
-    click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-                 help="Processes to check files with (default: one per core; never more than cores or files)."),
-    click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
-    click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
-                 help="Where to keep the cache (default: .xlalint_cache in each project's root)."),
-    click.option("--target", default=None, metavar="PLATFORM",
-                 help="The platform the code is being moved to (`torchtpu`): its migration rules (TPU1xx) "
-                      "run, and torch_xla advice (XLA601/XLA602/XLA701) steps aside."),
-    click.option("--target-version", default=None,
-                 help="The oldest torch_xla the code must run on (e.g. 2.5): no replacement newer than it "
-                      "is suggested. Default: the project's pin in requirements*.txt or pyproject.toml, "
-                      "else the newest."),
-    click.option("--stdin-filename", default=None,
-                 help="The name of the file read from standard input (`-`): its configuration, per-file "
-                      "ignores and excludes apply, and findings carry it."),
-    click.option("--color", type=click.Choice(["auto", "always", "never"]), default=None,
-                 help="Colour the output: auto (on a terminal; the default), always, never. Without it, "
-                      "NO_COLOR turns colour off and FORCE_COLOR on."),
-    click.option("-o", "--output-file", type=click.Path(dir_okay=False), default=None,
-                 help="Write the report (or the diff) to this file instead of standard output."),
-    click.option("--show-fixes", is_flag=True, help="When fixing, list the fixed findings per file and code."),
-    click.option("--exit-non-zero-on-fix", is_flag=True,
-                 help="When fixing, exit 1 if anything was fixed, even when no finding remains."),
-])
+_shared_options = _options(
+    [
+        click.argument("paths", nargs=-1, type=click.Path(path_type=str)),
+        click.option("--config", type=click.Path(dir_okay=False), help="Use this TOML file instead of discovery."),
+        click.option("--select", multiple=True, help="Rule codes or prefixes to enable (e.g. XLA1,XLA401)."),
+        click.option("--extend-select", multiple=True, help="Codes or prefixes to enable in addition."),
+        click.option("--ignore", multiple=True, help="Codes or prefixes to disable."),
+        click.option(
+            "--per-file-ignores",
+            multiple=True,
+            metavar="PATTERN:CODES",
+            help='Disable CODES in files matching PATTERN (e.g. "tests/*:XLA1"); repeatable; replaces the '
+            "configuration's table.",
+        ),
+        click.option("--fixable", multiple=True, help="Only these codes or prefixes may be fixed (default: all)."),
+        click.option("--unfixable", multiple=True, help="Codes or prefixes never fixed (reported without a fix)."),
+        click.option(
+            "--preview/--no-preview",
+            default=None,
+            help="Enable preview rules (on real code their precision is not yet shown; `xlalint "
+            "rules` marks them). Selecting a rule or its family explicitly enables it too.",
+        ),
+        click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too."),
+        click.option(
+            "--assume-xla",
+            is_flag=True,
+            help="Treat every file as code that runs on an XLA device (migration mode): XLA-only "
+            "rules also fire in files that do not import torch_xla or torchax.",
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only: no hints, no summary."),
+        click.option(
+            "--jobs",
+            "-j",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Processes to check files with (default: one per core; never more than cores or files).",
+        ),
+        click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
+        click.option(
+            "--cache-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            envvar="XLALINT_CACHE_DIR",
+            help="Where to keep the cache (default: .xlalint_cache in each project's root).",
+        ),
+        click.option(
+            "--target",
+            default=None,
+            metavar="PLATFORM",
+            help="The platform the code is being moved to (`torchtpu`): its migration rules (TPU1xx) "
+            "run, and torch_xla advice (XLA601/XLA602/XLA701) steps aside.",
+        ),
+        click.option(
+            "--target-version",
+            default=None,
+            help="The oldest torch_xla the code must run on (e.g. 2.5): no replacement newer than it "
+            "is suggested. Default: the project's pin in requirements*.txt or pyproject.toml, "
+            "else the newest.",
+        ),
+        click.option(
+            "--stdin-filename",
+            default=None,
+            help="The name of the file read from standard input (`-`): its configuration, per-file "
+            "ignores and excludes apply, and findings carry it.",
+        ),
+        click.option(
+            "--color",
+            type=click.Choice(["auto", "always", "never"]),
+            default=None,
+            help="Colour the output: auto (on a terminal; the default), always, never. Without it, "
+            "NO_COLOR turns colour off and FORCE_COLOR on.",
+        ),
+        click.option(
+            "-o",
+            "--output-file",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="Write the report (or the diff) to this file instead of standard output.",
+        ),
+        click.option("--show-fixes", is_flag=True, help="When fixing, list the fixed findings per file and code."),
+        click.option(
+            "--exit-non-zero-on-fix",
+            is_flag=True,
+            help="When fixing, exit 1 if anything was fixed, even when no finding remains.",
+        ),
+    ]
+)
 
 
 class _Guarded(click.Group):
@@ -336,19 +383,34 @@ def main() -> None:
 
 @main.command()
 @_shared_options
-@click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True,
-              help="text: each finding with its source line; concise: one line each; the others are for tools.")
+@click.option(
+    "--output-format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="text: each finding with its source line; concise: one line each; the others are for tools.",
+)
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
 @click.option("--unsafe-fixes", is_flag=True, help="Show unsafe fixes as available (with --fix: apply them).")
-@click.option("--statistics", "show_statistics", is_flag=True,
-              help="Count findings per rule, with how many are fixable (JSON with --output-format json).")
+@click.option(
+    "--statistics",
+    "show_statistics",
+    is_flag=True,
+    help="Count findings per rule, with how many are fixable (JSON with --output-format json).",
+)
 @click.option("--fix", "apply_fixes", is_flag=True, help="Apply the fixes, as `xlalint fix --write` (Ruff's spelling).")
 @click.option("--diff", is_flag=True, help="Print the fixes as a diff and change nothing, as `xlalint fix`.")
-@click.option("--add-noqa", is_flag=True,
-              help="Add `# noqa: CODES` to every line with a finding (merged with those there), to baseline a code base.")
+@click.option(
+    "--add-noqa",
+    is_flag=True,
+    help="Add `# noqa: CODES` to every line with a finding (merged with those there), to baseline a code base.",
+)
 @click.option("--show-files", is_flag=True, help="List the files that would be checked, and stop.")
-@click.option("--show-settings", is_flag=True,
-              help="Print the settings in force for the first file (and the file they came from), and stop.")
+@click.option(
+    "--show-settings",
+    is_flag=True,
+    help="Print the settings in force for the first file (and the file they came from), and stop.",
+)
 @click.option("--watch", is_flag=True, help="Check again whenever a file changes (polls; Ctrl-C stops).")
 def check(apply_fixes, **params):
     """Lint PATHS (default: the current directory; `-`: standard input)."""
@@ -366,14 +428,24 @@ def run_check(opts: Options) -> int:
     run = _prepare_or_exit(opts)
     settings, rules, files, stdin = run.settings, run.rules, run.files, run.stdin
     if opts.show_files or opts.show_settings:
-        click.echo(show_settings_text(settings, rules, files) if opts.show_settings
-                   else "".join(f"{printable(str(f))}\n" for f in files), nl=False)
+        click.echo(
+            show_settings_text(settings, rules, files)
+            if opts.show_settings
+            else "".join(f"{printable(str(f))}\n" for f in files),
+            nl=False,
+        )
         return EXIT_ERROR if run.missing else EXIT_OK
     # only JSON and SARIF show each fix's edits: computing them generates each fix's statements again
-    workspace = Workspace(settings, rules, jobs=opts.jobs, cache=not opts.no_cache, cache_dir=opts.cache_dir,
-                          with_edits=opts.output_format in WITH_EDITS and not opts.show_statistics,
-                          progress=_progress(opts.quiet),
-                          root=None if stdin.wanted else _root(opts.paths))
+    workspace = Workspace(
+        settings,
+        rules,
+        jobs=opts.jobs,
+        cache=not opts.no_cache,
+        cache_dir=opts.cache_dir,
+        with_edits=opts.output_format in WITH_EDITS and not opts.show_statistics,
+        progress=_progress(opts.quiet),
+        root=None if stdin.wanted else _root(opts.paths),
+    )
     try:
         outcomes = workspace.check(files, given={stdin.path: stdin.raw} if stdin.wanted else None)
     finally:
@@ -390,9 +462,18 @@ def run_check(opts: Options) -> int:
         return EXIT_ERROR if failed else EXIT_OK
     report = Report(opts.output_file)
     sources = SourceLines({stdin.path: stdin.raw} if stdin.wanted else None)
-    report.echo(statistics(diagnostics, opts.output_format, unsafe_fixes=run.unsafe) if opts.show_statistics else render(
-        diagnostics, opts.output_format, quiet=opts.quiet, unsafe_fixes=run.unsafe, failed_files=failed,
-        sources=sources))
+    report.echo(
+        statistics(diagnostics, opts.output_format, unsafe_fixes=run.unsafe)
+        if opts.show_statistics
+        else render(
+            diagnostics,
+            opts.output_format,
+            quiet=opts.quiet,
+            unsafe_fixes=run.unsafe,
+            failed_files=failed,
+            sources=sources,
+        )
+    )
     report.close()
     if failed:
         return EXIT_ERROR
@@ -478,8 +559,15 @@ def run_fix(opts: Options) -> int:
     remaining: list[Diagnostic] = []
     fixed_codes: dict[Path, list[str]] = {}
     written: set[Path] = set()  # files written, by their real path (a symbolic link and its target: once)
-    workspace = Workspace(settings, rules, jobs=opts.jobs, cache=not opts.no_cache, cache_dir=opts.cache_dir,
-                          progress=_progress(opts.quiet), root=_root(opts.paths))
+    workspace = Workspace(
+        settings,
+        rules,
+        jobs=opts.jobs,
+        cache=not opts.no_cache,
+        cache_dir=opts.cache_dir,
+        progress=_progress(opts.quiet),
+        root=_root(opts.paths),
+    )
     try:
         outcomes = workspace.fix(files, unsafe=unsafe)
     finally:
@@ -496,8 +584,9 @@ def run_fix(opts: Options) -> int:
                     remaining += result.diagnostics
                     continue
                 try:
-                    written.add(write_fixed(outcome.path, result.fixed, outcome.stamp,
-                                            project_root(outcome.path, follow=False)))
+                    written.add(
+                        write_fixed(outcome.path, result.fixed, outcome.stamp, project_root(outcome.path, follow=False))
+                    )
                 except OSError as exc:
                     _error(f"{outcome.path}: error: cannot write: {exc.strerror or exc}")
                     failed = True
@@ -574,16 +663,26 @@ def show_settings_text(settings: Settings, rules, files: list[Path]) -> str:
     codes = [r.code for r in settings.rules_for(first, rules)] if first is not None else [r.code for r in rules]
     values = {
         "root": str(settings.root),
-        "select": settings.select, "extend-select": settings.extend_select, "ignore": settings.ignore,
+        "select": settings.select,
+        "extend-select": settings.extend_select,
+        "ignore": settings.ignore,
         "per-file-ignores": settings.per_file_ignores,
-        "exclude": settings.exclude, "extend-exclude": settings.extend_exclude,
-        "respect-gitignore": settings.respect_gitignore, "unsafe-fixes": settings.unsafe_fixes, "fixable": settings.fixable, "unfixable": settings.unfixable,
-        "assume-xla": settings.assume_xla, "preview": settings.preview,
+        "exclude": settings.exclude,
+        "extend-exclude": settings.extend_exclude,
+        "respect-gitignore": settings.respect_gitignore,
+        "unsafe-fixes": settings.unsafe_fixes,
+        "fixable": settings.fixable,
+        "unfixable": settings.unfixable,
+        "assume-xla": settings.assume_xla,
+        "preview": settings.preview,
         "target-version": settings.target_version or "(the newest)",
         "target": settings.target_platform or "(none)",
     }
-    lines = [f"Resolved settings for: {first if first is not None else '(no file)'}",
-             f"Settings path: {settings.config_file or '(none: defaults and the command line)'}", ""]
+    lines = [
+        f"Resolved settings for: {first if first is not None else '(no file)'}",
+        f"Settings path: {settings.config_file or '(none: defaults and the command line)'}",
+        "",
+    ]
     lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
     if settings.target_source:
         lines.append(f"# target-version from {settings.target_source}")
@@ -634,8 +733,12 @@ def _fix_stdin(opts: Options, run: Prepared) -> int:
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="XLALINT_CACHE_DIR",
-              help="The cache folder to remove (default: .xlalint_cache in the root of PATHS, and any below it).")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="XLALINT_CACHE_DIR",
+    help="The cache folder to remove (default: .xlalint_cache in the root of PATHS, and any below it).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing.")
 def clean(paths, cache_dir, quiet):
     """Remove the cache of a run over PATHS (default: the current directory)."""

@@ -17,16 +17,48 @@ from .source import is_dir, is_file, read_bounded, stat_or_none
 
 CONFIG_FILES = ("xlalint.toml", ".xlalint.toml", "pyproject.toml")
 KNOWN_KEYS = {
-    "select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude",
-    "respect-gitignore", "unsafe-fixes", "assume-xla", "target-version", "preview", "fixable", "unfixable",
+    "select",
+    "extend-select",
+    "ignore",
+    "per-file-ignores",
+    "exclude",
+    "extend-exclude",
+    "respect-gitignore",
+    "unsafe-fixes",
+    "assume-xla",
+    "target-version",
+    "preview",
+    "fixable",
+    "unfixable",
     "target",
 }
 # platforms `--target` / `target = ...` can name: migration rules toward it turn on
 TARGETS = ("torchtpu",)
 DEFAULT_EXCLUDE = (
-    ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist",
-    "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".eggs", "*.egg-info", "site-packages",
-    "_build", "buck-out", ".ipynb_checkpoints", ".direnv", "__pypackages__", ".xlalint_cache",
+    ".git",
+    ".hg",
+    ".svn",
+    ".bzr",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    "__pycache__",
+    "build",
+    "dist",
+    "node_modules",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".eggs",
+    "*.egg-info",
+    "site-packages",
+    "_build",
+    "buck-out",
+    ".ipynb_checkpoints",
+    ".direnv",
+    "__pypackages__",
+    ".xlalint_cache",
 )
 
 
@@ -67,18 +99,29 @@ class Settings:
 
     def selected_rules(self, all_rules: list[type[Rule]]) -> list[type[Rule]]:
         chosen = [r for r in all_rules if _matches(r.code, self.select + self.extend_select)]
-        chosen = [r for r in chosen if not r.preview or self.preview or self.explicitly_selected(r)
-                  or (r.target is not None and r.target == self.target_platform)]
-        chosen = [r for r in chosen if (r.target is None or r.target == self.target_platform
-                                        or self.explicitly_selected(r))
-                  and self.target_platform not in r.not_for_targets]
+        chosen = [
+            r
+            for r in chosen
+            if not r.preview
+            or self.preview
+            or self.explicitly_selected(r)
+            or (r.target is not None and r.target == self.target_platform)
+        ]
+        chosen = [
+            r
+            for r in chosen
+            if (r.target is None or r.target == self.target_platform or self.explicitly_selected(r))
+            and self.target_platform not in r.not_for_targets
+        ]
         return [r for r in chosen if not _matches(r.code, self.ignore)]
 
     def fixable_codes(self, rules: list[type[Rule]]) -> frozenset[str] | None:
         """The codes of `rules` whose fixes may be built (None: every rule's)."""
         if self.fixable == ["ALL"] and not self.unfixable:
             return None
-        return frozenset(r.code for r in rules if _matches(r.code, self.fixable) and not _matches(r.code, self.unfixable))
+        return frozenset(
+            r.code for r in rules if _matches(r.code, self.fixable) and not _matches(r.code, self.unfixable)
+        )
 
     def explicitly_selected(self, rule: type[Rule]) -> bool:
         """A selector the user wrote names the rule or its family (`JAX`, `JAX1`, `JAX110`); `ALL`
@@ -143,13 +186,16 @@ def load_toml(path: Path) -> dict:
     except OSError as exc:
         raise ConfigError(f"{path}: error: {exc.strerror or exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{path}: error: invalid TOML: {exc if not isinstance(exc, RecursionError) else 'nested too deep'}") from None
+        raise ConfigError(
+            f"{path}: error: invalid TOML: {exc if not isinstance(exc, RecursionError) else 'nested too deep'}"
+        ) from None
 
 
 def _string_list(value, key: str, where: str) -> list[str]:
     if isinstance(value, str):  # `select = "XLA101"`: TOML allows it, Ruff rejects it, and so do we
-        raise ConfigError(f"{where}: `{key}` must be a list of strings, not a string: write {key} = [{value!r}]"
-                          .replace("'", '"'))
+        raise ConfigError(
+            f"{where}: `{key}` must be a list of strings, not a string: write {key} = [{value!r}]".replace("'", '"')
+        )
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: `{key}` must be a list of strings")
     return list(value)
@@ -167,7 +213,8 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
         settings.explicit_select += settings.select
     if "extend-select" in table:
         settings.extend_select = validate_selectors(
-            _string_list(table["extend-select"], "extend-select", where), all_rules, where)
+            _string_list(table["extend-select"], "extend-select", where), all_rules, where
+        )
         settings.explicit_select += settings.extend_select
     for key in ("fixable", "unfixable"):
         if key in table:
@@ -186,8 +233,12 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
         settings.exclude = _string_list(table["exclude"], "exclude", where)
     if "extend-exclude" in table:
         settings.extend_exclude = _string_list(table["extend-exclude"], "extend-exclude", where)
-    for key, attr in (("respect-gitignore", "respect_gitignore"), ("unsafe-fixes", "unsafe_fixes"),
-                      ("assume-xla", "assume_xla"), ("preview", "preview")):
+    for key, attr in (
+        ("respect-gitignore", "respect_gitignore"),
+        ("unsafe-fixes", "unsafe_fixes"),
+        ("assume-xla", "assume_xla"),
+        ("preview", "preview"),
+    ):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: `{key}` must be true or false")
@@ -197,7 +248,9 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
     if "target-version" in table:
         value = table["target-version"]
         if not isinstance(value, str) or parse_target(value) is None:
-            raise ConfigError(f"{where}: `target-version` must be a torch_xla version such as \"2.5\" or \"torch_xla>=2.5\"")
+            raise ConfigError(
+                f'{where}: `target-version` must be a torch_xla version such as "2.5" or "torch_xla>=2.5"'
+            )
         settings.target_version, settings.target_source = parse_target(value), str(config_file or "configuration")
     return settings
 

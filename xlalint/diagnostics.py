@@ -115,8 +115,9 @@ class Fix:
     @classmethod
     def from_json(cls, data: dict) -> Fix:
         """A reported fix (applicability, title, edits), as read back from the cache."""
-        return cls(Applicability(data["applicability"]), data["message"],
-                   edits=tuple(Edit.from_json(e) for e in data["edits"]))
+        return cls(
+            Applicability(data["applicability"]), data["message"], edits=tuple(Edit.from_json(e) for e in data["edits"])
+        )
 
 
 @dataclass
@@ -165,7 +166,16 @@ class Diagnostic:
 
     @classmethod
     def from_json(cls, data: dict) -> Diagnostic:
-        return cls(data["code"], data["name"], data["message"], data["category"], Path(data["filename"]),
-                   Location.from_json(data["location"]), Location.from_json(data["end_location"]),
-                   Fix.from_json(data["fix"]) if data["fix"] else None, data["noqa_row"], data.get("cell"),
-                   data.get("hint"))
+        return cls(
+            data["code"],
+            data["name"],
+            data["message"],
+            data["category"],
+            Path(data["filename"]),
+            Location.from_json(data["location"]),
+            Location.from_json(data["end_location"]),
+            Fix.from_json(data["fix"]) if data["fix"] else None,
+            data["noqa_row"],
+            data.get("cell"),
+            data.get("hint"),
+        )

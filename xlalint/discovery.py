@@ -93,8 +93,9 @@ def is_excluded(path: Path, settings: Settings) -> bool:
     return _Excluder(settings).excluded_with_parents(path)
 
 
-def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = False,
-             missing: list[str] | None = None) -> list[Path]:
+def discover(
+    paths: list[Path], settings: Settings, *, force_exclude: bool = False, missing: list[str] | None = None
+) -> list[Path]:
     """Python files and notebooks under `paths`, sorted. Files named explicitly are kept unless
     `force_exclude`. A path that does not exist or cannot be read (a folder that may not be listed,
     a file under one that may not be searched) raises `MissingPath`, or with `missing` given, is
@@ -111,8 +112,9 @@ def discover(paths: list[Path], settings: Settings, *, force_exclude: bool = Fal
             info = path.stat()
         except (OSError, ValueError) as exc:
             # PermissionError: a folder above it may not be searched
-            problems.append(f"{path}: error: {exc.strerror}" if isinstance(exc, PermissionError)
-                            else missing_message(path))
+            problems.append(
+                f"{path}: error: {exc.strerror}" if isinstance(exc, PermissionError) else missing_message(path)
+            )
             continue
         if not stat.S_ISDIR(info.st_mode):
             if force_exclude and excluder.excluded_with_parents(path):

@@ -110,8 +110,10 @@ def _location(ctx: FileContext, node: ast.AST) -> tuple[Location, Location]:
     while not hasattr(located, "lineno"):  # `comprehension`, `withitem`: report their parent's span
         located = ctx.parent(located)
     text = ctx.text
-    return (Location(located.lineno, text.column(located.lineno, located.col_offset) + 1),
-            Location(located.end_lineno, text.column(located.end_lineno, located.end_col_offset) + 1))
+    return (
+        Location(located.lineno, text.column(located.lineno, located.col_offset) + 1),
+        Location(located.end_lineno, text.column(located.end_lineno, located.end_col_offset) + 1),
+    )
 
 
 def _run_rules(ctx: FileContext, rules: list[type[Rule]]) -> list[_Found]:
@@ -165,8 +167,9 @@ def _in_compiled_regions(ctx: FileContext, found: list[_Found]) -> list[_Found]:
     return kept
 
 
-def _keep(source: SourceFile, found: list[_Found], ctx: FileContext | None = None,
-          rules: Sequence[type[Rule]] = ()) -> list[_Found]:
+def _keep(
+    source: SourceFile, found: list[_Found], ctx: FileContext | None = None, rules: Sequence[type[Rule]] = ()
+) -> list[_Found]:
     """Drop what `# noqa` suppresses and exact duplicates (same code and range); then, when a rule
     that judges the comments is selected (XLA901), report the `noqa` codes that suppressed nothing."""
     noqa = parse_noqa(source.text)
@@ -190,8 +193,14 @@ def _keep(source: SourceFile, found: list[_Found], ctx: FileContext | None = Non
     return kept
 
 
-def _build_fixes(source: SourceFile, ctx: FileContext, found: list[_Found], *, with_edits: bool,
-                 fixable: frozenset[str] | None = None) -> CstContext | None:
+def _build_fixes(
+    source: SourceFile,
+    ctx: FileContext,
+    found: list[_Found],
+    *,
+    with_edits: bool,
+    fixable: frozenset[str] | None = None,
+) -> CstContext | None:
     """Run the fix builders of `found` on the file's libcst tree (parsed here, and only here);
     `fixable`: the codes whose fixes may be built (None: all; `--fixable`/`--unfixable`)."""
     if fixable is not None:
@@ -229,14 +238,35 @@ def _cst_span(cst_ctx: CstContext, node: cst.CSTNode) -> tuple[Location, Locatio
 
 
 def _diagnostic(source: SourceFile, item: _Found) -> Diagnostic:
-    return Diagnostic(item.rule.code, item.rule.name, item.message, item.rule.category, source.path,
-                      item.start, item.end, item.fix, noqa_row=item.start.row, hint=item.hint)
+    return Diagnostic(
+        item.rule.code,
+        item.rule.name,
+        item.message,
+        item.rule.category,
+        source.path,
+        item.start,
+        item.end,
+        item.fix,
+        noqa_row=item.start.row,
+        hint=item.hint,
+    )
 
 
-def analyse(source: SourceFile, *, assume_xla: bool = False, project: ProjectFacts = NO_PROJECT,
-            target_version: tuple[int, ...] | None = None) -> FileContext:
-    return FileContext(source.path, parse(source), SourceText(source.text), assume_xla=assume_xla, project=project,
-                       target_version=target_version)
+def analyse(
+    source: SourceFile,
+    *,
+    assume_xla: bool = False,
+    project: ProjectFacts = NO_PROJECT,
+    target_version: tuple[int, ...] | None = None,
+) -> FileContext:
+    return FileContext(
+        source.path,
+        parse(source),
+        SourceText(source.text),
+        assume_xla=assume_xla,
+        project=project,
+        target_version=target_version,
+    )
 
 
 def example_facts(source: SourceFile, others: Sequence[SourceFile] = ()) -> ProjectFacts:
@@ -247,9 +277,16 @@ def example_facts(source: SourceFile, others: Sequence[SourceFile] = ()) -> Proj
 
 
 def lint_source(
-    source: SourceFile, rules: list[type[Rule]], *, with_edits: bool = False, prefilter: bool = True,
-    assume_xla: bool = False, with_fixes: bool = True, project: ProjectFacts = NO_PROJECT,
-    target_version: tuple[int, ...] | None = None, fixable: frozenset[str] | None = None,
+    source: SourceFile,
+    rules: list[type[Rule]],
+    *,
+    with_edits: bool = False,
+    prefilter: bool = True,
+    assume_xla: bool = False,
+    with_fixes: bool = True,
+    project: ProjectFacts = NO_PROJECT,
+    target_version: tuple[int, ...] | None = None,
+    fixable: frozenset[str] | None = None,
 ) -> list[Diagnostic]:
     if prefilter and not MARKERS.search(source.raw):
         parse(source)  # no rule can fire, but invalid Python is still reported
@@ -258,8 +295,15 @@ def lint_source(
     return lint_context(source, ctx, rules, with_edits=with_edits, with_fixes=with_fixes, fixable=fixable)
 
 
-def lint_context(source: SourceFile, ctx: FileContext, rules: list[type[Rule]], *, with_edits: bool = False,
-                 with_fixes: bool = True, fixable: frozenset[str] | None = None) -> list[Diagnostic]:
+def lint_context(
+    source: SourceFile,
+    ctx: FileContext,
+    rules: list[type[Rule]],
+    *,
+    with_edits: bool = False,
+    with_fixes: bool = True,
+    fixable: frozenset[str] | None = None,
+) -> list[Diagnostic]:
     """The findings of `rules` on a file already analysed (`ctx`, which a project summary may share)."""
     found = _keep(source, _run_rules(ctx, rules), ctx, rules)
     if with_fixes:
@@ -282,9 +326,17 @@ def _choose_fixes(found: list[_Found], unsafe: bool) -> list[_Found]:
     return chosen
 
 
-def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, prefilter: bool = True,
-               assume_xla: bool = False, project: ProjectFacts = NO_PROJECT,
-               target_version: tuple[int, ...] | None = None, fixable: frozenset[str] | None = None) -> FileResult:
+def fix_source(
+    source: SourceFile,
+    rules: list[type[Rule]],
+    *,
+    unsafe: bool,
+    prefilter: bool = True,
+    assume_xla: bool = False,
+    project: ProjectFacts = NO_PROJECT,
+    target_version: tuple[int, ...] | None = None,
+    fixable: frozenset[str] | None = None,
+) -> FileResult:
     """Apply fixes until none applies; the result is re-parsed each pass, so it is valid Python."""
     result = FileResult(source.path, source=source)
     if prefilter and not MARKERS.search(source.raw):
@@ -318,8 +370,15 @@ def fix_source(source: SourceFile, rules: list[type[Rule]], *, unsafe: bool, pre
         project = project.moved(current.text, next_source.text)  # what other modules say, at the new lines
         current = next_source
     else:
-        result.diagnostics = lint_source(current, rules, prefilter=False, assume_xla=assume_xla,
-                                         project=project, target_version=target_version, fixable=fixable)
+        result.diagnostics = lint_source(
+            current,
+            rules,
+            prefilter=False,
+            assume_xla=assume_xla,
+            project=project,
+            target_version=target_version,
+            fixable=fixable,
+        )
     if current.raw != source.raw:
         result.fixed = current.raw
     return result

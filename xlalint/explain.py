@@ -21,11 +21,15 @@ def _summary(rule: type[Rule]) -> str:
 def header(rule: type[Rule]) -> str:
     lines = [f"# {rule.name} ({rule.code})", "", f"Category: `{rule.category}`."]
     if rule.target is not None:
-        lines.append(f"Migration to {rule.target}: off by default; on with `--target {rule.target}` (or "
-                     f"`target = \"{rule.target}\"`), or when selected explicitly (`--select {rule.code}`).")
+        lines.append(
+            f"Migration to {rule.target}: off by default; on with `--target {rule.target}` (or "
+            f'`target = "{rule.target}"`), or when selected explicitly (`--select {rule.code}`).'
+        )
     elif rule.preview:
-        lines.append("Preview: off by default; on with `--preview` (or `preview = true`), or when selected "
-                     f"explicitly (`--select {rule.code[:3]}`).")
+        lines.append(
+            "Preview: off by default; on with `--preview` (or `preview = true`), or when selected "
+            f"explicitly (`--select {rule.code[:3]}`)."
+        )
     if rule.xla_only:
         lines.append("Runs only in files that import torch_xla or torchax.")
     for target in rule.not_for_targets:

@@ -66,8 +66,7 @@ def without_codes(comment: str, directive: tuple[int, int], codes: list[str]) ->
     start, end = directive
     match = LINE_NOQA.match(comment, start)
     written = match.group("codes") if match is not None else None  # (there is one: `directive` is its span)
-    kept = [c for c in re.findall(r"[A-Za-z]+[0-9]+", written or "") if c.upper() not in
-            {x.upper() for x in codes}]
+    kept = [c for c in re.findall(r"[A-Za-z]+[0-9]+", written or "") if c.upper() not in {x.upper() for x in codes}]
     rest_before, rest_after = comment[:start].rstrip(), comment[end:].strip()
     if kept:
         return f"{comment[:start]}# noqa: {', '.join(kept)}{comment[end:]}"
@@ -99,8 +98,13 @@ def parse_noqa(text: str) -> NoqaMap:
             row = token.start[0]
             result.lines[row] = _codes(match.group("codes"))
             if match.group("codes"):
-                result.comments[row] = NoqaComment(row, token.start[1], token.end[1], match.span(),
-                                                   tuple(re.findall(r"[A-Za-z]+[0-9]+", match.group("codes"))))
+                result.comments[row] = NoqaComment(
+                    row,
+                    token.start[1],
+                    token.end[1],
+                    match.span(),
+                    tuple(re.findall(r"[A-Za-z]+[0-9]+", match.group("codes"))),
+                )
     # a line inside a multi-line string cannot hold a comment: the one where the string ends speaks for it
     for first, last in _string_spans(tokens):
         if last > first and last in result.lines:
@@ -141,8 +145,9 @@ def add_noqa(text: str, findings: list[tuple[int, int, str]]) -> tuple[str, int]
     wanted: dict[int, set[str]] = {}
     for first, last, code in findings:
         # else the row where the multi-line string holding the finding ends (see `parse_noqa`)
-        row = next((r for r in range(first, last + 1) if r in code_ends), None) or \
-            next((r for r in sorted(code_ends) if r > last), None)
+        row = next((r for r in range(first, last + 1) if r in code_ends), None) or next(
+            (r for r in sorted(code_ends) if r > last), None
+        )
         if row is not None:
             wanted.setdefault(row, set()).add(code)
     lines = text.splitlines(keepends=True)
@@ -150,7 +155,7 @@ def add_noqa(text: str, findings: list[tuple[int, int, str]]) -> tuple[str, int]
     for row, codes in sorted(wanted.items()):
         line = lines[row - 1]
         body = line.rstrip("\r\n")
-        ending = line[len(body):]
+        ending = line[len(body) :]
         comment = comments.get(row)
         match = LINE_NOQA.search(comment.string) if comment is not None else None
         if comment is not None and match is not None:

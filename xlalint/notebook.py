@@ -94,7 +94,7 @@ class Notebook:
                 if number in cell.masked:
                     # a line continuing an escape (`!pip install a \`) keeps the escape's indent
                     if not (number - 1 in cell.masked and _continues(cell.lines[number - 1])):
-                        indent = "" if cell.whole else line[:len(line) - len(line.lstrip())]
+                        indent = "" if cell.whole else line[: len(line) - len(line.lstrip())]
                     line = f"{indent}{PLACEHOLDER}\n"
                 parts.append(line if line.endswith("\n") else line + "\n")
                 rows.append((cell.index, number + 1))
@@ -131,14 +131,22 @@ class Notebook:
         fix = diagnostic.fix
         if fix is not None and fix.edits:
             fix = replace(fix, edits=())
-        return replace(diagnostic, cell=cell, location=Location(row, diagnostic.location.column), end_location=end,
-                       fix=fix, noqa_row=None)
+        return replace(
+            diagnostic,
+            cell=cell,
+            location=Location(row, diagnostic.location.column),
+            end_location=end,
+            fix=fix,
+            noqa_row=None,
+        )
 
     def error_in_cells(self, message: str) -> str:
         """A parse error's `path:ROW:COL:` as `path:cell N:ROW:COL:`."""
+
         def cell_of(match):
             cell, row = self.where(int(match.group(1)))
             return f":cell {cell}:{row}:{match.group(2)}"
+
         return re.sub(r":(\d+):(\d+)(?=: (?:error|warning): )", cell_of, message, count=1)
 
     def cell_sources(self, text: str) -> list[str]:
@@ -156,11 +164,14 @@ class Notebook:
                 if line.strip() == PLACEHOLDER:
                     line = next(magics, None)
                     if line is None:
-                        raise SourceError(self.path, f"cell {cell.index}: a fix changed IPython syntax; "
-                                                     "notebook left unchanged")
+                        raise SourceError(
+                            self.path, f"cell {cell.index}: a fix changed IPython syntax; notebook left unchanged"
+                        )
                 restored.append(line)
             if next(magics, None) is not None:
-                raise SourceError(self.path, f"cell {cell.index}: a fix removed IPython syntax; notebook left unchanged")
+                raise SourceError(
+                    self.path, f"cell {cell.index}: a fix removed IPython syntax; notebook left unchanged"
+                )
             source = "".join(restored)
             if cell.lines and not cell.lines[-1].endswith("\n") and source.endswith("\n"):
                 source = source[:-1]  # the cell's last line had no newline: the joining added it
@@ -181,8 +192,9 @@ class Notebook:
             return None
         layout = self._layout()
         if layout is None:
-            raise SourceError(self.path, "cannot write this notebook's JSON back in its own layout; "
-                                         "notebook left unchanged")
+            raise SourceError(
+                self.path, "cannot write this notebook's JSON back in its own layout; notebook left unchanged"
+            )
         return _dump(self.data, *layout)
 
     def _layout(self):

@@ -70,8 +70,11 @@ class SourceLines:
         try:
             raw = self.given[path] if path in self.given else read_bounded(path)[0]
             if is_notebook(path):
-                return {(cell.index, n): line for cell in Notebook.parse(path, raw).cells
-                        for n, line in enumerate(cell.lines, start=1)}
+                return {
+                    (cell.index, n): line
+                    for cell in Notebook.parse(path, raw).cells
+                    for n, line in enumerate(cell.lines, start=1)
+                }
             text = decode_source(path, raw).text
         except (OSError, SourceError, ValueError):
             return None  # the report stays one line a finding
@@ -93,8 +96,12 @@ def _frame(d: Diagnostic, sources: SourceLines) -> list[str]:
     width = len(printable(line[:end].expandtabs(4))) - pad
     gutter = " " * len(str(d.location.row))
     more = "..." if d.end_location.row > d.location.row else ""
-    return [f"{gutter} |", f"{d.location.row} | {shown}",
-            f"{gutter} | {' ' * pad}{click.style('^' * max(width, 1) + more, fg='red', bold=True)}", f"{gutter} |"]
+    return [
+        f"{gutter} |",
+        f"{d.location.row} | {shown}",
+        f"{gutter} | {' ' * pad}{click.style('^' * max(width, 1) + more, fg='red', bold=True)}",
+        f"{gutter} |",
+    ]
 
 
 def colour_diff(diff: str) -> str:
@@ -114,8 +121,15 @@ def colour_diff(diff: str) -> str:
     return "".join(out)
 
 
-def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsafe_fixes: bool = False,
-           failed_files: int = 0, sources: SourceLines | None = None) -> str:
+def render(
+    diagnostics: list[Diagnostic],
+    fmt: str,
+    *,
+    quiet: bool = False,
+    unsafe_fixes: bool = False,
+    failed_files: int = 0,
+    sources: SourceLines | None = None,
+) -> str:
     if fmt == "json":
         return json.dumps([d.to_json() for d in diagnostics], indent=2) + "\n"
     if fmt == "json-lines":
@@ -132,7 +146,8 @@ def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsa
         return "".join(
             f"::error title=xlalint ({d.code}),file={_github_property(str(d.path))},line={d.location.row},"
             f"col={d.location.column},endLine={d.end_location.row},endColumn={d.end_location.column}::"
-            + _github_data(f"{_relative(d.path)}:{d.where}: {d.code} {d.message}") + "\n"
+            + _github_data(f"{_relative(d.path)}:{d.where}: {d.code} {d.message}")
+            + "\n"
             for d in diagnostics
         )
     lines = []
@@ -148,7 +163,9 @@ def render(diagnostics: list[Diagnostic], fmt: str, *, quiet: bool = False, unsa
         if fmt == "text" and not quiet:
             lines += _frame(d, sources or SourceLines())
             if d.fix is not None and d.fix.title:
-                lines.append(f"  {click.style('fix:', fg='cyan')} {printable(d.fix.title)} ({d.fix.applicability.value})")
+                lines.append(
+                    f"  {click.style('fix:', fg='cyan')} {printable(d.fix.title)} ({d.fix.applicability.value})"
+                )
             if hint:
                 lines.append(f"  {click.style('hint:', fg='blue')} {hint}")
     if not quiet:
@@ -177,11 +194,19 @@ def statistics(diagnostics: list[Diagnostic], fmt: str = "text", *, unsafe_fixes
     """Findings per rule, most frequent first, with how many of them `xlalint fix` would fix (at the
     current applicability), as Ruff's `--statistics` (JSON for any machine-readable format)."""
     counts = Counter((d.code, d.name) for d in diagnostics)
-    fixable = Counter((d.code, d.name) for d in diagnostics
-                      if d.fix is not None and d.fix.applicability.allowed(unsafe_fixes))
-    rows = [{"code": code, "name": name, "count": n, "fixable": fixable[(code, name)],
-             "category": RULES_BY_CODE[code].category if code in RULES_BY_CODE else "other"}
-            for (code, name), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+    fixable = Counter(
+        (d.code, d.name) for d in diagnostics if d.fix is not None and d.fix.applicability.allowed(unsafe_fixes)
+    )
+    rows = [
+        {
+            "code": code,
+            "name": name,
+            "count": n,
+            "fixable": fixable[(code, name)],
+            "category": RULES_BY_CODE[code].category if code in RULES_BY_CODE else "other",
+        }
+        for (code, name), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
     if fmt in WITH_EDITS:
         return json.dumps(rows, indent=2) + "\n"
     return "".join(_statistics_line(r) for r in rows)
@@ -210,20 +235,23 @@ def render_gitlab(diagnostics: list[Diagnostic]) -> str:
             rel = Path(os.path.relpath(Path(d.path).resolve(), base)).as_posix()
         except ValueError:
             rel = Path(d.path).as_posix()
-        items.append({
-            "check_name": d.code,
-            "description": f"{d.code} {d.message}",
-            "severity": "major",
-            "fingerprint": _fingerprint(d, rel, seen),
-            "location": {"path": rel, "lines": {"begin": d.location.row, "end": d.end_location.row}},
-        })
+        items.append(
+            {
+                "check_name": d.code,
+                "description": f"{d.code} {d.message}",
+                "severity": "major",
+                "fingerprint": _fingerprint(d, rel, seen),
+                "location": {"path": rel, "lines": {"begin": d.location.row, "end": d.end_location.row}},
+            }
+        )
     return json.dumps(items, indent=2) + "\n"
 
 
 def render_junit(diagnostics: list[Diagnostic]) -> str:
     """JUnit XML: a test suite per file, a failed test case per finding (Ruff's layout)."""
-    suites = ElementTree.Element("testsuites", name="xlalint", tests=str(len(diagnostics) or 1),
-                                 failures=str(len(diagnostics)), errors="0")
+    suites = ElementTree.Element(
+        "testsuites", name="xlalint", tests=str(len(diagnostics) or 1), failures=str(len(diagnostics)), errors="0"
+    )
     if not diagnostics:
         suite = ElementTree.SubElement(suites, "testsuite", name="xlalint", tests="1", failures="0", errors="0")
         ElementTree.SubElement(suite, "testcase", name="No errors found", classname="xlalint")
@@ -231,12 +259,18 @@ def render_junit(diagnostics: list[Diagnostic]) -> str:
     for d in diagnostics:
         by_file.setdefault(_relative(d.path), []).append(d)
     for path, found in by_file.items():
-        suite = ElementTree.SubElement(suites, "testsuite", name=_xml(path), tests=str(len(found)),
-                                       failures=str(len(found)), errors="0")
+        suite = ElementTree.SubElement(
+            suites, "testsuite", name=_xml(path), tests=str(len(found)), failures=str(len(found)), errors="0"
+        )
         for d in found:
-            case = ElementTree.SubElement(suite, "testcase", name=f"org.xlalint.{d.code}",
-                                          classname=_xml(path.rsplit(".", 1)[0]), line=str(d.location.row),
-                                          column=str(d.location.column))
+            case = ElementTree.SubElement(
+                suite,
+                "testcase",
+                name=f"org.xlalint.{d.code}",
+                classname=_xml(path.rsplit(".", 1)[0]),
+                line=str(d.location.row),
+                column=str(d.location.column),
+            )
             failure = ElementTree.SubElement(case, "failure", message=_xml(d.message))
             failure.text = _xml(f"{d.where}: {d.code} {d.message}")
     ElementTree.indent(suites)
@@ -254,22 +288,33 @@ def render_rdjson(diagnostics: list[Diagnostic], sources: SourceLines) -> str:
 
     def position(d: Diagnostic, location) -> dict:
         line = sources.line(d.path, d.cell, location.row) or ""
-        return {"line": location.row, "column": len(line[:location.column - 1].encode("utf-8", "replace"))
-                + max(location.column - 1 - len(line), 0) + 1}
+        return {
+            "line": location.row,
+            "column": len(line[: location.column - 1].encode("utf-8", "replace"))
+            + max(location.column - 1 - len(line), 0)
+            + 1,
+        }
 
     items = []
     for d in diagnostics:
         item = {
             "message": d.message,
-            "location": {"path": _relative(d.path),
-                         "range": {"start": position(d, d.location), "end": position(d, d.end_location)}},
+            "location": {
+                "path": _relative(d.path),
+                "range": {"start": position(d, d.location), "end": position(d, d.end_location)},
+            },
             "severity": "ERROR",
             "code": {"value": d.code, "url": d.url},
         }
         if d.fix is not None and d.fix.edits:
-            item["suggestions"] = [{"range": {"start": position(d, e.location), "end": position(d, e.end_location)},
-                                    "text": e.content} for e in d.fix.edits]
+            item["suggestions"] = [
+                {"range": {"start": position(d, e.location), "end": position(d, e.end_location)}, "text": e.content}
+                for e in d.fix.edits
+            ]
         items.append(item)
-    result = {"source": {"name": "xlalint", "url": "https://github.com/xlalint/xlalint"}, "severity": "ERROR",
-              "diagnostics": items}
+    result = {
+        "source": {"name": "xlalint", "url": "https://github.com/xlalint/xlalint"},
+        "severity": "ERROR",
+        "diagnostics": items,
+    }
     return json.dumps(result, indent=2) + "\n"

@@ -35,17 +35,21 @@ def sarif_log(diagnostics: list[Diagnostic], root: Path | None = None) -> dict:
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "xlalint",
-                "version": __version__,
-                "informationUri": INFORMATION_URI,
-                "rules": [_descriptor(rule) for rule in rules],
-            }},
-            "originalUriBaseIds": {ROOT: {"uri": root.as_uri() + "/"}},
-            "columnKind": "unicodeCodePoints",
-            "results": [_result(d, index, root) for d in diagnostics],
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "xlalint",
+                        "version": __version__,
+                        "informationUri": INFORMATION_URI,
+                        "rules": [_descriptor(rule) for rule in rules],
+                    }
+                },
+                "originalUriBaseIds": {ROOT: {"uri": root.as_uri() + "/"}},
+                "columnKind": "unicodeCodePoints",
+                "results": [_result(d, index, root) for d in diagnostics],
+            }
+        ],
     }
 
 
@@ -77,10 +81,14 @@ def _result(d: Diagnostic, index: dict[str, int], root: Path) -> dict:
         "ruleId": d.code,
         "level": "error",
         "message": {"text": d.message},
-        "locations": [{"physicalLocation": {
-            "artifactLocation": artifact,
-            "region": _region(d.location, d.end_location),
-        }}],
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": artifact,
+                    "region": _region(d.location, d.end_location),
+                }
+            }
+        ],
         "properties": {"category": d.category, **({"cell": d.cell} if d.cell is not None else {})},
     }
     if d.code in index:

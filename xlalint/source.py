@@ -33,8 +33,11 @@ class NewerSyntax(SourceError):
 
     def __init__(self, path: Path, where: str, running: tuple[int, int]) -> None:
         version = ".".join(map(str, running))
-        Exception.__init__(self, f"{path}:{where}: warning: syntax newer than Python {version} (parsed by libcst, "
-                                 f"but the rules need Python's own `ast`): not checked; run xlalint under a newer Python")
+        Exception.__init__(
+            self,
+            f"{path}:{where}: warning: syntax newer than Python {version} (parsed by libcst, "
+            f"but the rules need Python's own `ast`): not checked; run xlalint under a newer Python",
+        )
         self.path = path
 
 
@@ -47,12 +50,19 @@ class SourceFile:
 
 
 def too_big(size: int) -> str:
-    return (f"not checked: {size / 2**20:.1f} MiB is over the {MAX_FILE_BYTES >> 20} MiB limit for one file "
-            "(generated code? exclude it)")
+    return (
+        f"not checked: {size / 2**20:.1f} MiB is over the {MAX_FILE_BYTES >> 20} MiB limit for one file "
+        "(generated code? exclude it)"
+    )
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def read_bounded(path: Path, limit: int = MAX_FILE_BYTES, *, follow: bool = True) -> tuple[bytes, os.stat_result]:
@@ -155,8 +165,9 @@ def write_fixed(path: Path, data: bytes, read: Stamp, root: Path) -> Path:
         raise OSError(errno.EPERM, f"a symbolic link to {target}, outside the project; not written", str(path))
     links = target.stat().st_nlink
     if links > 1:
-        raise OSError(errno.EMLINK, f"the file has {links} hard links; not written (a rewrite would split them)",
-                      str(path))
+        raise OSError(
+            errno.EMLINK, f"the file has {links} hard links; not written (a rewrite would split them)", str(path)
+        )
     write_atomic(target, data, unchanged=read)
     return target
 

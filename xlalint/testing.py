@@ -26,8 +26,13 @@ def rule_cases(rules: list[type[Rule]]):
             yield pytest.param(rule, invalid, id=f"{rule.code}-{rule.name}-INVALID_{i}")
 
 
-def lint_code(code: str, rules: list[type[Rule]], path: str = "example.py", with_edits: bool = False,
-              modules: dict[str, str] | None = None):
+def lint_code(
+    code: str,
+    rules: list[type[Rule]],
+    path: str = "example.py",
+    with_edits: bool = False,
+    modules: dict[str, str] | None = None,
+):
     """Findings in `code` (its project: itself and `modules`, file name -> code)."""
     # rule examples are fragments that need not mention torch: no prefilter
     source = decode_source(Path(path), code.encode())
@@ -38,8 +43,9 @@ def _facts(source, modules: dict[str, str] | None):
     return example_facts(source, [decode_source(Path(name), text.encode()) for name, text in (modules or {}).items()])
 
 
-def fix_code(code: str, rules: list[type[Rule]], unsafe: bool, path: str = "example.py",
-             modules: dict[str, str] | None = None) -> str:
+def fix_code(
+    code: str, rules: list[type[Rule]], unsafe: bool, path: str = "example.py", modules: dict[str, str] | None = None
+) -> str:
     source = decode_source(Path(path), code.encode())
     result = fix_source(source, rules, unsafe=unsafe, prefilter=False, project=_facts(source, modules))
     return (result.fixed or code.encode()).decode()
@@ -74,9 +80,12 @@ def check_case(rule: type[Rule], case: Valid | Invalid) -> None:
     assert diagnostic.fix.edits, "a fix must come with its text edits"
     unsafe = case.applicability is Applicability.UNSAFE
     if unsafe:
-        assert fix_code(case.code, rules, unsafe=False, modules=case.modules) == case.code, \
+        assert fix_code(case.code, rules, unsafe=False, modules=case.modules) == case.code, (
             "an unsafe fix was applied without opt-in"
+        )
     fixed = fix_code(case.code, rules, unsafe=unsafe, modules=case.modules)
-    assert fixed == case.expected_replacement, f"fix mismatch:\n--- got\n{fixed}\n--- expected\n{case.expected_replacement}"
+    assert fixed == case.expected_replacement, (
+        f"fix mismatch:\n--- got\n{fixed}\n--- expected\n{case.expected_replacement}"
+    )
     compile(fixed, "fixed.py", "exec")
     assert fix_code(fixed, rules, unsafe=unsafe, modules=case.modules) == fixed, "fixing twice changed the code again"

@@ -94,6 +94,7 @@ def _ignore_interrupts() -> None:
 
 # -- work done in worker processes (module-level functions: they are pickled by reference) ------------
 
+
 class CheckTask(NamedTuple):
     path: str
     raw: bytes
@@ -171,8 +172,15 @@ def _check_task(task: CheckTask, source: SourceFile | None = None, ctx=None) -> 
             found = lint_context(source, ctx, rules, with_edits=task.with_edits, fixable=_frozen(task.fixable))
         else:
             source, notebook = _source(task.path, task.raw)
-            found = lint_source(source, rules, with_edits=task.with_edits, assume_xla=task.assume_xla,
-                                project=task.facts, target_version=task.target, fixable=_frozen(task.fixable))
+            found = lint_source(
+                source,
+                rules,
+                with_edits=task.with_edits,
+                assume_xla=task.assume_xla,
+                project=task.facts,
+                target_version=task.target,
+                fixable=_frozen(task.fixable),
+            )
         if notebook is not None:
             found = [notebook.in_cells(d) for d in found]
         return [d.to_json() for d in found], None
@@ -190,9 +198,15 @@ def _fix_task(task: FixTask):
     notebook = None
     try:
         source, notebook = _source(task.path, task.raw)
-        result = fix_source(source, [RULES_BY_CODE[c] for c in task.codes], unsafe=task.unsafe,
-                            assume_xla=task.assume_xla, project=task.facts, target_version=task.target,
-                            fixable=_frozen(task.fixable))
+        result = fix_source(
+            source,
+            [RULES_BY_CODE[c] for c in task.codes],
+            unsafe=task.unsafe,
+            assume_xla=task.assume_xla,
+            project=task.facts,
+            target_version=task.target,
+            fixable=_frozen(task.fixable),
+        )
         for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
                 diagnostic.fix.replacements = {}
@@ -242,9 +256,18 @@ def run_root(paths: list[Path]) -> Path:
 
 
 class Workspace:
-    def __init__(self, settings: Settings, rules, *, jobs: int | None = None, cache: bool = True,
-                 cache_dir: Path | None = None, with_edits: bool = True, progress: Progress | None = None,
-                 root: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        rules,
+        *,
+        jobs: int | None = None,
+        cache: bool = True,
+        cache_dir: Path | None = None,
+        with_edits: bool = True,
+        progress: Progress | None = None,
+        root: Path | None = None,
+    ) -> None:
         self.settings = settings
         self.root = root.resolve() if root is not None else None  # see `run_root`; None: the files' own
         self.progress = progress  # a progress line for long runs (a terminal's), else None
@@ -272,8 +295,9 @@ class Workspace:
             if self._pool_size < workers:
                 self._stop_pool()
                 method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-                self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
-                                                 initializer=_ignore_interrupts)
+                self._pool = ProcessPoolExecutor(
+                    workers, mp_context=multiprocessing.get_context(method), initializer=_ignore_interrupts
+                )
                 self._pool_size = workers
             results = self._pool.map(func, tasks, chunksize=max(1, len(tasks) // (workers * 8)))
         try:
@@ -405,8 +429,14 @@ class Workspace:
         cache.put_result(FACTS_SLOT, key, _facts_to_json(facts))
         return facts
 
-    def _summaries(self, cache: ProjectCache, root: Path, wanted: dict[Path, ProjectFacts],
-                   contents: dict[Path, str], checks: dict[Path, CheckTask]) -> dict[str, ModuleSummary]:
+    def _summaries(
+        self,
+        cache: ProjectCache,
+        root: Path,
+        wanted: dict[Path, ProjectFacts],
+        contents: dict[Path, str],
+        checks: dict[Path, CheckTask],
+    ) -> dict[str, ModuleSummary]:
         found, todo = {}, []
         for path, facts in wanted.items():
             relpath = _relative(path, root)
@@ -451,15 +481,22 @@ class Workspace:
         for path, raw in readable:
             codes = self._codes(path)
             root = self.project_of(path)
-            key = digest(repr((digest(raw), codes, self._options, facts[path].key(), self.with_edits,
-                               __version__)).encode())
+            key = digest(
+                repr((digest(raw), codes, self._options, facts[path].key(), self.with_edits, __version__)).encode()
+            )
             relpath = _relative(real[path], root)
             # (_read calls the lambda at once, in this iteration)
             cached = _read(lambda entry: _outcome(path, *entry), self._cache(root).result(relpath, key))  # noqa: B023
             if cached is None and real[path] in checks:
                 # checked on the analysis that summarised it, if its project facts answer alike
-                cached = next((_outcome(path, *result) for asked_of, asked, result in self.shared.get(real[path], ())
-                               if holds(asked_of, asked, facts[path])), None)
+                cached = next(
+                    (
+                        _outcome(path, *result)
+                        for asked_of, asked, result in self.shared.get(real[path], ())
+                        if holds(asked_of, asked, facts[path])
+                    ),
+                    None,
+                )
                 if cached is not None and cached.error is None:
                     self._cache(root).put_result(relpath, key, [[d.to_json() for d in cached.diagnostics], None])
             if cached is not None:
@@ -498,8 +535,12 @@ class Workspace:
         return [outcomes[p] for p in files]
 
 
-def _readable(files: list[Path], outcomes: dict[Path, FileOutcome], given: dict[Path, bytes] | None = None,
-              stamps: dict[Path, Stamp] | None = None):
+def _readable(
+    files: list[Path],
+    outcomes: dict[Path, FileOutcome],
+    given: dict[Path, bytes] | None = None,
+    stamps: dict[Path, Stamp] | None = None,
+):
     """(path, bytes) of each file that can be read (or whose contents are `given`); an unreadable
     one (a FIFO, a device, too large) gets its one-line error. `stamps`: what each file held."""
     for path in files:
@@ -527,26 +568,54 @@ def _read(convert, entry):
 
 
 def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
-    return {path: [sorted(f.steps), sorted(f.called), sorted(f.training_calls),
-                   [[list(at), helper, where, [list(r) for r in reads]] for at, helper, where, reads in f.helper_reads],
-                   [[name, list(params), list(static)] for name, params, static in f.static_methods],
-                   [list(c) for c in f.compiled],
-                   [[list(at), kind, helper, where, detail] for at, kind, helper, where, detail in f.helper_calls],
-                   f.xla_device, f.replicas, sorted(f.device_loader_params)]
-            for path, f in facts.items() if f != NO_PROJECT}
+    return {
+        path: [
+            sorted(f.steps),
+            sorted(f.called),
+            sorted(f.training_calls),
+            [[list(at), helper, where, [list(r) for r in reads]] for at, helper, where, reads in f.helper_reads],
+            [[name, list(params), list(static)] for name, params, static in f.static_methods],
+            [list(c) for c in f.compiled],
+            [[list(at), kind, helper, where, detail] for at, kind, helper, where, detail in f.helper_calls],
+            f.xla_device,
+            f.replicas,
+            sorted(f.device_loader_params),
+        ]
+        for path, f in facts.items()
+        if f != NO_PROJECT
+    }
 
 
 def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
-    return {path: ProjectFacts(frozenset(steps), frozenset(called), frozenset(tuple(c) for c in calls),
-                               tuple((tuple(at), helper, where, tuple(ParamRead(*r) for r in reads))
-                                     for at, helper, where, reads in helper_reads),
-                               tuple((name, tuple(params), tuple(static)) for name, params, static in static_methods),
-                               tuple(tuple(c) for c in compiled),
-                               tuple((tuple(at), kind, helper, where, detail)
-                                     for at, kind, helper, where, detail in helper_calls), bool(xla_device),
-                               bool(replicas), frozenset(tuple(p) for p in device_loader_params))
-            for path, (steps, called, calls, helper_reads, static_methods, compiled, helper_calls, xla_device, replicas,
-                       device_loader_params) in data.items()}
+    return {
+        path: ProjectFacts(
+            frozenset(steps),
+            frozenset(called),
+            frozenset(tuple(c) for c in calls),
+            tuple(
+                (tuple(at), helper, where, tuple(ParamRead(*r) for r in reads))
+                for at, helper, where, reads in helper_reads
+            ),
+            tuple((name, tuple(params), tuple(static)) for name, params, static in static_methods),
+            tuple(tuple(c) for c in compiled),
+            tuple((tuple(at), kind, helper, where, detail) for at, kind, helper, where, detail in helper_calls),
+            bool(xla_device),
+            bool(replicas),
+            frozenset(tuple(p) for p in device_loader_params),
+        )
+        for path, (
+            steps,
+            called,
+            calls,
+            helper_reads,
+            static_methods,
+            compiled,
+            helper_calls,
+            xla_device,
+            replicas,
+            device_loader_params,
+        ) in data.items()
+    }
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:

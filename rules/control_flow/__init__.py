@@ -3,4 +3,4 @@
 # The family's codes start with CODES and its rules' categories are among CATEGORIES; the registry
 # (xlalint.rules) checks every rule module of this package against them.
 CODES = "XLA2"
-CATEGORIES = ('control_flow_on_tensor',)
+CATEGORIES = ("control_flow_on_tensor",)

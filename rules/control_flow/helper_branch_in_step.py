@@ -50,11 +50,14 @@ class HelperBranchInStep(Rule):
     """
 
     code, name, category = "XLA203", "helper-branch-in-step", "control_flow_on_tensor"
-    summary = ("`{helper}()` branches on the device tensor passed as `{param}` (an `{what}` at {where}): "
-               "a host sync every step")
+    summary = (
+        "`{helper}()` branches on the device tensor passed as `{param}` (an `{what}` at {where}): "
+        "a host sync every step"
+    )
     hint = "decide on the device (`torch.where`, `clamp`), check the data on the host before `.to(device)`, or every N steps"
 
-    AUDIO = {"audio.py": """
+    AUDIO = {
+        "audio.py": """
         import torch
 
         def mel_spectrogram(y, n_fft, center=False):
@@ -73,7 +76,8 @@ class HelperBranchInStep(Rule):
             if not mask.any():
                 return x.new_zeros(())
             return x[mask].mean()
-        """}
+        """
+    }
 
     VALID = [
         Valid(
@@ -163,6 +167,5 @@ class HelperBranchInStep(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         for helper, where, read, value in argument_reads(self.ctx, node, through="", branches=True):
             if self.ctx.on_device(value) and self.ctx.runs_hot(node):
-                self.report(node, self.summary.format(helper=helper, param=read.param, what=read.what,
-                                                      where=where))
+                self.report(node, self.summary.format(helper=helper, param=read.param, what=read.what, where=where))
                 return

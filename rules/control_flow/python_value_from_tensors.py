@@ -170,8 +170,11 @@ class PythonValueFromTensors(Rule):
         ),
     ]
 
-    TORCH_FUNCS = {"torch.equal": "torch.equal", "torch.allclose": "torch.allclose",
-                   "torch.is_nonzero": "torch.is_nonzero"}
+    TORCH_FUNCS = {
+        "torch.equal": "torch.equal",
+        "torch.allclose": "torch.allclose",
+        "torch.is_nonzero": "torch.is_nonzero",
+    }
 
     def visit_Call(self, node: ast.Call) -> None:
         qualified = self.ctx.qualified_name(node.func)
@@ -181,14 +184,22 @@ class PythonValueFromTensors(Rule):
                 self.report(node, self.summary.format(func=self.TORCH_FUNCS[qualified]))
             return
         method = method_name(node)
-        if method in ("equal", "allclose") and args and not (qualified or "").startswith("torch.") and \
-                self._is_tensor_method(node, args):
+        if (
+            method in ("equal", "allclose")
+            and args
+            and not (qualified or "").startswith("torch.")
+            and self._is_tensor_method(node, args)
+        ):
             if self.ctx.runs_hot(node):
                 self.report(node, self.summary.format(func=f".{method}()"))
             return
         name = dotted_name(node.func)
-        if name in ("max", "min") and "max" not in self.ctx.index.imports and "min" not in self.ctx.index.imports \
-                and name not in self.ctx.index.module_names:
+        if (
+            name in ("max", "min")
+            and "max" not in self.ctx.index.imports
+            and "min" not in self.ctx.index.imports
+            and name not in self.ctx.index.module_names
+        ):
             self._builtin_extreme(node, name, args)
 
     def _device(self, expr: ast.expr) -> bool:
@@ -196,8 +207,9 @@ class PythonValueFromTensors(Rule):
 
     def _is_tensor_method(self, node: ast.Call, args: list[ast.expr]) -> bool:
         recv = receiver(node)
-        return recv is not None and self._device(recv) and \
-            self.ctx.tensor_kind(args[0]) not in (Kind.NOT_TENSOR, Kind.CPU)
+        return (
+            recv is not None and self._device(recv) and self.ctx.tensor_kind(args[0]) not in (Kind.NOT_TENSOR, Kind.CPU)
+        )
 
     def _on_device_only(self, args: list[ast.expr]) -> bool:
         """A tensor that may be on the device among the arguments (a model output, or the inputs of a
@@ -205,12 +217,17 @@ class PythonValueFromTensors(Rule):
         would then run on the CPU: tensors on two devices are an error, not a sync)."""
         kinds = [self.ctx.tensor_kind(a) for a in args]
         return Kind.CPU not in kinds and any(
-            k == Kind.DEVICE or (k == Kind.TENSOR and not self._guessed(a)) for a, k in zip(args, kinds))
+            k == Kind.DEVICE or (k == Kind.TENSOR and not self._guessed(a)) for a, k in zip(args, kinds)
+        )
 
     def _guessed(self, expr: ast.expr) -> bool:
         """A free name taken for a tensor by its spelling alone (`labels`, bound nowhere)."""
-        return isinstance(expr, ast.Name) and not self.ctx.reaching_values(expr) and \
-            self.ctx.parameter(expr) is None and not self.ctx.loop_iterables(expr)
+        return (
+            isinstance(expr, ast.Name)
+            and not self.ctx.reaching_values(expr)
+            and self.ctx.parameter(expr) is None
+            and not self.ctx.loop_iterables(expr)
+        )
 
     def _builtin_extreme(self, node: ast.Call, name: str, args: list[ast.expr]) -> None:
         if len(node.args) + len(node.keywords) != 2 or len(args) != 2:
@@ -220,14 +237,20 @@ class PythonValueFromTensors(Rule):
         spelling = _torch_alias(self.ctx)
         func = f"{spelling}.{'maximum' if name == 'max' else 'minimum'}"
         imports = [] if spelling != "torch" or "torch" in self.ctx.index.imports else [ImportRequest("torch")]
-        self.report(node, self.summary.format(func=f"{name}()"),
-                    fix=lambda cctx: _use_elementwise(cctx, node, func, imports))
+        self.report(
+            node, self.summary.format(func=f"{name}()"), fix=lambda cctx: _use_elementwise(cctx, node, func, imports)
+        )
 
 
 def _use_elementwise(cctx: CstContext, node: ast.Call, func: str, imports: list[ImportRequest]) -> Fix:
     call = cctx.find(node, cst.Call)
-    return Fix.replace(call, call.with_changes(func=cctx.parse_expression(func)),
-                       title=f"Use `{func}` (elementwise, on the device)", safe=False, imports=imports)
+    return Fix.replace(
+        call,
+        call.with_changes(func=cctx.parse_expression(func)),
+        title=f"Use `{func}` (elementwise, on the device)",
+        safe=False,
+        imports=imports,
+    )
 
 
 def _torch_alias(ctx: FileContext) -> str:

@@ -214,8 +214,11 @@ class TensorCondition(Rule):
 
     def _check(self, test: ast.expr, *, bounded: bool = True) -> None:
         for operand in _truth_operands(test):
-            if evident_device_tensor(self.ctx, operand) and self.ctx.runs_hot(operand) and \
-                    not after_periodic_guard(self.ctx, operand, test if bounded else None):
+            if (
+                evident_device_tensor(self.ctx, operand)
+                and self.ctx.runs_hot(operand)
+                and not after_periodic_guard(self.ctx, operand, test if bounded else None)
+            ):
                 self.report(operand)
 
 

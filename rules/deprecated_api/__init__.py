@@ -16,4 +16,4 @@ __all__ = ["TABLE", "MigrationTableError", "load_table"]
 # The family's codes start with CODES and its rules' categories are among CATEGORIES; the registry
 # (xlalint.rules) checks every rule module of this package against them.
 CODES = "XLA6"
-CATEGORIES = ('deprecated_xla_api',)
+CATEGORIES = ("deprecated_xla_api",)

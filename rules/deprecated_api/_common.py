@@ -42,11 +42,28 @@ FIXES = ("safe", "unsafe", "none")
 KINDS = ("function", "module", "environment", "argument")
 CONFIGURED = "<configured>"  # an argument value the file does not show
 REQUIRED = ("name", "status", "fix", "reference", "note")
-OPTIONAL = ("kind", "replacement", "deprecated_in", "removed_in", "replacement_since", "params",
-            "params_since", "argument", "position", "allowed", "off")
+OPTIONAL = (
+    "kind",
+    "replacement",
+    "deprecated_in",
+    "removed_in",
+    "replacement_since",
+    "params",
+    "params_since",
+    "argument",
+    "position",
+    "allowed",
+    "off",
+)
 # Keys only some kinds take (every other optional key fits every kind).
-KIND_KEYS = {"params": ("function",), "params_since": ("function",), "argument": ("argument",), "position": ("argument",),
-             "allowed": ("argument",), "off": ("environment",)}
+KIND_KEYS = {
+    "params": ("function",),
+    "params_since": ("function",),
+    "argument": ("argument",),
+    "position": ("argument",),
+    "allowed": ("argument",),
+    "off": ("environment",),
+}
 NOT_STRINGS = ("params", "params_since", "position", "allowed", "off")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _ENV = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -100,7 +117,7 @@ class Migration:
         """`torch_xla_py.xla_model.foo` -> `torch_xla.core.xla_model.foo` for a module entry."""
         if self.replacement is None or not self.matches_module(qualified):
             return None
-        return self.replacement + qualified[len(self.name):]
+        return self.replacement + qualified[len(self.name) :]
 
     def message(self, old: str, value: str | None = None, resolved: str | None = None) -> str:
         """The finding's message for `old` as written (for an argument entry, `value` is the
@@ -129,8 +146,11 @@ class Migration:
         else:
             head = f"the environment variable `{self.name}` is deprecated since torch_xla {self.deprecated_in}"
         if self.replacement:
-            head += (f": call `{self.replacement}()` instead" if "." in self.replacement
-                     else f": set `{self.replacement}` instead")
+            head += (
+                f": call `{self.replacement}()` instead"
+                if "." in self.replacement
+                else f": set `{self.replacement}` instead"
+            )
         return self._with_note(head)
 
     def _argument_message(self, old: str, value: str | None, resolved: str | None) -> str:
@@ -225,8 +245,9 @@ def _validate(row: dict, where: str, seen: set[tuple]) -> Migration:
     if "params_since" in row:
         since = row["params_since"]
         new_names = {new for _, new in extra.get("params", ())}
-        if not isinstance(since, dict) or not all(k in new_names and isinstance(v, str) and _VERSION.fullmatch(v)
-                                                  for k, v in since.items()):
+        if not isinstance(since, dict) or not all(
+            k in new_names and isinstance(v, str) and _VERSION.fullmatch(v) for k, v in since.items()
+        ):
             fail(f"`params_since` must map parameters of `params` (new names) to versions like 2.8, got {since!r}")
         extra["params_since"] = tuple(since.items())
     fields = {k: v for k, v in row.items() if k not in extra}
@@ -240,11 +261,15 @@ def _validate_environment(row: dict, fail: Callable[[str], None]) -> tuple[str, 
         fail(f"an environment entry's `name` must be a variable name like XLA_USE_BF16, got {row['name']!r}")
     replacement = row.get("replacement")
     if replacement is not None and not (_ENV.fullmatch(replacement) or "." in replacement):
-        fail("an environment entry's `replacement` must be a variable name (XLA_FLAGS) or a dotted function "
-             f"name (torch_xla.runtime.use_spmd), got {replacement!r}")
+        fail(
+            "an environment entry's `replacement` must be a variable name (XLA_FLAGS) or a dotted function "
+            f"name (torch_xla.runtime.use_spmd), got {replacement!r}"
+        )
     if row["fix"] != "none":
-        fail("an environment entry takes `fix = \"none\"`: renaming a variable is exact only when the new one "
-             "reads the same values, and no replacement here does")
+        fail(
+            'an environment entry takes `fix = "none"`: renaming a variable is exact only when the new one '
+            "reads the same values, and no replacement here does"
+        )
     off = row.get("off", [])
     if not isinstance(off, list) or not all(isinstance(v, str) for v in off):
         fail(f"`off` must be a list of strings, got {off!r}")
@@ -272,7 +297,7 @@ def _validate_argument(row: dict, fail: Callable[[str], None]) -> dict:
         try:
             allowed.append(ast.literal_eval(literal))
         except (ValueError, SyntaxError):
-            fail(f"`allowed` must hold Python literals such as \"None\" or \"1\", got {literal!r}")
+            fail(f'`allowed` must hold Python literals such as "None" or "1", got {literal!r}')
     return {"argument": row["argument"], "position": position, "allowed": tuple(allowed)}
 
 
@@ -310,8 +335,11 @@ def entries_doc(status: str) -> str:
         if m.status != status:
             continue
         before = set(lines)
-        when = f"removed in {m.removed_in}" if status == "removed" else (
-            f"deprecated in {m.deprecated_in}" if m.deprecated_in else f"superseded since {m.replacement_since}")
+        when = (
+            f"removed in {m.removed_in}"
+            if status == "removed"
+            else (f"deprecated in {m.deprecated_in}" if m.deprecated_in else f"superseded since {m.replacement_since}")
+        )
         if m.kind == "environment":
             call = "()" if m.replacement and "." in m.replacement else ""
             new = f"`{m.replacement}{call}`" if m.replacement else "no direct replacement"
@@ -338,6 +366,7 @@ def entries_doc(status: str) -> str:
 # --------------------------------------------------------------------------------------------------
 # Qualified names and literal values, resolved only for files that may hold a finding
 # --------------------------------------------------------------------------------------------------
+
 
 def _qualified_names(ctx: FileContext, node: ast.expr) -> set[str]:
     """What `node` names through this file's imports (`xm.mark_step` ->
@@ -392,7 +421,9 @@ def _module_node(ctx: FileContext, node: ast.ImportFrom) -> ast.AST:
         return node.lineno + row - 1, (node.col_offset if row == 1 else 0) + len(line[:column].encode())
 
     (row, col), (end_row, end_col) = position(*parts[0].start, parts[0].line), position(*parts[-1].end, parts[-1].line)
-    return ast.Name(node.module or "", ast.Load(), lineno=row, col_offset=col, end_lineno=end_row, end_col_offset=end_col)
+    return ast.Name(
+        node.module or "", ast.Load(), lineno=row, col_offset=col, end_lineno=end_row, end_col_offset=end_col
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -526,9 +557,18 @@ def _own_implementation(ctx: FileContext, node: ast.AST, entry: Migration) -> bo
 # Identifiers `ast` keeps as strings, not `Name` nodes: a fix binds none of them, and they are no
 # call or decorator it could rewrite.
 _STRING_NAMES = {
-    ast.FunctionDef: "name", ast.AsyncFunctionDef: "name", ast.ClassDef: "name", ast.arg: "arg", ast.keyword: "arg",
-    ast.ExceptHandler: "name", ast.Global: "names", ast.Nonlocal: "names", ast.MatchAs: "name",
-    ast.MatchStar: "name", ast.MatchMapping: "rest", ast.MatchClass: "kwd_attrs",
+    ast.FunctionDef: "name",
+    ast.AsyncFunctionDef: "name",
+    ast.ClassDef: "name",
+    ast.arg: "arg",
+    ast.keyword: "arg",
+    ast.ExceptHandler: "name",
+    ast.Global: "names",
+    ast.Nonlocal: "names",
+    ast.MatchAs: "name",
+    ast.MatchStar: "name",
+    ast.MatchMapping: "rest",
+    ast.MatchClass: "kwd_attrs",
 }
 
 
@@ -570,8 +610,12 @@ def _runs_with_stand_in(ctx: FileContext, anchor: ImportBinding, use: ast.AST) -
             if module.split(".")[0] in ("torch_xla", "torch_xla_py"):
                 continue  # the import itself, or another spelling of a torch_xla module
         assigned = ctx.parent(node)
-        if isinstance(assigned, ast.Assign) and isinstance(assigned.value, ast.Constant) and \
-                assigned.value.value is None and ctx.only_when_not_none(anchor.name, use):
+        if (
+            isinstance(assigned, ast.Assign)
+            and isinstance(assigned.value, ast.Constant)
+            and assigned.value.value is None
+            and ctx.only_when_not_none(anchor.name, use)
+        ):
             continue
         return True
     return False
@@ -625,7 +669,7 @@ def _carry_arguments(ctx: FileContext, call: ast.Call, entry: Migration) -> list
     if has_star_args(call) or len(call.args) > len(entry.params) or any(k not in renames for k in keywords):
         return None
     # the replacement at the target release must take every argument passed, not only exist there
-    passed = [new for _, new in entry.params[:len(call.args)]] + [renames[k] for k in keywords]
+    passed = [new for _, new in entry.params[: len(call.args)]] + [renames[k] for k in keywords]
     since = dict(entry.params_since)
     target = ctx.target_version
     if target is not None and any(p in since and parse_version(since[p]) > target for p in passed):
@@ -651,8 +695,11 @@ def _use_change(ctx: FileContext, ref: ast.expr, entry: Migration) -> tuple[ast.
 
 
 def _as_keyword(arg: cst.Arg, keyword: str, value: cst.BaseExpression | None = None) -> cst.Arg:
-    equal = arg.equal if arg.keyword is not None else cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    equal = (
+        arg.equal
+        if arg.keyword is not None
+        else cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    )
     return arg.with_changes(keyword=cst.Name(keyword), equal=equal, value=value if value is not None else arg.value)
 
 
@@ -662,8 +709,11 @@ def _carried(cctx: CstContext, call: cst.Call, carry: list[Carry]) -> list[cst.A
         if change is None:
             continue
         keyword, value = change
-        kept.append(arg if keyword is None else
-                    _as_keyword(arg, keyword, cctx.parse_expression(value) if value is not None else None))
+        kept.append(
+            arg
+            if keyword is None
+            else _as_keyword(arg, keyword, cctx.parse_expression(value) if value is not None else None)
+        )
     if kept and len(kept) < len(call.args):
         kept[-1] = kept[-1].with_changes(comma=call.args[-1].comma)
     return kept
@@ -704,15 +754,22 @@ class _UsesFix:
 
 def _fix_import(alias: ast.alias, new: str, entry: Migration, cctx: CstContext) -> Fix:
     """`import old.module as x` -> `import new.module as x`."""
-    return Fix.replace(cast("cst.ImportAlias", cctx.locate(alias)).name, cst.parse_expression(new), title=f"Import `{new}`",
-                       safe=entry.fix == "safe")
+    return Fix.replace(
+        cast("cst.ImportAlias", cctx.locate(alias)).name,
+        cst.parse_expression(new),
+        title=f"Import `{new}`",
+        safe=entry.fix == "safe",
+    )
 
 
 def _fix_from_import(node: ast.ImportFrom, new: str, entry: Migration, cctx: CstContext) -> Fix:
     """`from old.module import ...` -> `from new.module import ...`."""
-    return Fix.replace(cast("cst.ImportFrom", cctx.locate(node)).module, cst.parse_expression(new),
-                       title=f"Import from `{new}`",
-                       safe=entry.fix == "safe")
+    return Fix.replace(
+        cast("cst.ImportFrom", cctx.locate(node)).module,
+        cst.parse_expression(new),
+        title=f"Import from `{new}`",
+        safe=entry.fix == "safe",
+    )
 
 
 def _fix_from_module(node: ast.ImportFrom, new: str, entry: Migration, cctx: CstContext) -> Fix:
@@ -846,8 +903,15 @@ class MigrationVisitor(Rule):
         entry = next((m for m in self.modules if m.matches_module(module)), None)
         # `from torch_xla_py import xla_model`: the row of the module imported is more specific
         # (it has a replacement) than the package's
-        specific = entry is not None and node.names[0].name != "*" and any(
-            len(m.name) > len(entry.name) and m.matches_module(f"{module}.{a.name}") for a in node.names for m in self.modules)
+        specific = (
+            entry is not None
+            and node.names[0].name != "*"
+            and any(
+                len(m.name) > len(entry.name) and m.matches_module(f"{module}.{a.name}")
+                for a in node.names
+                for m in self.modules
+            )
+        )
         if entry is not None and not specific:  # `from torch_xla_py.xla_model import *`: the module moved
             if not self._excused(node, entry):
                 new = entry.moved(module)
@@ -918,12 +982,17 @@ class MigrationVisitor(Rule):
         written = self.ctx.code(value)
         resolved = (None if written == repr(bad[0]) else repr(bad[0])) if bad else CONFIGURED
         fix = None
-        if entry.applicability is not None and not has_star_args(call) and (
-                kw is not None or entry.position == len(call.args) - 1):
+        if (
+            entry.applicability is not None
+            and not has_star_args(call)
+            and (kw is not None or entry.position == len(call.args) - 1)
+        ):
             index = len(call.args) + call.keywords.index(kw) if kw is not None else entry.position
             fix = partial(_fix_drop_argument, call, index, f"Drop `{entry.argument}={written}`", entry)
         # at the callee, where the call starts: the argument may sit lines below it
-        self.report(call.func, entry.message(dotted_name(call.func) or self.ctx.code(call.func), written, resolved), fix=fix)
+        self.report(
+            call.func, entry.message(dotted_name(call.func) or self.ctx.code(call.func), written, resolved), fix=fix
+        )
 
     def _uses_of(self, local: str, qualified: str) -> list[ast.Name]:
         """The names that refer to the import `local` of `qualified`; none when `local` is also a
@@ -933,8 +1002,9 @@ class MigrationVisitor(Rule):
             return []
         return self.ctx.index.name_uses.get(local, [])
 
-    def _fix_uses(self, refs: Sequence[ast.expr], entry: Migration, beside: str | None,
-                  removed: ImportRequest | None) -> FixBuilder | None:
+    def _fix_uses(
+        self, refs: Sequence[ast.expr], entry: Migration, beside: str | None, removed: ImportRequest | None
+    ) -> FixBuilder | None:
         """The fix rewriting `refs` (uses of `entry`), decided here, built on libcst; None when a use
         can't be rewritten."""
         if entry.applicability is None or not entry.replacement:
@@ -957,8 +1027,11 @@ class MigrationVisitor(Rule):
             imports.extend(r for r in requests if r not in imports)
         anchor = _reaching(ctx, beside, refs[0]) if beside and refs else None
         applicability, title = entry.applicability, f"Use `{spelled}`"
-        if applicability is Applicability.SAFE and anchor is not None and \
-                any(_runs_with_stand_in(ctx, anchor, ref) for ref in refs):
+        if (
+            applicability is Applicability.SAFE
+            and anchor is not None
+            and any(_runs_with_stand_in(ctx, anchor, ref) for ref in refs)
+        ):
             applicability, title = Applicability.UNSAFE, f"{title} (`{beside}` has a stand-in without torch_xla)"
         if removed is None and anchor is not None:
             if isinstance(anchor.statement, ast.Import):
@@ -967,5 +1040,6 @@ class MigrationVisitor(Rule):
             else:
                 module, _, obj = anchor.qualified.rpartition(".")
                 removed = ImportRequest(module, obj, anchor.name if anchor.name != obj else None)
-        return _UsesFix(applicability, title, tuple(changes), own_imports, tuple(imports),
-                        (removed,) if removed else ()).build
+        return _UsesFix(
+            applicability, title, tuple(changes), own_imports, tuple(imports), (removed,) if removed else ()
+        ).build

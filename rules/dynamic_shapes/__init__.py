@@ -3,4 +3,4 @@
 # The family's codes start with CODES and its rules' categories are among CATEGORIES; the registry
 # (xlalint.rules) checks every rule module of this package against them.
 CODES = "XLA30"
-CATEGORIES = ('dynamic_shape',)
+CATEGORIES = ("dynamic_shape",)

@@ -184,8 +184,13 @@ def _masked_fill(cctx: CstContext, node: ast.Assign, mask: ast.expr, safe: bool)
     return Fix.replace(assign, new, title="Use `masked_fill_` (static shape)", safe=safe)
 
 
-_CONSTANTS = {"math.inf": math.inf, "math.nan": math.nan, "math.pi": math.pi, "numpy.inf": math.inf,
-              "numpy.nan": math.nan}
+_CONSTANTS = {
+    "math.inf": math.inf,
+    "math.nan": math.nan,
+    "math.pi": math.pi,
+    "numpy.inf": math.inf,
+    "numpy.nan": math.nan,
+}
 FLOAT16_MAX = 65504.0  # torch.finfo(torch.float16).max
 
 
@@ -216,10 +221,20 @@ def _python_scalar(ctx: FileContext, value: ast.expr) -> bool:
         return True
     if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
         return _python_scalar(ctx, value.operand)
-    if isinstance(value, ast.Call) and dotted_name(value.func) == "float" and len(value.args) == 1 and \
-            not value.keywords and string_value(value.args[0]) is not None:
+    if (
+        isinstance(value, ast.Call)
+        and dotted_name(value.func) == "float"
+        and len(value.args) == 1
+        and not value.keywords
+        and string_value(value.args[0]) is not None
+    ):
         return True  # float("-inf")
-    if isinstance(value, ast.Attribute) and ctx.qualified_name(value) in ("math.inf", "math.nan", "math.pi",
-                                                                          "numpy.inf", "numpy.nan"):
+    if isinstance(value, ast.Attribute) and ctx.qualified_name(value) in (
+        "math.inf",
+        "math.nan",
+        "math.pi",
+        "numpy.inf",
+        "numpy.nan",
+    ):
         return True
     return False

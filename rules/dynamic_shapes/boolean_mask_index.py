@@ -243,8 +243,14 @@ RUNTIME_REDUCTIONS = {"mean": "masked_mean", "max": "masked_max", "min": "masked
 def _reduced(ctx: FileContext, node: ast.Subscript) -> str | None:
     """`sum`, `mean`, `max` or `min` when `node` is reduced whole: `node.sum()`, with no arguments."""
     attribute, call = ctx.parent(node), ctx.parent(ctx.parent(node))
-    if isinstance(attribute, ast.Attribute) and (attribute.attr == "sum" or attribute.attr in RUNTIME_REDUCTIONS) \
-            and isinstance(call, ast.Call) and call.func is attribute and not call.args and not call.keywords:
+    if (
+        isinstance(attribute, ast.Attribute)
+        and (attribute.attr == "sum" or attribute.attr in RUNTIME_REDUCTIONS)
+        and isinstance(call, ast.Call)
+        and call.func is attribute
+        and not call.args
+        and not call.keywords
+    ):
         return attribute.attr
     return None
 
@@ -261,11 +267,17 @@ def _runtime_reduction(cctx: CstContext, node: ast.Subscript, mask: ast.expr, fu
     return Fix.replace(call, new, title=f"Reduce with `{function}` (static shape)", safe=False, imports=[request])
 
 
-def _sum_with_where(cctx: CstContext, node: ast.Subscript, mask: ast.expr, torch_name: str, safe: bool,
-                    imports: list[ImportRequest]) -> Fix:
+def _sum_with_where(
+    cctx: CstContext, node: ast.Subscript, mask: ast.expr, torch_name: str, safe: bool, imports: list[ImportRequest]
+) -> Fix:
     subscript = cctx.find(node, cst.Subscript)
     call = cctx.parent(cctx.parent(subscript))  # the `.sum()` around it
     mask_code, base = cctx.code(cctx.find(mask)), cctx.code(subscript.value)
     new = cctx.parse_expression(f"{torch_name}.where({mask_code}, {base}, 0).sum()")
-    return Fix.replace(call, new, title="Mask with `where` and reduce over the full tensor (exact up to summation "
-                       "order)", safe=safe, imports=imports)
+    return Fix.replace(
+        call,
+        new,
+        title="Mask with `where` and reduce over the full tensor (exact up to summation order)",
+        safe=safe,
+        imports=imports,
+    )

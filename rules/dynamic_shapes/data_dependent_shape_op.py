@@ -31,7 +31,6 @@ def _tensorish(ctx: FileContext, expr: ast.expr) -> bool:
     return False
 
 
-
 # -- XLA301 ----------------------------------------------------------------------------------------
 
 
@@ -206,5 +205,6 @@ class DataDependentShapeOp(Rule):
             # torch.repeat_interleave(repeats): the one-argument form repeats indices by a tensor
             return functional
         # a literal is never a tensor; a name only when it is assigned one here
-        return self.ctx.tensor_kind(value) >= Kind.CPU and \
-            (not isinstance(value, ast.Name) or bool(self.ctx.reaching_values(value)))
+        return self.ctx.tensor_kind(value) >= Kind.CPU and (
+            not isinstance(value, ast.Name) or bool(self.ctx.reaching_values(value))
+        )

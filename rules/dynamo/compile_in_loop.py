@@ -76,12 +76,17 @@ class CompileInLoop(Rule):
         if loop is None:
             return
         target = node.args[0]
-        funcs = [target] if isinstance(target, ast.Lambda) else [
-            f for f in self.ctx.compiled.functions_named(target) if loop in set(self.ctx.index.ancestors(f))]
+        funcs = (
+            [target]
+            if isinstance(target, ast.Lambda)
+            else [f for f in self.ctx.compiled.functions_named(target) if loop in set(self.ctx.index.ancestors(f))]
+        )
         changing = self._changing(loop)
         for func in funcs:
-            read = sorted({n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-                          & changing - _params(func))
+            read = sorted(
+                {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                & changing - _params(func)
+            )
             if read:
                 self.report(node, self.summary.format(name=read[0]))
                 return

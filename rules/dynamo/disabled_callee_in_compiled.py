@@ -54,7 +54,9 @@ class DisabledCalleeInCompiled(Rule):
 
     code, name, category = "DYN122", "disabled-callee-in-compiled", "other"
     preview = True
-    summary = "`{func}` is under `torch.compiler.disable`: calling it inside a compiled function is {consequence} (GB0098)"
+    summary = (
+        "`{func}` is under `torch.compiler.disable`: calling it inside a compiled function is {consequence} (GB0098)"
+    )
     hint = "call it outside the compiled function (return what it needs), or let Dynamo trace it"
     gb_ids = ("GB0098",)
 

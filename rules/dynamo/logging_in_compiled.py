@@ -145,10 +145,13 @@ class LoggingInCompiled(Rule):
             return
         options = compiled_options(self.ctx, node)
         if options is not None:
-            self.report(node, self.summary.format(func=dotted_name(node.func) or name,
-                                                  consequence=break_note(options), gb=gb))
+            self.report(
+                node, self.summary.format(func=dotted_name(node.func) or name, consequence=break_note(options), gb=gb)
+            )
 
     def _logger(self, expr: ast.expr) -> bool:
         """`logger` (or `self.logger`) assigned `logging.getLogger(...)` in this file."""
-        return any(isinstance(v, ast.Call) and self.ctx.qualified_name(v.func) == "logging.getLogger"
-                   for v in self.ctx.assigned_values(expr))
+        return any(
+            isinstance(v, ast.Call) and self.ctx.qualified_name(v.func) == "logging.getLogger"
+            for v in self.ctx.assigned_values(expr)
+        )

@@ -11,9 +11,23 @@ from xlalint.analysis.names import is_number
 from xlalint.diagnostics import Fix
 from xlalint.rule import Invalid, Rule, Valid
 
-BOOLEAN = {"torch.isnan", "torch.isinf", "torch.isfinite", "torch.logical_and", "torch.logical_or",
-           "torch.logical_not", "torch.logical_xor", "torch.eq", "torch.ne", "torch.gt", "torch.lt", "torch.ge",
-           "torch.le", "torch.isclose", "torch.signbit"}
+BOOLEAN = {
+    "torch.isnan",
+    "torch.isinf",
+    "torch.isfinite",
+    "torch.logical_and",
+    "torch.logical_or",
+    "torch.logical_not",
+    "torch.logical_xor",
+    "torch.eq",
+    "torch.ne",
+    "torch.gt",
+    "torch.lt",
+    "torch.ge",
+    "torch.le",
+    "torch.isclose",
+    "torch.signbit",
+}
 MAX_DEPTH = 8
 
 
@@ -48,8 +62,9 @@ def is_mask(ctx, expr: ast.expr, depth: int = 0) -> bool:
     if depth > MAX_DEPTH:
         return False
     if isinstance(expr, ast.Compare):
-        return not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in expr.ops) and \
-            is_tensor(ctx, expr)
+        return not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in expr.ops) and is_tensor(
+            ctx, expr
+        )
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert):
         return is_mask(ctx, expr.operand, depth + 1)
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
@@ -60,8 +75,12 @@ def is_mask(ctx, expr: ast.expr, depth: int = 0) -> bool:
     if isinstance(expr, ast.Call):
         if (ctx.qualified_name(expr.func) or "") in BOOLEAN:
             return True
-        return isinstance(expr.func, ast.Attribute) and expr.func.attr == "bool" and not expr.args and \
-            is_tensor(ctx, expr.func.value)
+        return (
+            isinstance(expr.func, ast.Attribute)
+            and expr.func.attr == "bool"
+            and not expr.args
+            and is_tensor(ctx, expr.func.value)
+        )
     return False
 
 
@@ -108,7 +127,9 @@ class MaskIndexInCompiled(Rule):
     code, name, category = "DYN112", "mask-index-in-compiled", "dynamic_shape"
     preview = True
     covers = ("XLA302",)  # the same hazard, in torch_xla's words
-    summary = "boolean-mask read of a tensor inside a compiled function has a data-dependent shape: {consequence} (GB0036)"
+    summary = (
+        "boolean-mask read of a tensor inside a compiled function has a data-dependent shape: {consequence} (GB0036)"
+    )
     hint = "keep the full shape: `torch.where(m, x, 0)`, masked reductions (`xlalint.runtime.masked_mean`)"
     fix_availability = "sometimes"
     gb_ids = ("GB0036",)
@@ -191,7 +212,11 @@ class MaskIndexInCompiled(Rule):
         if self.ctx.compiled.captures("capture_dynamic_output_shape_ops"):
             return
         fix = None
-        if isinstance(node.value, ast.Name) and elementwise_of(self.ctx, node.slice, node.value.id) and _summed(self.ctx, node):
+        if (
+            isinstance(node.value, ast.Name)
+            and elementwise_of(self.ctx, node.slice, node.value.id)
+            and _summed(self.ctx, node)
+        ):
             torch_name = next((k for k, b in self.ctx.index.imports.items() if b.qualified == "torch"), "torch")
             fix = lambda cctx: _sum_with_where(cctx, node, torch_name)  # noqa: E731
         self.report(node, self.summary.format(consequence=break_note(options)), fix=fix)
@@ -200,8 +225,14 @@ class MaskIndexInCompiled(Rule):
 def _summed(ctx, node: ast.Subscript) -> bool:
     """`node.sum()`, with no arguments."""
     attribute, call = ctx.parent(node), ctx.parent(ctx.parent(node))
-    return isinstance(attribute, ast.Attribute) and attribute.attr == "sum" and \
-        isinstance(call, ast.Call) and call.func is attribute and not call.args and not call.keywords
+    return (
+        isinstance(attribute, ast.Attribute)
+        and attribute.attr == "sum"
+        and isinstance(call, ast.Call)
+        and call.func is attribute
+        and not call.args
+        and not call.keywords
+    )
 
 
 def _sum_with_where(cctx, node: ast.Subscript, torch_name: str):
@@ -210,5 +241,9 @@ def _sum_with_where(cctx, node: ast.Subscript, torch_name: str):
         return None
     call = cctx.parent(cctx.parent(subscript))  # the `.sum()` around it
     mask, base = cctx.code(mask), cctx.code(subscript.value)
-    return Fix.replace(call, cctx.parse_expression(f"{torch_name}.where({mask}, {base}, 0).sum()"),
-                       title="Mask with `where` and reduce over the full tensor (exact up to summation order)", safe=True)
+    return Fix.replace(
+        call,
+        cctx.parse_expression(f"{torch_name}.where({mask}, {base}, 0).sum()"),
+        title="Mask with `where` and reduce over the full tensor (exact up to summation order)",
+        safe=True,
+    )

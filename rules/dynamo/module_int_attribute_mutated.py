@@ -122,8 +122,7 @@ class ModuleIntAttributeMutated(Rule):
         self._check(node, node.target)
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        if len(node.targets) == 1 and any(dotted_name(n) == dotted_name(node.targets[0])
-                                          for n in ast.walk(node.value)):
+        if len(node.targets) == 1 and any(dotted_name(n) == dotted_name(node.targets[0]) for n in ast.walk(node.value)):
             self._check(node, node.targets[0])
 
     def _check(self, node: ast.stmt, target: ast.expr) -> None:
@@ -131,12 +130,19 @@ class ModuleIntAttributeMutated(Rule):
         if not name.startswith("self.") or name.count(".") != 1 or compiled_options(self.ctx, node) is None:
             return
         cls = self.ctx.index.enclosing_class(node)
-        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None) \
-            if cls is not None else None
+        init = (
+            next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+            if cls is not None
+            else None
+        )
         if init is None:
             return
         for stmt in ast.walk(init):
-            if isinstance(stmt, ast.Assign) and any(dotted_name(t) == name for t in stmt.targets) and \
-                    isinstance(stmt.value, ast.Constant) and type(stmt.value.value) is int:
+            if (
+                isinstance(stmt, ast.Assign)
+                and any(dotted_name(t) == name for t in stmt.targets)
+                and isinstance(stmt.value, ast.Constant)
+                and type(stmt.value.value) is int
+            ):
                 self.report(node, self.summary.format(attr=name))
                 return

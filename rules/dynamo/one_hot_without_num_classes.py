@@ -52,7 +52,9 @@ class OneHotWithoutNumClasses(Rule):
 
     code, name, category = "DYN113", "one-hot-without-num-classes", "dynamic_shape"
     preview = True
-    summary = "`one_hot` without `num_classes` inside a compiled function: a data-dependent width, {consequence} (GB0246)"
+    summary = (
+        "`one_hot` without `num_classes` inside a compiled function: a data-dependent width, {consequence} (GB0246)"
+    )
     hint = "pass `num_classes=` (the number of classes, e.g. `logits.shape[-1]`)"
     fix_availability = "sometimes"
     gb_ids = ("GB0246",)
@@ -126,8 +128,12 @@ class OneHotWithoutNumClasses(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
-        if (self.ctx.qualified_name(node.func) or "") not in ONE_HOT or keyword(node, "num_classes") is not None \
-                or len(positional(node)) != 1 or len(node.args) != 1:
+        if (
+            (self.ctx.qualified_name(node.func) or "") not in ONE_HOT
+            or keyword(node, "num_classes") is not None
+            or len(positional(node)) != 1
+            or len(node.args) != 1
+        ):
             return
         options = compiled_options(self.ctx, node)
         if options is None:
@@ -140,8 +146,11 @@ class OneHotWithoutNumClasses(Rule):
         """`<t>.shape[-1]` for the tensor `t` the result is combined with elementwise, if evident."""
         current: ast.AST = node
         parent = self.ctx.parent(current)
-        while isinstance(parent, ast.Attribute) and parent.attr in PASSING and \
-                isinstance(self.ctx.parent(parent), ast.Call):
+        while (
+            isinstance(parent, ast.Attribute)
+            and parent.attr in PASSING
+            and isinstance(self.ctx.parent(parent), ast.Call)
+        ):
             current = cast(ast.Call, self.ctx.parent(parent))  # a Call: the loop's condition
             parent = self.ctx.parent(current)
         if not (isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Mult, ast.Add, ast.Sub))):
@@ -157,5 +166,9 @@ def _with_num_classes(cctx, node: ast.Call, width: str):
     call = cctx.locate(node)
     if call is None:
         return None
-    return Fix.replace(call, with_keyword(call, "num_classes", cctx.parse_expression(width)),
-                       title=f"Pass `num_classes={width}` (the width the expression needs)", safe=True)
+    return Fix.replace(
+        call,
+        with_keyword(call, "num_classes", cctx.parse_expression(width)),
+        title=f"Pass `num_classes={width}` (the width the expression needs)",
+        safe=True,
+    )

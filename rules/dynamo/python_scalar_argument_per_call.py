@@ -128,8 +128,12 @@ class ScalarArgumentPerCall(Rule):
             if isinstance(arg, ast.Starred) or is_tensor(self.ctx, arg) or not reads_any(self.ctx, arg, counters):
                 continue
             value = ast.unparse(arg)
-            self.report(node, self.summary.format(value=value, func=getattr(target[0], "name", "lambda"),
-                                                  consequence=recompile_note(target[1])))
+            self.report(
+                node,
+                self.summary.format(
+                    value=value, func=getattr(target[0], "name", "lambda"), consequence=recompile_note(target[1])
+                ),
+            )
             return
 
     def _counters(self, node: ast.AST) -> set[str]:

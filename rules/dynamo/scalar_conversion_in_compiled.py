@@ -104,11 +104,18 @@ class ScalarConversionInCompiled(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
-        if not (isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool") and len(node.args) == 1
-                and not node.keywords):
+        if not (
+            isinstance(node.func, ast.Name)
+            and node.func.id in ("float", "int", "bool")
+            and len(node.args) == 1
+            and not node.keywords
+        ):
             return
         options = compiled_options(self.ctx, node)
-        if options is None or not is_tensor(self.ctx, node.args[0]) or \
-                self.ctx.compiled.captures("capture_scalar_outputs"):
+        if (
+            options is None
+            or not is_tensor(self.ctx, node.args[0])
+            or self.ctx.compiled.captures("capture_scalar_outputs")
+        ):
             return
         self.report(node, self.summary.format(func=node.func.id, consequence=break_note(options)))

@@ -104,8 +104,11 @@ class ScheduledLrInCompiledStep(Rule):
 
     def _float_lr(self, expr: ast.expr) -> bool:
         for value in self.ctx.assigned_values(expr):
-            if isinstance(value, ast.Call) and (self.ctx.qualified_name(value.func) or "").startswith("torch.optim.") \
-                    and not (self.ctx.qualified_name(value.func) or "").startswith("torch.optim.lr_scheduler"):
+            if (
+                isinstance(value, ast.Call)
+                and (self.ctx.qualified_name(value.func) or "").startswith("torch.optim.")
+                and not (self.ctx.qualified_name(value.func) or "").startswith("torch.optim.lr_scheduler")
+            ):
                 lr = keyword_value(value, "lr")
                 if lr is None and len(positional(value)) > 1:
                     lr = positional(value)[1]
@@ -114,7 +117,10 @@ class ScheduledLrInCompiledStep(Rule):
 
     def _scheduled(self, opt: str) -> bool:
         for call in self.ctx.index.calls:
-            if (self.ctx.qualified_name(call.func) or "").startswith("torch.optim.lr_scheduler.") and call.args \
-                    and dotted_name(call.args[0]) == opt:
+            if (
+                (self.ctx.qualified_name(call.func) or "").startswith("torch.optim.lr_scheduler.")
+                and call.args
+                and dotted_name(call.args[0]) == opt
+            ):
                 return True
         return False

@@ -55,12 +55,17 @@ def load_table(text: str, source: str = TABLE_FILE) -> tuple[Untraceable, ...]:
     for i, row in enumerate(rows):
         where = f"{source}: [[untraceable]] #{i + 1} ({row.get('name', '?')})"
         if set(row) - KEYS or REQUIRED - set(row):
-            raise ValueError(f"{where}: unknown keys {sorted(set(row) - KEYS)} or missing {sorted(REQUIRED - set(row))}")
+            raise ValueError(
+                f"{where}: unknown keys {sorted(set(row) - KEYS)} or missing {sorted(REQUIRED - set(row))}"
+            )
         if not re.fullmatch(r"GB\d{4}", row["gb"]) or not re.fullmatch(r"\.?[A-Za-z_][\w.]*", row["name"]):
             raise ValueError(f"{where}: bad name or gb id")
         receiver = row.get("receiver", [])
-        if not isinstance(receiver, list) or (receiver and not row["name"].startswith(".")) or \
-                not all(isinstance(r, str) and re.fullmatch(r"[A-Za-z_][\w.*]*", r) for r in receiver):
+        if (
+            not isinstance(receiver, list)
+            or (receiver and not row["name"].startswith("."))
+            or not all(isinstance(r, str) and re.fullmatch(r"[A-Za-z_][\w.*]*", r) for r in receiver)
+        ):
             raise ValueError(f"{where}: `receiver` is a list of class names, for a method only")
         found.append(Untraceable(**{**row, "receiver": tuple(receiver)}))
     if not found:
@@ -239,11 +244,16 @@ class UntraceableCallInCompiled(Rule):
         if not row.receiver:
             return is_tensor(self.ctx, receiver)
         values = self.ctx.assigned_values(receiver)
-        return bool(values) and all(isinstance(v, ast.Call) and row.receiver_matches(self.ctx.qualified_name(v.func) or "")
-                                    for v in values)
+        return bool(values) and all(
+            isinstance(v, ast.Call) and row.receiver_matches(self.ctx.qualified_name(v.func) or "") for v in values
+        )
 
     def _alone(self, node: ast.Call) -> bool:
         """The call is the whole body of its compiled function (a docstring aside)."""
         region = self.ctx.compiled.region(node)
-        body = [s for s in getattr(region, "body", []) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        body = [
+            s
+            for s in getattr(region, "body", [])
+            if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        ]
         return len(body) == 1 and isinstance(body[0], ast.Expr) and body[0].value is node

@@ -53,7 +53,9 @@ class VaryingShapeIntoStaticCompile(Rule):
 
     code, name, category = "DYN204", "varying-shape-into-static-compile", "varying_shape"
     preview = True
-    summary = "`{func}` is compiled with static shapes and gets batches padded to their own longest sequence: {consequence}"
+    summary = (
+        "`{func}` is compiled with static shapes and gets batches padded to their own longest sequence: {consequence}"
+    )
     hint = "pad to a fixed length or a few buckets (`xlalint.runtime.pad_to_bucket`), or mark the dimension dynamic"
     recompiles = True
 
@@ -112,8 +114,12 @@ class VaryingShapeIntoStaticCompile(Rule):
             if isinstance(loop, (*FUNCTIONS, ast.Lambda)):
                 return
             if isinstance(loop, ast.For) and self._reads(node, self._padded_names(loop)):
-                self.report(node, self.summary.format(func=getattr(target[0], "name", "lambda"),
-                                                      consequence=recompile_note(target[1])))
+                self.report(
+                    node,
+                    self.summary.format(
+                        func=getattr(target[0], "name", "lambda"), consequence=recompile_note(target[1])
+                    ),
+                )
                 return
 
     @staticmethod
@@ -124,8 +130,11 @@ class VaryingShapeIntoStaticCompile(Rule):
         """The loop variables that hold a batch padded to its longest sequence: the whole batch, or
         the elements of the collate function's returned tuple that come from `pad_sequence`."""
         iterable, target = loop.iter, loop.target
-        while isinstance(iterable, ast.Call) and dotted_name(iterable.func) in ("enumerate", "tqdm", "iter") \
-                and iterable.args:
+        while (
+            isinstance(iterable, ast.Call)
+            and dotted_name(iterable.func) in ("enumerate", "tqdm", "iter")
+            and iterable.args
+        ):
             if dotted_name(iterable.func) == "enumerate":
                 if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
                     return set()
@@ -142,8 +151,13 @@ class VaryingShapeIntoStaticCompile(Rule):
                     continue
                 if not padded or not isinstance(target, ast.Tuple):
                     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-                return {n.id for i in padded if i < len(target.elts)
-                        for n in ast.walk(target.elts[i]) if isinstance(n, ast.Name)}
+                return {
+                    n.id
+                    for i in padded
+                    if i < len(target.elts)
+                    for n in ast.walk(target.elts[i])
+                    if isinstance(n, ast.Name)
+                }
         return set()
 
     def _padded_positions(self, func: ast.AST) -> set[int] | None:
@@ -154,21 +168,28 @@ class VaryingShapeIntoStaticCompile(Rule):
         for node in ast.walk(func):
             if isinstance(node, ast.Call):
                 name = self.ctx.qualified_name(node.func) or ""
-                if name in ("torch.nn.functional.pad", "torch.constant_pad_nd") or \
-                        any(keyword(node, k) is not None for k in FIXED):
+                if name in ("torch.nn.functional.pad", "torch.constant_pad_nd") or any(
+                    keyword(node, k) is not None for k in FIXED
+                ):
                     return None
                 if name in PAD_TO_LONGEST:
                     pads = True
                     parent = self.ctx.parent(node)
-                    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and \
-                            isinstance(parent.targets[0], ast.Name):
+                    if (
+                        isinstance(parent, ast.Assign)
+                        and len(parent.targets) == 1
+                        and isinstance(parent.targets[0], ast.Name)
+                    ):
                         padded.add(parent.targets[0].id)
         if not pads:
             return None
         positions: set[int] = set()
         for node in ast.walk(func):
             if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple):
-                positions |= {i for i, e in enumerate(node.value.elts)
-                              if (isinstance(e, ast.Name) and e.id in padded) or
-                              (isinstance(e, ast.Call) and (self.ctx.qualified_name(e.func) or "") in PAD_TO_LONGEST)}
+                positions |= {
+                    i
+                    for i, e in enumerate(node.value.elts)
+                    if (isinstance(e, ast.Name) and e.id in padded)
+                    or (isinstance(e, ast.Call) and (self.ctx.qualified_name(e.func) or "") in PAD_TO_LONGEST)
+                }
         return positions

@@ -115,13 +115,13 @@ class ClipBeforeGradientReduce(Rule):
     """
 
     code, name, category = "XLA503", "clip-before-gradient-reduce", "clip_grad_norm"
-    summary = ("`{func}` clips this replica's local gradients: `{step}` averages them across replicas only "
-               "afterwards")
+    summary = "`{func}` clips this replica's local gradients: `{step}` averages them across replicas only afterwards"
     hint = "call `xm.reduce_gradients(optimizer)` before clipping, then `optimizer.step()`"
     xla_only = True
     fix_availability = "sometimes"
 
-    LAUNCHER = {"main.py": """
+    LAUNCHER = {
+        "main.py": """
         import torch_xla
         from example import train_one_epoch
 
@@ -130,8 +130,10 @@ class ClipBeforeGradientReduce(Rule):
 
         if __name__ == "__main__":
             torch_xla.launch(_mp_fn, args=(parse_args(),))
-        """}
-    DDP_LAUNCHER = {"main.py": """
+        """
+    }
+    DDP_LAUNCHER = {
+        "main.py": """
         import torch_xla
         from torch.nn.parallel import DistributedDataParallel as DDP
         from example import train_one_epoch
@@ -142,7 +144,8 @@ class ClipBeforeGradientReduce(Rule):
 
         if __name__ == "__main__":
             torch_xla.launch(_mp_fn, args=(parse_args(),))
-        """}
+        """
+    }
     ENGINE = """
         import torch
         import torch_xla.core.xla_model as xm
@@ -348,14 +351,22 @@ class ClipBeforeGradientReduce(Rule):
         if not isinstance(statement, ast.Expr):
             return None
         block, field = self.ctx.parent(statement), self.ctx.index.field_of(statement)
-        holder = next((a for a in [clip, *self.ctx.index.ancestors(clip)]
-                       if self.ctx.parent(a) is block and self.ctx.index.field_of(a) == field), None)
+        holder = next(
+            (
+                a
+                for a in [clip, *self.ctx.index.ancestors(clip)]
+                if self.ctx.parent(a) is block and self.ctx.index.field_of(a) == field
+            ),
+            None,
+        )
         if not isinstance(holder, ast.stmt) or holder.end_lineno >= statement.lineno:
             return None  # not in the step's block, or sharing its line (`clip(...); xm.optimizer_step(o)`)
-        if any(other is not clip and self.ctx.barriers.late_reduction(other) is step
-               for other in self.ctx.calls_within(self.ctx.index.scope_of(clip))
-               if self.ctx.index.order[other] < self.ctx.index.order[clip]
-               and self.ctx.qualified_name(other.func) in CLIP_CALLS):
+        if any(
+            other is not clip and self.ctx.barriers.late_reduction(other) is step
+            for other in self.ctx.calls_within(self.ctx.index.scope_of(clip))
+            if self.ctx.index.order[other] < self.ctx.index.order[clip]
+            and self.ctx.qualified_name(other.func) in CLIP_CALLS
+        ):
             return None  # an earlier clip reduced by the same step gets the fix
         if len(step.args) != 1 or isinstance(step.args[0], ast.Starred):
             return None
@@ -389,8 +400,9 @@ class ClipBeforeGradientReduce(Rule):
         return not any(order[start] < order[v] < order[end] for v in values)
 
 
-def _reduce_first(cctx: CstContext, step: ast.Call, holder: ast.stmt, module: str | None, reduce_arguments: str,
-                  step_call: str) -> Fix | None:
+def _reduce_first(
+    cctx: CstContext, step: ast.Call, holder: ast.stmt, module: str | None, reduce_arguments: str, step_call: str
+) -> Fix | None:
     call = cctx.locate(step)
     # the libcst statement of an `ast` one: a compound one, or a line of simple ones
     statement = cctx.locate(holder, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
@@ -406,8 +418,15 @@ def _reduce_first(cctx: CstContext, step: ast.Call, holder: ast.stmt, module: st
     lines = list(statement.leading_lines)
     blank = next((i for i, line in enumerate(lines) if line.comment is not None), len(lines))
     reduce = cctx.parse_statement(f"{spelled}({reduce_arguments})").with_changes(leading_lines=lines[:blank])
-    fix = Fix.replace(call, cctx.parse_expression(step_call), title=f"Call `{spelled}` before clipping, then "
-                      f"`{step_call}`", safe=False, imports=imports)
-    fix.replacements[id(statement)] = (statement, cst.FlattenSentinel([
-        reduce, statement.with_changes(leading_lines=lines[blank:])]))
+    fix = Fix.replace(
+        call,
+        cctx.parse_expression(step_call),
+        title=f"Call `{spelled}` before clipping, then `{step_call}`",
+        safe=False,
+        imports=imports,
+    )
+    fix.replacements[id(statement)] = (
+        statement,
+        cst.FlattenSentinel([reduce, statement.with_changes(leading_lines=lines[blank:])]),
+    )
     return fix

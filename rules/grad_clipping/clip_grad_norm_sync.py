@@ -106,8 +106,10 @@ class ClipGradNormSync(Rule):
 
     code, name, category = "XLA501", "clip-grad-norm-sync", "clip_grad_norm"
     summary = "`clip_grad_norm_` with {what}"
-    hint = ("use `xlalint.runtime.clip_grad_norm_` (same math, no host sync; on torch_xla it raises "
-            "for a non-finite norm at the step barrier)")
+    hint = (
+        "use `xlalint.runtime.clip_grad_norm_` (same math, no host sync; on torch_xla it raises "
+        "for a non-finite norm at the step barrier)"
+    )
     fix_availability = "always"
 
     VALID = [
@@ -255,8 +257,11 @@ class ClipGradNormSync(Rule):
         if not reasons or self.ctx.in_non_xla_code(node):
             return
         drop = foreach if drop_foreach else None
-        self.report(node, self.summary.format(what="; ".join(reasons)),
-                    fix=lambda cctx: self._fix(cctx, node, drop, safe=not raises))
+        self.report(
+            node,
+            self.summary.format(what="; ".join(reasons)),
+            fix=lambda cctx: self._fix(cctx, node, drop, safe=not raises),
+        )
 
     def _may_be_true(self, value: ast.expr) -> bool:
         if _is_true(value):
@@ -294,8 +299,7 @@ class ClipGradNormSync(Rule):
             if drop == len(args) and args:  # it was the last one: the new last takes its comma (or none)
                 args[-1] = args[-1].with_changes(comma=dropped.comma)
         replacement = node.with_changes(func=cctx.parse_expression(spelled), args=args)
-        return Fix.replace(node, replacement, title=f"Call `{spelled}` (no host sync)", safe=safe,
-                           imports=[request])
+        return Fix.replace(node, replacement, title=f"Call `{spelled}` (no host sync)", safe=safe, imports=[request])
 
 
 def _is_true(value: ast.expr) -> bool:
@@ -306,8 +310,12 @@ def _is_inf_literal(value: ast.expr, qualify) -> bool:
     text = string_value(value)
     if text is not None:
         return text.strip().lower() in ("inf", "+inf", "infinity")
-    if isinstance(value, ast.Call) and dotted_name(value.func) == "float" and len(value.args) == 1 and \
-            not value.keywords:
+    if (
+        isinstance(value, ast.Call)
+        and dotted_name(value.func) == "float"
+        and len(value.args) == 1
+        and not value.keywords
+    ):
         return _is_inf_literal(value.args[0], qualify)
     name = dotted_name(value)
     if name:

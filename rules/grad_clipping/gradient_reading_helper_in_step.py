@@ -10,6 +10,7 @@ from xlalint.rule import Invalid, Rule, Valid
 
 # -- XLA504 ----------------------------------------------------------------------------------------
 
+
 class GradientReadingHelperInStep(Rule):
     """## What it does
     Flags a per-step call of a function of another module of the project that reads the gradients
@@ -59,11 +60,14 @@ class GradientReadingHelperInStep(Rule):
     """
 
     code, name, category = "XLA504", "gradient-reading-helper-in-step", "clip_grad_norm"
-    summary = ("`{helper}()` reads the gradients of the model passed as `{param}` to the host "
-               "({what} at {where}): a sync every step")
+    summary = (
+        "`{helper}()` reads the gradients of the model passed as `{param}` to the host "
+        "({what} at {where}): a sync every step"
+    )
     hint = "clip with `torch.nn.utils.clip_grad_norm_` (no host read), or log gradient norms every N steps"
 
-    UTILS = {"utils.py": """
+    UTILS = {
+        "utils.py": """
         def clip_gradients(model, clip):
             norms = []
             for name, p in model.named_parameters():
@@ -74,7 +78,8 @@ class GradientReadingHelperInStep(Rule):
                     if clip_coef < 1:
                         p.grad.data.mul_(clip_coef)
             return norms
-        """}
+        """
+    }
 
     VALID = [
         Valid(
@@ -119,6 +124,7 @@ class GradientReadingHelperInStep(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         for helper, where, read, _ in argument_reads(self.ctx, node, through="grads"):
             if self.ctx.runs_hot(node):
-                self.report(node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`",
-                                                      where=where))
+                self.report(
+                    node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`", where=where)
+                )
             return

@@ -227,8 +227,11 @@ class ManualGradClipping(Rule):
 
     def _is_elif(self, node: ast.If) -> bool:
         parent = self.ctx.parent(node)
-        return isinstance(parent, ast.If) and parent.orelse == [node] and \
-            self.ctx.text.lines[node.lineno - 1].lstrip().startswith("elif")
+        return (
+            isinstance(parent, ast.If)
+            and parent.orelse == [node]
+            and self.ctx.text.lines[node.lineno - 1].lstrip().startswith("elif")
+        )
 
     # -- the test -------------------------------------------------------------------------------
     def _norm_test(self, test: ast.expr):
@@ -257,8 +260,9 @@ class ManualGradClipping(Rule):
         for loop in self.ctx.index.ancestors(node):
             if isinstance(loop, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
                 break
-            if isinstance(loop, (ast.For, ast.AsyncFor)) and \
-                    self._reads_loop_variable(norm, loop, set(target_names(loop.target)), 0):
+            if isinstance(loop, (ast.For, ast.AsyncFor)) and self._reads_loop_variable(
+                norm, loop, set(target_names(loop.target)), 0
+            ):
                 return True
         return False
 
@@ -283,8 +287,10 @@ class ManualGradClipping(Rule):
         name = dotted_name(node)
         if name and COEF_NAME.search(last_part(name)):
             return True
-        return any(isinstance(v, ast.BinOp) and isinstance(v.op, ast.Div) and _mentions_norm(v.right)
-                   for v in self.ctx.assigned_values(node))
+        return any(
+            isinstance(v, ast.BinOp) and isinstance(v.op, ast.Div) and _mentions_norm(v.right)
+            for v in self.ctx.assigned_values(node)
+        )
 
     # -- the body -------------------------------------------------------------------------------
     def _scales_gradients(self, body: list[ast.stmt]) -> bool:
@@ -299,8 +305,11 @@ class ManualGradClipping(Rule):
                     if isinstance(n.op, (ast.Mult, ast.Div)) and self._mentions_grad(n.target):
                         return True
                 elif isinstance(n, ast.Assign):
-                    if any(self._is_grad(t) for t in n.targets) and isinstance(n.value, ast.BinOp) and \
-                            isinstance(n.value.op, (ast.Mult, ast.Div)):
+                    if (
+                        any(self._is_grad(t) for t in n.targets)
+                        and isinstance(n.value, ast.BinOp)
+                        and isinstance(n.value.op, (ast.Mult, ast.Div))
+                    ):
                         return True
         return False
 
@@ -356,8 +365,12 @@ class ManualGradClipping(Rule):
         if len(values) != 1:
             return None
         value = values[0]
-        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div) and \
-                _norm_denominator(value.right) is not None and not self.ctx.on_device(value.left):
+        if (
+            isinstance(value, ast.BinOp)
+            and isinstance(value.op, ast.Div)
+            and _norm_denominator(value.right) is not None
+            and not self.ctx.on_device(value.left)
+        ):
             return value.left
         return None
 
@@ -374,14 +387,23 @@ class ManualGradClipping(Rule):
     def _loop_scales_each(self, body: list[ast.stmt], var: str, threshold, norm, coefficients: set[str]) -> bool:
         code = self.ctx.code
         statements = body
-        if len(statements) == 1 and isinstance(statements[0], ast.If) and not statements[0].orelse and \
-                code(statements[0].test) == f"{var}.grad is not None":
+        if (
+            len(statements) == 1
+            and isinstance(statements[0], ast.If)
+            and not statements[0].orelse
+            and code(statements[0].test) == f"{var}.grad is not None"
+        ):
             statements = statements[0].body
         if len(statements) != 1:
             return False
         small = statements[0]
-        if isinstance(small, ast.Expr) and isinstance(small.value, ast.Call) and method_name(small.value) == "mul_" \
-                and len(small.value.args) == 1 and not small.value.keywords:
+        if (
+            isinstance(small, ast.Expr)
+            and isinstance(small.value, ast.Call)
+            and method_name(small.value) == "mul_"
+            and len(small.value.args) == 1
+            and not small.value.keywords
+        ):
             target, factor = receiver(small.value), small.value.args[0]
         elif isinstance(small, ast.AugAssign) and isinstance(small.op, ast.Mult):
             target, factor = small.target, small.value
@@ -391,8 +413,12 @@ class ManualGradClipping(Rule):
             return False
         if code(factor) in coefficients:
             return True
-        return norm is not None and threshold is not None and code(norm) not in coefficients and \
-            self._is_scale_of(factor, threshold, norm)
+        return (
+            norm is not None
+            and threshold is not None
+            and code(norm) not in coefficients
+            and self._is_scale_of(factor, threshold, norm)
+        )
 
     def _norm_over(self, norm: ast.expr, params: ast.expr) -> bool:
         """The compared norm is a 2-norm of the gradients of exactly `params`: every assignment to it
@@ -419,21 +445,33 @@ class ManualGradClipping(Rule):
         return any(isinstance(n, ast.comprehension) and self.ctx.code(n.iter) == wanted for n in ast.walk(node))
 
     def _inside_loop_over(self, node: ast.AST, wanted: str) -> bool:
-        return any(isinstance(anc, ast.For) and self.ctx.code(anc.iter) == wanted
-                   for anc in self.ctx.index.ancestors(node))
+        return any(
+            isinstance(anc, ast.For) and self.ctx.code(anc.iter) == wanted for anc in self.ctx.index.ancestors(node)
+        )
 
 
 def _mentions_norm(node: ast.expr) -> bool:
     """A name or attribute name in `node` reads like a norm (`total_norm`, `self.grad_norm`)."""
-    return any(isinstance(n, ast.Name) and NORM_NAME.search(n.id) or
-               isinstance(n, ast.Attribute) and NORM_NAME.search(n.attr) or
-               isinstance(n, ast.keyword) and n.arg and NORM_NAME.search(n.arg) for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.Name)
+        and NORM_NAME.search(n.id)
+        or isinstance(n, ast.Attribute)
+        and NORM_NAME.search(n.attr)
+        or isinstance(n, ast.keyword)
+        and n.arg
+        and NORM_NAME.search(n.arg)
+        for n in ast.walk(node)
+    )
 
 
 def _norm_denominator(node: ast.expr):
     """`norm + 1e-6` -> norm, `(norm + eps)` -> norm, `norm` -> norm."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and \
-            isinstance(node.right, ast.Constant) and type(node.right.value) is float:
+    if (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Add)
+        and isinstance(node.right, ast.Constant)
+        and type(node.right.value) is float
+    ):
         return node.left
     if isinstance(node, (ast.Name, ast.Attribute)):
         return node
@@ -448,5 +486,9 @@ def _simple_assignment(statement: ast.stmt):
 
 def _is_number(node: ast.expr, value: float) -> bool:
     """An int or float literal equal to `value` (never `True`)."""
-    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and type(node.value) is not bool \
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (int, float))
+        and type(node.value) is not bool
         and float(node.value) == value
+    )

@@ -3,4 +3,4 @@
 # The family's codes start with CODES and its rules' categories are among CATEGORIES; the registry
 # (xlalint.rules) checks every rule module of this package against them.
 CODES = "XLA1"
-CATEGORIES = ('item_sync',)
+CATEGORIES = ("item_sync",)

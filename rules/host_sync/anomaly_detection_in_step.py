@@ -229,8 +229,11 @@ class AnomalyDetectionInStep(Rule):
         """Under a condition in its function (other than the `__main__` guard), or in a test."""
         child = node
         for anc in self.ctx.index.ancestors(node):
-            if isinstance(anc, (ast.If, ast.IfExp)) and self.ctx.index.field_of(child) in ("body", "orelse") \
-                    and not _main_guard(anc.test):
+            if (
+                isinstance(anc, (ast.If, ast.IfExp))
+                and self.ctx.index.field_of(child) in ("body", "orelse")
+                and not _main_guard(anc.test)
+            ):
                 return True
             if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return anc.name.startswith("test")
@@ -242,8 +245,12 @@ class AnomalyDetectionInStep(Rule):
     def _wraps_training(self, node: ast.With) -> bool:
         """A step loop written inside the `with` block."""
         func = self.ctx.index.enclosing_function(node)
-        return any(node in self.ctx.index.ancestors(loop) and self.ctx.index.enclosing_function(loop) is func
-                   and is_step_loop(self.ctx, loop) for loop in self.ctx.index.loops)
+        return any(
+            node in self.ctx.index.ancestors(loop)
+            and self.ctx.index.enclosing_function(loop) is func
+            and is_step_loop(self.ctx, loop)
+            for loop in self.ctx.index.loops
+        )
 
     def _disabled_later(self, node: ast.Call) -> ast.Call | None:
         """A later `set_detect_anomaly(False)` in the same function (or module) body."""
@@ -261,13 +268,19 @@ class AnomalyDetectionInStep(Rule):
         """A step loop of `start`'s function lies between `start` and `end` in the source."""
         func = self.ctx.index.enclosing_function(start)
         order = self.ctx.index.order
-        return any(order[start] < order[loop] < order[end] and self.ctx.index.enclosing_function(loop) is func
-                   and is_step_loop(self.ctx, loop) for loop in self.ctx.index.loops)
+        return any(
+            order[start] < order[loop] < order[end]
+            and self.ctx.index.enclosing_function(loop) is func
+            and is_step_loop(self.ctx, loop)
+            for loop in self.ctx.index.loops
+        )
 
 
 def _main_guard(test: ast.expr) -> bool:
     """`__name__ == "__main__"`."""
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return False
-    return {dotted_name(side) or string_value(side) for side in (test.left, test.comparators[0])} == \
-        {"__name__", "__main__"}
+    return {dotted_name(side) or string_value(side) for side in (test.left, test.comparators[0])} == {
+        "__name__",
+        "__main__",
+    }

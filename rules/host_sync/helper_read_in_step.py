@@ -60,17 +60,22 @@ class HelperReadInStep(Rule):
     """
 
     code, name, category = "XLA109", "helper-read-in-step", "item_sync"
-    summary = "`{helper}()` reads the device tensor passed as `{param}` to the host ({what} at {where}): a sync every step"
+    summary = (
+        "`{helper}()` reads the device tensor passed as `{param}` to the host ({what} at {where}): a sync every step"
+    )
     state = "`{helper}()` reads a device tensor of its own to the host (`{what}` at {where}) on every call: a sync every step"
     hint = "check or log on the host before `.to(device)`, every N steps, or keep the helper's result on the device"
 
-    CHECKS = {"checks.py": """
+    CHECKS = {
+        "checks.py": """
         def check_targets(targets, num_classes):
             if targets.max().item() >= num_classes:
                 raise ValueError("label out of range")
-        """}
+        """
+    }
 
-    TRAINER = {"fp16_util.py": """
+    TRAINER = {
+        "fp16_util.py": """
         import numpy as np
         import torch as th
 
@@ -93,7 +98,8 @@ class HelperReadInStep(Rule):
             def count(self):
                 self.steps += 1
                 return int(self.steps.item())  # a CPU tensor
-        """}
+        """
+    }
 
     VALID = [
         Valid(
@@ -220,8 +226,9 @@ class HelperReadInStep(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         for helper, where, read, value in argument_reads(self.ctx, node, through=""):
             if self.ctx.on_device(value) and self.ctx.runs_hot(node):
-                self.report(node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`",
-                                                      where=where))
+                self.report(
+                    node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`", where=where)
+                )
                 return
         for helper, path, detail in self.ctx.helper_calls(node, "reads_state"):
             if self.ctx.uses_xla and self.ctx.runs_hot(node):

@@ -55,8 +55,10 @@ class HostCollectiveInStep(Rule):
     hint = "use `xm.all_reduce` on device tensors (it stays in the step's graph), or synchronise once per epoch"
     xla_only = True
 
-    CALLS = {f"torch_xla.core.xla_model.{name}": f"xm.{name}"
-             for name in ("mesh_reduce", "rendezvous", "xla_rendezvous", "do_on_ordinals")}
+    CALLS = {
+        f"torch_xla.core.xla_model.{name}": f"xm.{name}"
+        for name in ("mesh_reduce", "rendezvous", "xla_rendezvous", "do_on_ordinals")
+    }
 
     VALID = [
         Valid(

@@ -119,7 +119,18 @@ class PrintTensorInStep(Rule):
         ),
     ]
 
-    LOG_METHODS = {"print", "info", "debug", "warning", "warn", "error", "log", "write", "set_postfix", "set_description"}
+    LOG_METHODS = {
+        "print",
+        "info",
+        "debug",
+        "warning",
+        "warn",
+        "error",
+        "log",
+        "write",
+        "set_postfix",
+        "set_description",
+    }
     # print-like functions of torch_xla: `master_print(*args)` prints its arguments on the master ordinal
     PRINT_FUNCTIONS = {"torch_xla.core.xla_model.master_print"}
 
@@ -130,8 +141,9 @@ class PrintTensorInStep(Rule):
         args = [*node.args, *(k.value for k in node.keywords)]
         if qualified in self.PRINT_FUNCTIONS:
             targets = [a for a in positional(node) if not (is_string(a) or isinstance(a, ast.BinOp))]
-        elif name == "print" or (callee in self.LOG_METHODS and name != callee and callee != "write"
-                                 and not _math_function(qualified)):
+        elif name == "print" or (
+            callee in self.LOG_METHODS and name != callee and callee != "write" and not _math_function(qualified)
+        ):
             targets = [a for a in args if not (is_string(a) or isinstance(a, ast.BinOp))]
         elif method_name(node) == "format" and is_string(receiver(node)):
             targets = args

@@ -72,8 +72,10 @@ class PythonBuiltinOverTensor(Rule):
 
     code, name, category = "XLA107", "python-builtin-over-tensor", "item_sync"
     summary = "device tensor values read on the host on a per-step path: {detail}"
-    hint = ("use the tensor's own reduction (`t.any()`, `t.max()`, `t.sum(0)`, `torch.stack(...)`) and keep the "
-            "result on the device")
+    hint = (
+        "use the tensor's own reduction (`t.any()`, `t.max()`, `t.sum(0)`, `torch.stack(...)`) and keep the "
+        "result on the device"
+    )
 
     BUILTINS = {
         "any": "`any()` tests each element's truth value, one host read per element",
@@ -205,8 +207,11 @@ class PythonBuiltinOverTensor(Rule):
         func = node.func
         if not isinstance(func, ast.Name) or func.id not in self.BUILTINS or not self._builtin(func):
             return
-        if len(node.args) != 1 or isinstance(node.args[0], ast.Starred) or \
-                any(k.arg != "default" or func.id not in ("max", "min") for k in node.keywords):
+        if (
+            len(node.args) != 1
+            or isinstance(node.args[0], ast.Starred)
+            or any(k.arg != "default" or func.id not in ("max", "min") for k in node.keywords)
+        ):
             return
         arg = node.args[0]
         if isinstance(arg, (ast.GeneratorExp, ast.ListComp)):
@@ -231,14 +236,19 @@ class PythonBuiltinOverTensor(Rule):
             return
         container = self._host_sequence(node.value)
         if container is not None and self.ctx.runs_hot(node):
-            self.report(node, self.summary.format(
-                detail=f"indexing a Python {container} with a device tensor (`__index__`)"))
+            self.report(
+                node, self.summary.format(detail=f"indexing a Python {container} with a device tensor (`__index__`)")
+            )
 
     def visit_For(self, node: ast.For) -> None:
         if self._data_sized(node.iter) and self.ctx.runs_hot(node.iter):
-            self.report(node.iter, self.summary.format(
-                detail="a `for` loop over a tensor sized by its values (`nonzero`, `unique`): one slice traced "
-                       "per element"))
+            self.report(
+                node.iter,
+                self.summary.format(
+                    detail="a `for` loop over a tensor sized by its values (`nonzero`, `unique`): one slice traced "
+                    "per element"
+                ),
+            )
 
     def _data_sized(self, expr: ast.expr, depth: int = 0) -> bool:
         """`expr` is a device tensor whose first dimension is data-dependent: the result of
@@ -267,8 +277,12 @@ class PythonBuiltinOverTensor(Rule):
 
     def _builtin(self, name: ast.Name) -> bool:
         """`name` is Python's builtin: no import, module-level binding, parameter or local of that name."""
-        return name.id not in self.ctx.index.imports and name.id not in self.ctx.index.module_names and \
-            not self.ctx.reaching_values(name) and self.ctx.parameter(name) is None
+        return (
+            name.id not in self.ctx.index.imports
+            and name.id not in self.ctx.index.module_names
+            and not self.ctx.reaching_values(name)
+            and self.ctx.parameter(name) is None
+        )
 
     def _device(self, expr: ast.expr, depth: int = 0) -> bool:
         """`expr` is one device tensor value, by what computes it: a torch op, an operator or a tensor
@@ -297,9 +311,13 @@ class PythonBuiltinOverTensor(Rule):
         if isinstance(expr, ast.Name):
             values = self.ctx.reaching_values(expr)
             if values:
-                return all(not _unpacked(self.ctx, v) and (
-                    self._device(v, depth + 1) or isinstance(v, ast.Call) and self.ctx.tensor_kind(v) == Kind.DEVICE)
-                    for v in values)
+                return all(
+                    not _unpacked(self.ctx, v)
+                    and (
+                        self._device(v, depth + 1) or isinstance(v, ast.Call) and self.ctx.tensor_kind(v) == Kind.DEVICE
+                    )
+                    for v in values
+                )
             return any(self._device(it, depth + 1) for it in self.ctx.loop_iterables(expr))
         return False
 
@@ -324,10 +342,13 @@ class PythonBuiltinOverTensor(Rule):
             return "string"
         if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and self._builtin(expr.func):
             return {"list": "list", "sorted": "list", "tuple": "tuple", "range": "range", "str": "string"}.get(
-                expr.func.id)
+                expr.func.id
+            )
         if isinstance(expr, (ast.Name, ast.Attribute)) and depth < 3:
-            found = {None if _unpacked(self.ctx, v) else self._host_sequence(v, depth + 1)
-                     for v in self.ctx.assigned_values(expr)}
+            found = {
+                None if _unpacked(self.ctx, v) else self._host_sequence(v, depth + 1)
+                for v in self.ctx.assigned_values(expr)
+            }
             return found.pop() if len(found) == 1 else None
         return None
 
@@ -335,14 +356,39 @@ class PythonBuiltinOverTensor(Rule):
 def _unpacked(ctx, value: ast.expr) -> bool:
     """`value` is assigned by unpacking (`a, b = value`): each target gets only a part of it."""
     parent = ctx.parent(value)
-    return isinstance(parent, ast.Assign) and any(isinstance(t, (ast.Tuple, ast.List, ast.Starred))
-                                                  for t in parent.targets)
+    return isinstance(parent, ast.Assign) and any(
+        isinstance(t, (ast.Tuple, ast.List, ast.Starred)) for t in parent.targets
+    )
 
 
 # torch ops (functions or methods) that return a tuple of tensors, always or when given a dim
-_TUPLE_OPS = {"split", "chunk", "unbind", "tensor_split", "hsplit", "vsplit", "dsplit", "split_with_sizes",
-              "meshgrid", "broadcast_tensors", "topk", "sort", "aminmax", "frexp", "std_mean", "var_mean",
-              "cummax", "cummin", "kthvalue", "slogdet", "svd", "qr", "eig", "eigh", "unique_consecutive"}
+_TUPLE_OPS = {
+    "split",
+    "chunk",
+    "unbind",
+    "tensor_split",
+    "hsplit",
+    "vsplit",
+    "dsplit",
+    "split_with_sizes",
+    "meshgrid",
+    "broadcast_tensors",
+    "topk",
+    "sort",
+    "aminmax",
+    "frexp",
+    "std_mean",
+    "var_mean",
+    "cummax",
+    "cummin",
+    "kthvalue",
+    "slogdet",
+    "svd",
+    "qr",
+    "eig",
+    "eigh",
+    "unique_consecutive",
+}
 _TUPLE_WITH_DIM = {"max", "min", "median", "nanmedian", "mode", "where", "nonzero", "unique"}
 # ops whose result has as many rows as the data says, and methods that keep the number of rows
 _DATA_SIZED = {"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select"}

@@ -67,8 +67,12 @@ class ScalarConversionInStep(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = dotted_name(node.func)
-        if func not in ("float", "int", "bool") or len(node.args) != 1 or node.keywords or \
-                isinstance(node.args[0], ast.Starred):
+        if (
+            func not in ("float", "int", "bool")
+            or len(node.args) != 1
+            or node.keywords
+            or isinstance(node.args[0], ast.Starred)
+        ):
             return
         if not self.ctx.on_device(node.args[0]) or not self.ctx.runs_hot(node):
             return

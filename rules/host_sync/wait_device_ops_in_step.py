@@ -55,8 +55,16 @@ class WaitDeviceOpsInStep(Rule):
     hint = "wait once after training (or per epoch); `torch_xla.sync()` alone keeps tracing overlapped with execution"
     xla_only = True
 
-    CLOCKS = {"time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic",
-              "time.monotonic_ns", "time.process_time", "timeit.default_timer"}
+    CLOCKS = {
+        "time.time",
+        "time.time_ns",
+        "time.perf_counter",
+        "time.perf_counter_ns",
+        "time.monotonic",
+        "time.monotonic_ns",
+        "time.process_time",
+        "timeit.default_timer",
+    }
 
     VALID = [
         Valid(
@@ -122,9 +130,16 @@ class WaitDeviceOpsInStep(Rule):
 
     def _timed(self, node: ast.Call) -> bool:
         """A clock is read after the wait in the same loop body or function: the step is timed."""
-        owner = next((a for a in self.ctx.index.ancestors(node)
-                      if isinstance(a, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef))),
-                     self.ctx.tree)
+        owner = next(
+            (
+                a
+                for a in self.ctx.index.ancestors(node)
+                if isinstance(a, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef))
+            ),
+            self.ctx.tree,
+        )
         order = self.ctx.index.order
-        return any(order[call] > order[node] and self.ctx.qualified_name(call.func) in self.CLOCKS
-                   for call in self.ctx.calls_within(owner))
+        return any(
+            order[call] > order[node] and self.ctx.qualified_name(call.func) in self.CLOCKS
+            for call in self.ctx.calls_within(owner)
+        )

@@ -22,8 +22,12 @@ def static_arguments(ctx, call: ast.Call, *, filtered: bool = False):
     if not isinstance(call.func, ast.Name) or has_star_args(call):
         return
     target = jitted_target(ctx, call)
-    if target is None or not target.static or ctx.index.scope_of(call.func) is target.func or \
-            (target.filtered and not filtered):
+    if (
+        target is None
+        or not target.static
+        or ctx.index.scope_of(call.func) is target.func
+        or (target.filtered and not filtered)
+    ):
         return
     for name, arg in zip(target.params, call.args):
         if name in target.static:

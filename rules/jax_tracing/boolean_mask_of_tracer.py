@@ -158,8 +158,12 @@ class BooleanMaskOfTracer(Rule):
         """`x[m].sum()` or `x.at[m].set(c)`, with `m` elementwise on `x`: the call to rewrite."""
         parent = self.ctx.index.parent(node)
         call = self.ctx.index.parent(parent) if parent is not None else None
-        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute) or \
-                call.func is not parent or call.keywords:
+        if (
+            not isinstance(call, ast.Call)
+            or not isinstance(call.func, ast.Attribute)
+            or call.func is not parent
+            or call.keywords
+        ):
             return None
         method = call.func.attr
         base = node.value
@@ -181,8 +185,13 @@ class BooleanMaskOfTracer(Rule):
             return None
         # `.at[].set` keeps the array's dtype (it casts the fill); `where` promotes a bool array
         # filled with an int to int32: cast back, exact for every integer fill and every dtype
-        return lambda cctx: _where(cctx, call, parts(cctx.text.segment), safe,
-                                   tail=".sum()" if method == "sum" else f".astype({cctx.text.segment(array)}.dtype)")
+        return lambda cctx: _where(
+            cctx,
+            call,
+            parts(cctx.text.segment),
+            safe,
+            tail=".sum()" if method == "sum" else f".astype({cctx.text.segment(array)}.dtype)",
+        )
 
 
 def _where(cctx, node: ast.Call, arguments: tuple[str, str, str], safe: bool, tail: str):

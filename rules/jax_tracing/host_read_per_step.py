@@ -121,7 +121,8 @@ class HostReadPerStep(Rule):
                 history.append(np.asarray(metrics["loss"]))
             """,
             line=10,
-            modules={"train_lib.py": """
+            modules={
+                "train_lib.py": """
                 import jax
 
                 def loss_fn(params, batch):
@@ -131,7 +132,8 @@ class HostReadPerStep(Rule):
                 def train_step(params, batch):
                     loss, grads = jax.value_and_grad(loss_fn)(params, batch)
                     return params - 0.1 * grads, {"loss": loss}
-                """},
+                """
+            },
         ),
     ]
 
@@ -154,8 +156,13 @@ class HostReadPerStep(Rule):
         elif isinstance(func, ast.Attribute) and func.attr in ("item", "tolist", "block_until_ready") and not node.args:
             operands, what = [func.value], f".{func.attr}()"
         elif isinstance(func, ast.Name) and func.id == "print":
-            operands = [v.value for a in node.args if isinstance(a, ast.JoinedStr) for v in a.values
-                        if isinstance(v, ast.FormattedValue)] + [a for a in node.args if not isinstance(a, ast.JoinedStr)]
+            operands = [
+                v.value
+                for a in node.args
+                if isinstance(a, ast.JoinedStr)
+                for v in a.values
+                if isinstance(v, ast.FormattedValue)
+            ] + [a for a in node.args if not isinstance(a, ast.JoinedStr)]
             what = "print"
         elif (self.ctx.qualified_name(func) or "") in self.READS and node.args:
             operands, what = [node.args[0]], self.ctx.code(func) + "()"
@@ -163,8 +170,11 @@ class HostReadPerStep(Rule):
             operands, what = list(positional(node)), self.ctx.code(func) + "()"
         if not operands or enclosing_traced(self.ctx, node) is not None:
             return
-        if any(is_device_array(self.ctx, o) for o in operands) and self._per_step(node) and \
-                not self._read_before(operands, node):
+        if (
+            any(is_device_array(self.ctx, o) for o in operands)
+            and self._per_step(node)
+            and not self._read_before(operands, node)
+        ):
             self.report(node, self.summary.format(what=what))
 
     def _read_before(self, operands: list[ast.expr], node: ast.AST) -> bool:
@@ -187,11 +197,17 @@ class HostReadPerStep(Rule):
         if is_test_module(self.ctx.path):
             return False
         loop = self.ctx.index.enclosing_loop(node)
-        if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
-                isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range" and \
-                len(bounds := [a.value for a in loop.iter.args if isinstance(a, ast.Constant) and
-                               isinstance(a.value, int)]) == len(loop.iter.args) and \
-                len(range(*bounds)) <= SHORT_LOOP:
+        if (
+            isinstance(loop, (ast.For, ast.AsyncFor))
+            and isinstance(loop.iter, ast.Call)
+            and isinstance(loop.iter.func, ast.Name)
+            and loop.iter.func.id == "range"
+            and len(
+                bounds := [a.value for a in loop.iter.args if isinstance(a, ast.Constant) and isinstance(a.value, int)]
+            )
+            == len(loop.iter.args)
+            and len(range(*bounds)) <= SHORT_LOOP
+        ):
             return False
         return self.ctx.is_per_step(node)
 
@@ -201,6 +217,10 @@ class HostReadPerStep(Rule):
         if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "print":
             return
         values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
-        if values and enclosing_traced(self.ctx, node) is None and \
-                any(is_device_array(self.ctx, v) for v in values) and self._per_step(node):
+        if (
+            values
+            and enclosing_traced(self.ctx, node) is None
+            and any(is_device_array(self.ctx, v) for v in values)
+            and self._per_step(node)
+        ):
             self.report(node, self.summary.format(what="f-string"))

@@ -115,8 +115,12 @@ class JitRebuiltInLoop(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = self.ctx.qualified_name(node.func) or ""
-        if func in COMPILING and node.args and self._new_each_iteration(node.args[0], node) and \
-                not self._per_configuration(node.args[0], node):
+        if (
+            func in COMPILING
+            and node.args
+            and self._new_each_iteration(node.args[0], node)
+            and not self._per_configuration(node.args[0], node)
+        ):
             self.report(node, self.summary.format(func=func.rpartition(".")[2]))
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
@@ -129,8 +133,11 @@ class JitRebuiltInLoop(Rule):
         sweep), itself or through the names it is built from (`f = transform(partial(g,
         axis=axis))` then `jax.pmap(f.apply)`): a compilation per configuration is the point."""
         loop = self.ctx.index.enclosing_loop(node)
-        if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, (ast.Tuple, ast.List)) and \
-                all(isinstance(e, (ast.Name, ast.Attribute, ast.Constant)) for e in loop.iter.elts):
+        if (
+            isinstance(loop, (ast.For, ast.AsyncFor))
+            and isinstance(loop.iter, (ast.Tuple, ast.List))
+            and all(isinstance(e, (ast.Name, ast.Attribute, ast.Constant)) for e in loop.iter.elts)
+        ):
             return True  # `for wrapper in (jax.jit, eqx.filter_jit):`: as many compiles as written items
         sweep = sweep_variables(self.ctx, node)
         return bool(sweep) and reads_any(self.ctx, wrapped, sweep)
@@ -139,8 +146,12 @@ class JitRebuiltInLoop(Rule):
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
         if self.ctx.qualified_name(target) in COMPILING:
             return True
-        return isinstance(decorator, ast.Call) and self.ctx.qualified_name(decorator.func) in ("functools.partial", "partial") \
-            and bool(decorator.args) and self.ctx.qualified_name(decorator.args[0]) in COMPILING
+        return (
+            isinstance(decorator, ast.Call)
+            and self.ctx.qualified_name(decorator.func) in ("functools.partial", "partial")
+            and bool(decorator.args)
+            and self.ctx.qualified_name(decorator.args[0]) in COMPILING
+        )
 
     def _new_each_iteration(self, wrapped: ast.expr, call: ast.Call) -> bool:
         loop = self.ctx.index.enclosing_loop(call)
@@ -153,6 +164,8 @@ class JitRebuiltInLoop(Rule):
         if isinstance(wrapped, ast.Attribute):
             return is_bound_method(self.ctx, wrapped, loop)
         if isinstance(wrapped, ast.Name):  # a function defined in the loop, or a name the loop rebinds
-            defined = [f for f in self.ctx.index.functions.get(wrapped.id, []) if loop in set(self.ctx.index.ancestors(f))]
+            defined = [
+                f for f in self.ctx.index.functions.get(wrapped.id, []) if loop in set(self.ctx.index.ancestors(f))
+            ]
             return bool(defined)
         return False

@@ -13,8 +13,21 @@ from xlalint.diagnostics import Applicability, Fix
 from xlalint.rule import Invalid, Rule, Valid
 
 # jax.numpy functions whose output size depends on the values, unless `size=` bounds it
-SIZED = {"nonzero", "argwhere", "flatnonzero", "unique", "unique_values", "unique_counts", "unique_inverse",
-         "unique_all", "extract", "union1d", "intersect1d", "setdiff1d", "setxor1d"}
+SIZED = {
+    "nonzero",
+    "argwhere",
+    "flatnonzero",
+    "unique",
+    "unique_values",
+    "unique_counts",
+    "unique_inverse",
+    "unique_all",
+    "extract",
+    "union1d",
+    "intersect1d",
+    "setdiff1d",
+    "setxor1d",
+}
 
 
 class NonzeroWithoutSize(Rule):
@@ -183,5 +196,9 @@ def _with_size(cctx, node: ast.Call, array: str):
     call = cctx.locate(node)
     if call is None:
         return None
-    return Fix.replace(call, with_keyword(call, "size", cctx.parse_expression(f"{array}.size")),
-                       title=f"Pad to `size={array}.size` (the output gains padded entries)", safe=False)
+    return Fix.replace(
+        call,
+        with_keyword(call, "size", cctx.parse_expression(f"{array}.size")),
+        title=f"Pad to `size={array}.size` (the output gains padded entries)",
+        safe=False,
+    )

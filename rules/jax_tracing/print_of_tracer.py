@@ -59,7 +59,7 @@ class PrintOfTracer(Rule):
     code, name, category = "JAX104", "print-of-tracer", "item_sync"
     preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "`print` of a traced value inside a function JAX traces shows a tracer, once, not the values"
-    hint = "use `jax.debug.print(\"... {}\", x)`, which prints the values at every call"
+    hint = 'use `jax.debug.print("... {}", x)`, which prints the values at every call'
     fix_availability = "sometimes"
 
     VALID = [
@@ -130,8 +130,13 @@ class PrintOfTracer(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         if not (isinstance(node.func, ast.Name) and node.func.id == "print"):
             return
-        values = [v.value for a in node.args if isinstance(a, ast.JoinedStr) for v in a.values
-                  if isinstance(v, ast.FormattedValue)]
+        values = [
+            v.value
+            for a in node.args
+            if isinstance(a, ast.JoinedStr)
+            for v in a.values
+            if isinstance(v, ast.FormattedValue)
+        ]
         values += [a.value if isinstance(a, ast.Starred) else a for a in node.args if not isinstance(a, ast.JoinedStr)]
         if any(is_traced_value(self.ctx, v) for v in values):
             fixable = not node.keywords and not any(isinstance(a, ast.Starred) for a in node.args)

@@ -98,6 +98,10 @@ class PythonLoopOverTracedRange(Rule):
 
     def visit_For(self, node: ast.For) -> None:
         loop = node.iter
-        if isinstance(loop, ast.Call) and isinstance(loop.func, ast.Name) and loop.func.id == "range" \
-                and any(is_traced_value(self.ctx, a) for a in loop.args):
+        if (
+            isinstance(loop, ast.Call)
+            and isinstance(loop.func, ast.Name)
+            and loop.func.id == "range"
+            and any(is_traced_value(self.ctx, a) for a in loop.args)
+        ):
             self.report(loop)

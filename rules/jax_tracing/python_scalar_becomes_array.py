@@ -115,5 +115,9 @@ class PythonScalarBecomesArray(Rule):
         values = self.ctx.index.assignments.get(self.ctx.index.scope_of(name), {}).get(name.id, [])
         inside = [v for v in values if loop in set(self.ctx.index.ancestors(v))]
         before = [v for v in values if v not in inside]
-        return bool(inside) and bool(before) and all(is_number(v) for v in before) and \
-            all(is_device_array(self.ctx, v) for v in inside)
+        return (
+            bool(inside)
+            and bool(before)
+            and all(is_number(v) for v in before)
+            and all(is_device_array(self.ctx, v) for v in inside)
+        )

@@ -147,7 +147,8 @@ class StaticArgumentPerIteration(Rule):
                 table = table.free_pages(slot)
             """,
             line=6,
-            modules={"pages.py": """
+            modules={
+                "pages.py": """
                 import equinox as eqx
                 import jax.numpy as jnp
 
@@ -157,7 +158,8 @@ class StaticArgumentPerIteration(Rule):
                     @eqx.filter_jit
                     def free_pages(self, slot: int) -> "PageTable":
                         return PageTable(self.refs.at[slot].set(0))
-                """},
+                """
+            },
         ),
         Invalid(
             """
@@ -221,7 +223,11 @@ class StaticArgumentPerIteration(Rule):
         if isinstance(arg, ast.Name) and derived:
             # `lr = schedule(step)` in the loop, then `update(..., lr=lr)`: a new value every step
             loop = self.ctx.index.enclosing_loop(call)
-            inside = [v for v in self.ctx.reaching_values(arg) if loop is not None and loop in set(self.ctx.index.ancestors(v))]
+            inside = [
+                v
+                for v in self.ctx.reaching_values(arg)
+                if loop is not None and loop in set(self.ctx.index.ancestors(v))
+            ]
             if inside and all(reads_any(self.ctx, v, targets) for v in inside):
                 return arg.id
         return None

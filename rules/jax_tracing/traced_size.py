@@ -10,11 +10,20 @@ from xlalint.analysis.names import has_star_args, keyword
 from xlalint.rule import Invalid, Rule, Valid
 
 # jax.numpy constructors: (positions, keywords) of the arguments that give the output's size
-SIZE_ARGUMENTS = {"arange": ((0, 1, 2), ("start", "stop", "step")), "zeros": ((0,), ("shape",)),
-                  "ones": ((0,), ("shape",)), "empty": ((0,), ("shape",)), "full": ((0,), ("shape",)),
-                  "eye": ((0, 1), ("N", "M")), "identity": ((0,), ("n",)), "tri": ((0, 1), ("N", "M")),
-                  "linspace": ((2,), ("num",)), "logspace": ((2,), ("num",)), "tile": ((1,), ("reps",)),
-                  "reshape": ((1,), ("shape", "newshape"))}
+SIZE_ARGUMENTS = {
+    "arange": ((0, 1, 2), ("start", "stop", "step")),
+    "zeros": ((0,), ("shape",)),
+    "ones": ((0,), ("shape",)),
+    "empty": ((0,), ("shape",)),
+    "full": ((0,), ("shape",)),
+    "eye": ((0, 1), ("N", "M")),
+    "identity": ((0,), ("n",)),
+    "tri": ((0, 1), ("N", "M")),
+    "linspace": ((2,), ("num",)),
+    "logspace": ((2,), ("num",)),
+    "tile": ((1,), ("reps",)),
+    "reshape": ((1,), ("shape", "newshape")),
+}
 
 
 class TracedSize(Rule):
@@ -150,8 +159,12 @@ class TracedSize(Rule):
             label = f"jnp.{func}"
         elif name == "jax.lax.full" and node.args:
             sizes, label = [node.args[0]], "lax.full"
-        elif isinstance(node.func, ast.Attribute) and node.func.attr == "reshape" and head != "jax.numpy" \
-                and is_traced_value(self.ctx, node.func.value):
+        elif (
+            isinstance(node.func, ast.Attribute)
+            and node.func.attr == "reshape"
+            and head != "jax.numpy"
+            and is_traced_value(self.ctx, node.func.value)
+        ):
             sizes, label = list(node.args) + [k.value for k in node.keywords if k.arg == "shape"], ".reshape"
         else:
             return

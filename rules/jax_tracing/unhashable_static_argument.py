@@ -110,8 +110,18 @@ class UnhashableStaticArgument(Rule):
         ),
     ]
 
-    ARRAYS = {"numpy.array", "numpy.asarray", "numpy.zeros", "numpy.ones", "numpy.arange", "jax.numpy.array",
-              "jax.numpy.asarray", "jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.arange"}
+    ARRAYS = {
+        "numpy.array",
+        "numpy.asarray",
+        "numpy.zeros",
+        "numpy.ones",
+        "numpy.arange",
+        "jax.numpy.array",
+        "jax.numpy.asarray",
+        "jax.numpy.zeros",
+        "jax.numpy.ones",
+        "jax.numpy.arange",
+    }
 
     def visit_Call(self, node: ast.Call) -> None:
         for name, arg in static_arguments(self.ctx, node):
@@ -121,5 +131,6 @@ class UnhashableStaticArgument(Rule):
                 self.report(arg, self.summary.format(name=name))
 
     def _unhashable(self, value: ast.expr) -> bool:
-        return isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)) or \
-            (isinstance(value, ast.Call) and self.ctx.qualified_name(value.func) in self.ARRAYS)
+        return isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)) or (
+            isinstance(value, ast.Call) and self.ctx.qualified_name(value.func) in self.ARRAYS
+        )

@@ -58,12 +58,21 @@ class UnusedNoqa(Rule):
             """),
     ]
     INVALID = [
-        Invalid("import torch\nx = torch.ones(3)  # noqa: XLA101\n", line=2,
-                expected_replacement="import torch\nx = torch.ones(3)\n"),
-        Invalid("import torch\nx = torch.ones(3)  # type: ignore  # noqa: XLA101, E501\n", line=2,
-                expected_replacement="import torch\nx = torch.ones(3)  # type: ignore  # noqa: E501\n"),
-        Invalid("import torch\nx = torch.ones(3)  # noqa: XLA101 -- kept for the tracer\n", line=2,
-                expected_replacement="import torch\nx = torch.ones(3)  # -- kept for the tracer\n"),
+        Invalid(
+            "import torch\nx = torch.ones(3)  # noqa: XLA101\n",
+            line=2,
+            expected_replacement="import torch\nx = torch.ones(3)\n",
+        ),
+        Invalid(
+            "import torch\nx = torch.ones(3)  # type: ignore  # noqa: XLA101, E501\n",
+            line=2,
+            expected_replacement="import torch\nx = torch.ones(3)  # type: ignore  # noqa: E501\n",
+        ),
+        Invalid(
+            "import torch\nx = torch.ones(3)  # noqa: XLA101 -- kept for the tracer\n",
+            line=2,
+            expected_replacement="import torch\nx = torch.ones(3)  # -- kept for the tracer\n",
+        ),
     ]
 
     @classmethod

@@ -14,4 +14,4 @@ Two concerns that the rules below keep apart:
 # The family's codes start with CODES and its rules' categories are among CATEGORIES; the registry
 # (xlalint.rules) checks every rule module of this package against them.
 CODES = "XLA4"
-CATEGORIES = ('optimizer_step',)
+CATEGORIES = ("optimizer_step",)

@@ -183,8 +183,11 @@ class GradScalerStep(Rule):
         """Under `if scaler:` / `if use_grad_scaling:`: the other branch serves devices without it."""
         child = node
         for anc in self.ctx.index.ancestors(node):
-            if isinstance(anc, ast.If) and self.ctx.index.field_of(child) == "body" and any(
-                    SCALING_WORD.search(w) for w in words(anc.test)):
+            if (
+                isinstance(anc, ast.If)
+                and self.ctx.index.field_of(child) == "body"
+                and any(SCALING_WORD.search(w) for w in words(anc.test))
+            ):
                 return True
             if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
                 return False

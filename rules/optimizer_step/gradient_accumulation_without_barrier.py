@@ -79,8 +79,10 @@ class GradientAccumulationWithoutBarrier(Rule):
     """
 
     code, name, category = "XLA404", "gradient-accumulation-without-barrier", "optimizer_step"
-    summary = ("`.backward()` every micro-batch but a step barrier only every N: one XLA graph spans all "
-               "accumulated micro-batches")
+    summary = (
+        "`.backward()` every micro-batch but a step barrier only every N: one XLA graph spans all "
+        "accumulated micro-batches"
+    )
     hint = "call `torch_xla.sync()` (or `xlalint.runtime.sync()`) after each backward, or iterate a `MpDeviceLoader`"
     xla_only = True
     fix_availability = "sometimes"

@@ -121,16 +121,23 @@ class OptimizerStepWithoutBarrier(Rule):
 
     code, name, category = "XLA401", "optimizer-step-without-barrier", "optimizer_step"
     summary = "`{receiver}.step()` in an XLA training loop without a step barrier or gradient reduction"
-    hint = ("cut the graph once per step: iterate a `MpDeviceLoader` or call `torch_xla.sync()` after the step; "
-            "where nothing else reduces the gradients, `xm.optimizer_step(optimizer, barrier=True)` does both")
-    helper = ("`{helper}()` steps the optimizer ({where}) in an XLA training loop that has no step barrier: "
-              "nothing cuts the step's graph")
-    reduced = ("`{receiver}.step()` in an XLA training loop without a step barrier: {reducer} already reduces "
-               "the gradients, but nothing cuts the step's graph")
+    hint = (
+        "cut the graph once per step: iterate a `MpDeviceLoader` or call `torch_xla.sync()` after the step; "
+        "where nothing else reduces the gradients, `xm.optimizer_step(optimizer, barrier=True)` does both"
+    )
+    helper = (
+        "`{helper}()` steps the optimizer ({where}) in an XLA training loop that has no step barrier: "
+        "nothing cuts the step's graph"
+    )
+    reduced = (
+        "`{receiver}.step()` in an XLA training loop without a step barrier: {reducer} already reduces "
+        "the gradients, but nothing cuts the step's graph"
+    )
     xla_only = True
     fix_availability = "sometimes"
 
-    HELPERS = {"fp16_util.py": """
+    HELPERS = {
+        "fp16_util.py": """
         class MixedPrecisionTrainer:
             def __init__(self, model):
                 self.model = model
@@ -146,7 +153,8 @@ class OptimizerStepWithoutBarrier(Rule):
             def optimize_and_sync(self, opt):
                 opt.step()
                 xm.mark_step()
-        """, "utils.py": """
+        """,
+        "utils.py": """
         import torch
         import torch_xla.core.xla_model as xm
 
@@ -155,7 +163,8 @@ class OptimizerStepWithoutBarrier(Rule):
 
         def get_cuda_device():
             return torch.device("cuda")
-        """}
+        """,
+    }
 
     VALID = [
         Valid(
@@ -649,11 +658,17 @@ class OptimizerStepWithoutBarrier(Rule):
         reducer = barriers.gradient_reducer(recv, paths)
         if reducer is not None:
             statement = simple_statement(self.ctx, node)
-            self.report(node, self.reduced.format(receiver=spelled, reducer=reducer),
-                        fix=(lambda cctx: insert_sync_after(cctx, statement)) if statement is not None else None)
+            self.report(
+                node,
+                self.reduced.format(receiver=spelled, reducer=reducer),
+                fix=(lambda cctx: insert_sync_after(cctx, statement)) if statement is not None else None,
+            )
             return
-        self.report(node, self.summary.format(receiver=spelled),
-                    fix=lambda cctx: _fix(cctx, node, with_closure=closure is not None))
+        self.report(
+            node,
+            self.summary.format(receiver=spelled),
+            fix=lambda cctx: _fix(cctx, node, with_closure=closure is not None),
+        )
 
     def _visit_helper(self, node: ast.Call) -> None:
         """A call of a project function in another module that steps an optimizer with no barrier
@@ -669,8 +684,11 @@ class OptimizerStepWithoutBarrier(Rule):
         helper, path, line = found[0]
         where = f"{os.path.relpath(path, os.path.dirname(os.path.abspath(str(self.ctx.path))))}:{line}"
         statement = simple_statement(self.ctx, node)
-        self.report(node, self.helper.format(helper=helper, where=where),
-                    fix=(lambda cctx: insert_sync_after(cctx, statement)) if statement is not None else None)
+        self.report(
+            node,
+            self.helper.format(helper=helper, where=where),
+            fix=(lambda cctx: insert_sync_after(cctx, statement)) if statement is not None else None,
+        )
 
     def _has_barrier(self, path: StepPath) -> bool:
         barriers = self.ctx.barriers
@@ -695,8 +713,11 @@ class OptimizerStepWithoutBarrier(Rule):
                     return False
                 names = {p.arg for p in function_params(anc)}
                 bases = {last_part(dotted_name(b)) for b in cls.bases}
-                return "closure" in names or bool(OPTIMIZER_NAME.search(cls.name)) or any(
-                    OPTIMIZER_NAME.search(b) or OPTIMIZER_CLASS.match(b) for b in bases if b)
+                return (
+                    "closure" in names
+                    or bool(OPTIMIZER_NAME.search(cls.name))
+                    or any(OPTIMIZER_NAME.search(b) or OPTIMIZER_CLASS.match(b) for b in bases if b)
+                )
         return False
 
 
@@ -710,8 +731,13 @@ def _fix(cctx: CstContext, node: ast.Call, *, with_closure: bool) -> Fix | None:
     if with_closure:  # the call's one argument, positional or `closure=`
         text += f', optimizer_args={{"closure": {cctx.code(call.args[0].value)}}}'
     text += ")"
-    return Fix.replace(call, cctx.parse_expression(text), title=f"Replace with `{spelled}(..., barrier=True)`",
-                       safe=False, imports=[request])
+    return Fix.replace(
+        call,
+        cctx.parse_expression(text),
+        title=f"Replace with `{spelled}(..., barrier=True)`",
+        safe=False,
+        imports=[request],
+    )
 
 
 def _closure_argument(call: ast.Call):

@@ -77,12 +77,14 @@ class XlaOptimizerStepWithoutBarrier(Rule):
     """
 
     code, name, category = "XLA403", "xla-optimizer-step-without-barrier", "optimizer_step"
-    summary = ("`xm.optimizer_step` without `barrier=True` in a loop over a plain data loader: nothing cuts the "
-               "step's graph")
+    summary = (
+        "`xm.optimizer_step` without `barrier=True` in a loop over a plain data loader: nothing cuts the step's graph"
+    )
     hint = "pass `barrier=True`, or iterate a `pl.MpDeviceLoader(loader, device)`"
     xla_only = True
 
-    RUNNER = {"run.py": """
+    RUNNER = {
+        "run.py": """
         import torch_xla
         import torch_xla.distributed.parallel_loader as pl
         from example import train_loop_fn
@@ -90,7 +92,8 @@ class XlaOptimizerStepWithoutBarrier(Rule):
         def _mp_fn(index):
             device = torch_xla.device()
             train_loop_fn(pl.MpDeviceLoader(train_loader, device), model, optimizer, device)
-        """}
+        """
+    }
     LOOP = """
         import torch_xla.core.xla_model as xm
 
@@ -295,7 +298,10 @@ class XlaOptimizerStepWithoutBarrier(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
-        if self.ctx.qualified_name(node.func) != XM_OPTIMIZER_STEP or barrier_argument(node, default=False) is not False:
+        if (
+            self.ctx.qualified_name(node.func) != XM_OPTIMIZER_STEP
+            or barrier_argument(node, default=False) is not False
+        ):
             return
         if not self.ctx.is_per_step(node, periodic=True) or self.ctx.in_non_xla_code(node):
             return
@@ -315,12 +321,15 @@ def _fix_barrier_argument(cctx: CstContext, node: ast.Call) -> Fix | None:
     true = cst.Name("True")
     title = "Pass `barrier=True`"
     for position, arg in enumerate(call.args):
-        if (arg.keyword is not None and arg.keyword.value == "barrier") or (arg.keyword is None and position == 1
-                                                                             and not arg.star):
+        if (arg.keyword is not None and arg.keyword.value == "barrier") or (
+            arg.keyword is None and position == 1 and not arg.star
+        ):
             return Fix.replace(arg.value, true, title=title, safe=True)
-    new = cst.Arg(value=true, keyword=cst.Name("barrier"),
-                  equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                        whitespace_after=cst.SimpleWhitespace("")))
+    new = cst.Arg(
+        value=true,
+        keyword=cst.Name("barrier"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
     args = list(call.args)
     last = args[-1]
     if isinstance(last.comma, cst.Comma):  # a trailing comma stays last: `f(\n    opt,\n)`

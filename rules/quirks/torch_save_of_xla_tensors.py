@@ -260,9 +260,11 @@ class TorchSaveOfXlaTensors(Rule):
         """`obj` is used as a module somewhere in the file: called, or asked for its parameters."""
         name = dotted_name(obj)
         return bool(name) and any(
-            dotted_name(call.func) == name or
-            method_name(call) in MODULE_METHODS and dotted_name(receiver(call)) == name
-            for call in self.ctx.index.calls)
+            dotted_name(call.func) == name
+            or method_name(call) in MODULE_METHODS
+            and dotted_name(receiver(call)) == name
+            for call in self.ctx.index.calls
+        )
 
 
 def _use_xm_save(cctx: CstContext, node: ast.Call) -> Fix | None:
@@ -276,8 +278,13 @@ def _use_xm_save(cctx: CstContext, node: ast.Call) -> Fix | None:
     # the last one the comma after the first (the spacing between arguments)
     args = [first, last.with_changes(comma=first.comma), keyword.with_changes(comma=last.comma)]
     replacement = call.with_changes(func=cctx.parse_expression(f"{module}.save"), args=args)
-    return Fix.replace(call, replacement, title=f"Use `{module}.save(..., master_only=False)` (saves CPU tensors)",
-                       safe=False, imports=imports)
+    return Fix.replace(
+        call,
+        replacement,
+        title=f"Use `{module}.save(..., master_only=False)` (saves CPU tensors)",
+        safe=False,
+        imports=imports,
+    )
 
 
 def _xla_model(cctx: CstContext, call: cst.Call) -> tuple[str, list[ImportRequest]]:
@@ -285,8 +292,14 @@ def _xla_model(cctx: CstContext, call: cst.Call) -> tuple[str, list[ImportReques
     bound = cctx.bound_name(XM, call)
     if bound is not None:
         return bound, []
-    beside = next((b.name for b in cctx.index.import_bindings
-                   if b.qualified.split(".")[0] == "torch_xla" and isinstance(b.scope, cst.Module)), None)
+    beside = next(
+        (
+            b.name
+            for b in cctx.index.import_bindings
+            if b.qualified.split(".")[0] == "torch_xla" and isinstance(b.scope, cst.Module)
+        ),
+        None,
+    )
     if "xm" not in cctx.index.bare_names:
         return "xm", [ImportRequest(XM, asname="xm", beside=beside)]
     return XM, [ImportRequest(XM, beside=beside)]

@@ -81,8 +81,10 @@ def load_table(text: str, source: str = TABLE_FILE) -> tuple[Move, ...]:
     if set(data) - {"move"} or not isinstance(data.get("move"), list) or not data["move"]:
         raise MigrationTableError(f"{source}: expected only a non-empty list of [[move]] tables")
     seen: set[tuple] = set()
-    return tuple(_validate(row, f"{source}: [[move]] #{i + 1} ({row.get('name', '?')})", seen)
-                 for i, row in enumerate(data["move"]))
+    return tuple(
+        _validate(row, f"{source}: [[move]] #{i + 1} ({row.get('name', '?')})", seen)
+        for i, row in enumerate(data["move"])
+    )
 
 
 def _validate(row: dict, where: str, seen: set[tuple]) -> Move:
@@ -118,14 +120,16 @@ def _validate(row: dict, where: str, seen: set[tuple]) -> Move:
     elif transform not in TRANSFORMS:
         fail(f"a fix needs `transform`, one of {TRANSFORMS}, got {transform!r}")
     if kind in ("module", "environment") and row["fix"] != "none":
-        fail(f"a {kind} row takes `fix = \"none\"`")
+        fail(f'a {kind} row takes `fix = "none"`')
     if transform == "rename":
         to = row.get("to")
         if not isinstance(to, str) or not _DOTTED.fullmatch(to) or not to.startswith(_PLAIN):
             fail(f"`to` must name a plain PyTorch function ({' or '.join(_PLAIN)}...), got {to!r}")
     extra: dict = {}
     if "params" in row:
-        if not isinstance(row["params"], list) or not all(isinstance(p, str) and p.isidentifier() for p in row["params"]):
+        if not isinstance(row["params"], list) or not all(
+            isinstance(p, str) and p.isidentifier() for p in row["params"]
+        ):
             fail(f"`params` must be a list of parameter names, got {row['params']!r}")
         extra["params"] = tuple(row["params"])
     elif transform in ("rename", "autocast", "compile", "save"):
@@ -136,7 +140,11 @@ def _validate(row: dict, where: str, seen: set[tuple]) -> Move:
                 fail(f"an argument row needs `{k}`")
         if type(row["position"]) is not int or row["position"] < -1:
             fail(f"`position` must be the parameter's positional index (-1: keyword only), got {row['position']!r}")
-        if not isinstance(row["values"], list) or not row["values"] or not all(isinstance(v, str) for v in row["values"]):
+        if (
+            not isinstance(row["values"], list)
+            or not row["values"]
+            or not all(isinstance(v, str) for v in row["values"])
+        ):
             fail(f"`values` must be a non-empty list of strings, got {row['values']!r}")
         extra["values"] = tuple(row["values"])
         if row["fix"] != "none":
@@ -150,7 +158,7 @@ def _validate(row: dict, where: str, seen: set[tuple]) -> Move:
             fail(f"`drop` must map keywords to the string values dropped with the argument, got {drop!r}")
         extra["drop"] = tuple(drop.items())
     elif any(k in row for k in ("argument", "position", "values", "drop")):
-        fail("`argument`, `position`, `values` and `drop` are only for kind \"argument\"")
+        fail('`argument`, `position`, `values` and `drop` are only for kind "argument"')
     if "needs_process_group" in row and not isinstance(row["needs_process_group"], bool):
         fail("`needs_process_group` must be true or false")
     fields = {k: v for k, v in row.items() if k not in extra}
@@ -158,7 +166,8 @@ def _validate(row: dict, where: str, seen: set[tuple]) -> Move:
 
 
 TABLE: tuple[Move, ...] = load_table(
-    resources.files(__package__ or "xlalint.rules.torchtpu").joinpath(TABLE_FILE).read_text(encoding="utf-8"))
+    resources.files(__package__ or "xlalint.rules.torchtpu").joinpath(TABLE_FILE).read_text(encoding="utf-8")
+)
 
 
 def rows_doc(code: str) -> str:
@@ -167,9 +176,11 @@ def rows_doc(code: str) -> str:
     for move in TABLE:
         if move.code != code:
             continue
-        what = {"argument": f"`{move.name}({move.argument}={' / '.join(map(repr, move.values))})`",
-                "environment": f"setting `{move.name}`", "module": f"imports of `{move.name}`"}.get(
-            move.kind, f"`{move.name}()`")
+        what = {
+            "argument": f"`{move.name}({move.argument}={' / '.join(map(repr, move.values))})`",
+            "environment": f"setting `{move.name}`",
+            "module": f"imports of `{move.name}`",
+        }.get(move.kind, f"`{move.name}()`")
         fix = {"safe": "safe fix", "unsafe": "unsafe fix", "none": "no fix"}[move.fix]
         lines.append(f"- {what} ({fix}): {move.note}. Checked: {move.checked}.")
     return "\n".join(lines)
@@ -223,8 +234,7 @@ class MigrationVisitor(Rule):
             return  # (never: an `argument` row has both)
         kw = keyword(call, move.argument)
         args = positional(call)
-        value = kw.value if kw is not None else (
-            args[move.position] if 0 <= move.position < len(args) else None)
+        value = kw.value if kw is not None else (args[move.position] if 0 <= move.position < len(args) else None)
         if value is None or string_value(value) not in move.values:
             return
         fix = None
@@ -357,9 +367,11 @@ def _carries(call: ast.Call, move: Move) -> bool:
 
 
 def _calls_init_process_group(ctx: FileContext) -> bool:
-    return any(ctx.qualified_name(c.func) in ("torch.distributed.init_process_group",
-                                              "torch.distributed.distributed_c10d.init_process_group")
-               for c in ctx.index.calls)
+    return any(
+        ctx.qualified_name(c.func)
+        in ("torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group")
+        for c in ctx.index.calls
+    )
 
 
 def _removed_import(ctx: FileContext, ref: ast.expr) -> ImportRequest | None:
@@ -381,8 +393,14 @@ def _removed_import(ctx: FileContext, ref: ast.expr) -> ImportRequest | None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _build(move: Move, target: ast.AST, spelled: dict, applicability: Applicability,
-           removed: ImportRequest | None, cctx: CstContext) -> Fix | None:
+def _build(
+    move: Move,
+    target: ast.AST,
+    spelled: dict,
+    applicability: Applicability,
+    removed: ImportRequest | None,
+    cctx: CstContext,
+) -> Fix | None:
     torch = spelled.get("torch", "torch")
     old = cctx.locate(target)
     if old is None:
@@ -421,14 +439,14 @@ def _build(move: Move, target: ast.AST, spelled: dict, applicability: Applicabil
             return None
         obj, path = (cctx.code(a.value) for a in call.args)
         new = cctx.parse_expression(
-            f"{torch}.save({torch}.utils._pytree.tree_map_only({torch}.Tensor, {torch}.Tensor.cpu, {obj}), {path})")
+            f"{torch}.save({torch}.utils._pytree.tree_map_only({torch}.Tensor, {torch}.Tensor.cpu, {obj}), {path})"
+        )
         title = "Use `torch.save` of CPU values"
     else:  # pragma: no cover - the table is validated
         return None
     if isinstance(old, cst.Decorator):
         new = old.with_changes(decorator=new)
-    return Fix(applicability, title, {id(old): (old, new)}, tuple(spelled["imports"]),
-               (removed,) if removed else ())
+    return Fix(applicability, title, {id(old): (old, new)}, tuple(spelled["imports"]), (removed,) if removed else ())
 
 
 def _autocast(cctx: CstContext, old: cst.Call, torch: str) -> cst.Call:

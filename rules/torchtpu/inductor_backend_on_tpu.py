@@ -16,7 +16,9 @@ def pallas_opt_in(options: ast.expr | None) -> bool:
     """`options={"tpu_backend": "pallas", ...}`: the one way 0.2.0 lets Inductor run on TPU."""
     if not isinstance(options, ast.Dict):
         return options is not None  # a dict the file does not show: it may opt in
-    return any(string_value(k) == "tpu_backend" and string_value(v) == "pallas" for k, v in zip(options.keys, options.values))
+    return any(
+        string_value(k) == "tpu_backend" and string_value(v) == "pallas" for k, v in zip(options.keys, options.values)
+    )
 
 
 class InductorBackendOnTpu(Rule):
@@ -60,8 +62,8 @@ class InductorBackendOnTpu(Rule):
     """
 
     code, name, category = "TPU202", "inductor-backend-on-tpu", "other"
-    summary = "`backend=\"inductor\"` in TorchTPU code raises `RuntimeError` when an input is on TPU"
-    hint = "pass `backend=\"tpu\"` or no backend (0.2.0 picks `tpu` for TPU inputs)"
+    summary = '`backend="inductor"` in TorchTPU code raises `RuntimeError` when an input is on TPU'
+    hint = 'pass `backend="tpu"` or no backend (0.2.0 picks `tpu` for TPU inputs)'
     fix_availability = "always"
     preview = True
 

@@ -9,8 +9,17 @@ from xlalint.analysis.torchtpu import compile_sites, on_tpu_backend
 from xlalint.rule import Invalid, Rule, Valid
 
 # the keys TpuBackend.__call__ reads from `options` in torch-tpu 0.2.0 (`_backend.py`); it ignores others
-TPU_OPTIONS = frozenset({"async_compile", "num_dynamic_buckets", "bucket_size", "serializable", "debug_callback",
-                         "custom_module_name", "name"})
+TPU_OPTIONS = frozenset(
+    {
+        "async_compile",
+        "num_dynamic_buckets",
+        "bucket_size",
+        "serializable",
+        "debug_callback",
+        "custom_module_name",
+        "name",
+    }
+)
 
 
 class InductorOptionOnTpu(Rule):
@@ -54,7 +63,9 @@ class InductorOptionOnTpu(Rule):
 
     code, name, category = "TPU205", "inductor-option-on-tpu", "other"
     summary = "Inductor's `<what>` given to TorchTPU's `tpu` backend: <effect>"
-    hint = "drop it: the tpu backend takes only its own `options` (async_compile, num_dynamic_buckets, bucket_size, ...)"
+    hint = (
+        "drop it: the tpu backend takes only its own `options` (async_compile, num_dynamic_buckets, bucket_size, ...)"
+    )
     preview = True
 
     VALID = [
@@ -101,12 +112,20 @@ class InductorOptionOnTpu(Rule):
                 continue
             mode = site.option("mode")
             if mode is not None and string_value(mode.value) not in (None, "default"):
-                self.report(mode.value, self.summary.replace("<what>", f"mode={string_value(mode.value)!r}").replace(
-                    "<effect>", "the backend raises `TypeError: Unexpected keyword arguments`"))
+                self.report(
+                    mode.value,
+                    self.summary.replace("<what>", f"mode={string_value(mode.value)!r}").replace(
+                        "<effect>", "the backend raises `TypeError: Unexpected keyword arguments`"
+                    ),
+                )
             options = site.option("options")
             if options is not None and isinstance(options.value, ast.Dict):
                 for key in options.value.keys:
                     name = string_value(key) if key is not None else None  # (None: a `**spread`)
                     if key is not None and name is not None and name not in TPU_OPTIONS:
-                        self.report(key, self.summary.replace("<what>", f"option {name!r}").replace(
-                            "<effect>", "the tpu backend ignores it"))
+                        self.report(
+                            key,
+                            self.summary.replace("<what>", f"option {name!r}").replace(
+                                "<effect>", "the tpu backend ignores it"
+                            ),
+                        )

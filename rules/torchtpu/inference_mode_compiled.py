@@ -146,7 +146,8 @@ class InferenceModeCompiled(Rule):
             for decorator in getattr(func, "decorator_list", ()):  # a def (a lambda has none)
                 target = decorator.func if isinstance(decorator, ast.Call) else decorator
                 if self.ctx.qualified_name(target) == INFERENCE_MODE and not (
-                        isinstance(decorator, ast.Call) and (decorator.args or decorator.keywords)):
+                    isinstance(decorator, ast.Call) and (decorator.args or decorator.keywords)
+                ):
                     self.report(decorator, fix=partial(_no_grad, decorator=decorator))
 
 

@@ -132,5 +132,10 @@ def _rename(cctx, node: ast.Call, new_name: str, imports):
     old = cctx.locate(node)
     if old is None:
         return None
-    return Fix.replace(old, old.with_changes(func=cctx.parse_expression(new_name)),
-                       title=f"Use `{new_name}()`", safe=True, imports=imports)
+    return Fix.replace(
+        old,
+        old.with_changes(func=cctx.parse_expression(new_name)),
+        title=f"Use `{new_name}()`",
+        safe=True,
+        imports=imports,
+    )

@@ -246,8 +246,10 @@ def _add_capturable(cctx, call: ast.Call):
         return None
     last = old.args[-1]
     comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    new_arg = cst.Arg(keyword=cst.Name("capturable"), value=cst.Name("True"),
-                      equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                            whitespace_after=cst.SimpleWhitespace("")))
+    new_arg = cst.Arg(
+        keyword=cst.Name("capturable"),
+        value=cst.Name("True"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
     args = [*old.args[:-1], last.with_changes(comma=comma), new_arg]
     return Fix.replace(old, old.with_changes(args=args), title="Pass `capturable=True`", safe=False)

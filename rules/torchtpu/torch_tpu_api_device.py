@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class TorchTpuApiDevice(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags early TorchTPU's `from torch_tpu import api` and `api.tpu_device()` (2026 notebooks). {opt_in}
 
@@ -38,10 +39,12 @@ class TorchTpuApiDevice(MigrationVisitor, Rule):
     uses it.
 
     {references}
-    """, "TPU109")
+    """,
+        "TPU109",
+    )
 
     code, name, category = "TPU109", "torch-tpu-api-device", "deprecated_xla_api"
-    summary = "`torch_tpu.api` is not in torch-tpu 0.2.0: the device is `torch.device(\"tpu\")`"
+    summary = '`torch_tpu.api` is not in torch-tpu 0.2.0: the device is `torch.device("tpu")`'
     hint = "`xlalint explain TPU109` lists each move and the torch-tpu 0.2.0 file it was checked in"
     fix_availability = "sometimes"
     preview, target = True, "torchtpu"

@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaAutocast(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags `torch.autocast("xla", ...)`, `torch.amp.autocast("xla", ...)` and
     `torch_xla.amp.autocast(device, ...)`. {opt_in}
@@ -42,7 +43,9 @@ class XlaAutocast(MigrationVisitor, Rule):
     none, as the `tpu` device's default autocast dtype is not bfloat16 in every torch.
 
     {references}
-    """, "TPU107")
+    """,
+        "TPU107",
+    )
 
     code, name, category = "TPU107", "xla-autocast", "deprecated_xla_api"
     summary = "autocast on torch_xla's device: TorchTPU's is `torch.autocast(\"tpu\", dtype=torch.bfloat16)`"

@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaCollective(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags torch_xla's collectives: `xm.all_reduce`, `xm.all_gather`, `xm.reduce_scatter`,
     `xm.all_to_all`, `xm.collective_broadcast`, `xm.collective_permute`. {opt_in}
@@ -37,15 +38,17 @@ class XlaCollective(MigrationVisitor, Rule):
     ```
 
     {references}
-    """, "TPU113")
+    """,
+        "TPU113",
+    )
 
     code, name, category = "TPU113", "xla-collective", "deprecated_xla_api"
     summary = "torch_xla's collective: on TorchTPU use `torch.distributed`'s (the signature differs)"
     hint = "`xlalint explain TPU113` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
-    VALID = [Valid('import torch.distributed as dist\nimport torch_xla\ndist.all_reduce(t)\n')]
+    VALID = [Valid("import torch.distributed as dist\nimport torch_xla\ndist.all_reduce(t)\n")]
     INVALID = [
-        Invalid('import torch_xla.core.xla_model as xm\ntotal = xm.all_reduce(xm.REDUCE_SUM, t)\n', line=2),
-        Invalid('from torch_xla.core.xla_model import all_gather\nout = all_gather(t, dim=0)\n', line=2),
+        Invalid("import torch_xla.core.xla_model as xm\ntotal = xm.all_reduce(xm.REDUCE_SUM, t)\n", line=2),
+        Invalid("from torch_xla.core.xla_model import all_gather\nout = all_gather(t, dim=0)\n", line=2),
     ]

@@ -10,7 +10,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaCompile(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags `torch.compile(..., backend="openxla")` (or `"openxla_eval"`) and `torch_xla.compile(f)`
     / `@torch_xla.compile`. {opt_in}
@@ -41,10 +42,12 @@ class XlaCompile(MigrationVisitor, Rule):
     counterpart (a call passing them gets no fix).
 
     {references}
-    """, "TPU106")
+    """,
+        "TPU106",
+    )
 
     code, name, category = "TPU106", "xla-compile", "deprecated_xla_api"
-    summary = "torch_xla's compile: TorchTPU compiles with `torch.compile(..., backend=\"tpu\")`"
+    summary = 'torch_xla\'s compile: TorchTPU compiles with `torch.compile(..., backend="tpu")`'
     hint = "`xlalint explain TPU106` lists each move and the torch-tpu 0.2.0 file it was checked in"
     fix_availability = "always"
     preview, target, xla_only = True, "torchtpu", True

@@ -18,7 +18,8 @@ XLA_DEVICE = re.compile(r"xla")  # the bare device string; `"xla:1"` names an or
 
 
 class XlaDevice(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags torch_xla's ways of naming the device: `xm.xla_device()`, `torch_xla.device()`, and the
     `"xla"` device string in `torch.device("xla")`, `device="xla"` and `.to("xla")`. {opt_in}
@@ -50,7 +51,9 @@ class XlaDevice(MigrationVisitor, Rule):
     `xm.xla_device(n)` and `"xla:1"` get no fix (how a process picks its TPU differs).
 
     {references}
-    """, "TPU101")
+    """,
+        "TPU101",
+    )
 
     code, name, category = "TPU101", "xla-device", "deprecated_xla_api"
     summary = "torch_xla's device: TorchTPU's is `torch.device(\"tpu\")`"
@@ -113,8 +116,11 @@ class XlaDevice(MigrationVisitor, Rule):
                 value = kw.value
         written = string_value(value) if value is not None else None
         if value is not None and written is not None and XLA_DEVICE.fullmatch(written):
-            self.report(value, 'the `"xla"` device string is torch_xla\'s: TorchTPU\'s device is `"tpu"`',
-                        fix=partial(_to_tpu, value=value))
+            self.report(
+                value,
+                'the `"xla"` device string is torch_xla\'s: TorchTPU\'s device is `"tpu"`',
+                fix=partial(_to_tpu, value=value),
+            )
 
 
 def _to_tpu(cctx, value: ast.expr):

@@ -10,7 +10,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaDeviceLoader(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags `pl.MpDeviceLoader(loader, device)` and `pl.ParallelLoader(...)`. {opt_in}
 
@@ -40,7 +41,9 @@ class XlaDeviceLoader(MigrationVisitor, Rule):
     and the loop must move them (`.to(device)`), which the fix does not add.
 
     {references}
-    """, "TPU103")
+    """,
+        "TPU103",
+    )
 
     code, name, category = "TPU103", "xla-device-loader", "deprecated_xla_api"
     summary = "torch_xla's device loader: TorchTPU iterates the loader and moves each batch with `.to(device)`"

@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaEagerMode(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags `torch_xla.experimental.eager_mode(...)`. {opt_in}
 
@@ -33,14 +34,16 @@ class XlaEagerMode(MigrationVisitor, Rule):
     ```
 
     {references}
-    """, "TPU116")
+    """,
+        "TPU116",
+    )
 
     code, name, category = "TPU116", "xla-eager-mode", "deprecated_xla_api"
     summary = "torch_xla's eager switch: eager is TorchTPU's default"
     hint = "`xlalint explain TPU116` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
-    VALID = [Valid('import torch_xla\nmode = eager_mode  # ours\n')]
+    VALID = [Valid("import torch_xla\nmode = eager_mode  # ours\n")]
     INVALID = [
-        Invalid('import torch_xla\ntorch_xla.experimental.eager_mode(True)\n', line=2),
+        Invalid("import torch_xla\ntorch_xla.experimental.eager_mode(True)\n", line=2),
     ]

@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaEnvironment(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags code that sets torch_xla's environment variables (`PJRT_DEVICE`, `XLA_USE_BF16`,
     `XLA_DOWNCAST_BF16`, `XLA_USE_SPMD`, `XRT_TPU_CONFIG`, `PT_XLA_DEBUG`, `XLA_IR_DEBUG`,
@@ -36,14 +37,20 @@ class XlaEnvironment(MigrationVisitor, Rule):
     ```
 
     {references}
-    """, "TPU118")
+    """,
+        "TPU118",
+    )
 
     code, name, category = "TPU118", "xla-environment", "deprecated_xla_api"
-    summary = 'an environment variable for torch_xla: TorchTPU does not read it'
+    summary = "an environment variable for torch_xla: TorchTPU does not read it"
     hint = "`xlalint explain TPU118` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
-    VALID = [Valid("import os\nimport torch_xla\nos.environ['XLA_FLAGS'] = '--xla_dump_to=/tmp/dump'\nflag = os.environ.get('PJRT_DEVICE')\n")]
+    VALID = [
+        Valid(
+            "import os\nimport torch_xla\nos.environ['XLA_FLAGS'] = '--xla_dump_to=/tmp/dump'\nflag = os.environ.get('PJRT_DEVICE')\n"
+        )
+    ]
     INVALID = [
         Invalid('import os\nimport torch_xla\nos.environ["PJRT_DEVICE"] = "TPU"\n', line=3),
         Invalid('import os\nimport torch_xla\nos.environ.setdefault("XLA_USE_BF16", "1")\n', line=3),

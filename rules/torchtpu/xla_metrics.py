@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaMetrics(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags imports of `torch_xla.debug.metrics`. {opt_in}
 
@@ -36,15 +37,17 @@ class XlaMetrics(MigrationVisitor, Rule):
     ```
 
     {references}
-    """, "TPU117")
+    """,
+        "TPU117",
+    )
 
     code, name, category = "TPU117", "xla-metrics", "deprecated_xla_api"
     summary = "torch_xla's metrics: TorchTPU has no metrics report"
     hint = "`xlalint explain TPU117` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
-    VALID = [Valid('import torch_xla\nimport torch.profiler\n')]
+    VALID = [Valid("import torch_xla\nimport torch.profiler\n")]
     INVALID = [
-        Invalid('import torch_xla.debug.metrics as met\n', line=1),
-        Invalid('from torch_xla.debug import metrics\n', line=1),
+        Invalid("import torch_xla.debug.metrics as met\n", line=1),
+        Invalid("from torch_xla.debug import metrics\n", line=1),
     ]

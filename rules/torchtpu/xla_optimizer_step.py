@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaOptimizerStep(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags `xm.optimizer_step(optimizer)`. {opt_in}
 
@@ -39,14 +40,16 @@ class XlaOptimizerStep(MigrationVisitor, Rule):
     ```
 
     {references}
-    """, "TPU111")
+    """,
+        "TPU111",
+    )
 
     code, name, category = "TPU111", "xla-optimizer-step", "deprecated_xla_api"
     summary = "`xm.optimizer_step` all-reduces gradients across replicas: on TorchTPU that is DDP / FSDP2's job"
     hint = "`xlalint explain TPU111` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
-    VALID = [Valid('import torch_xla\noptimizer.step()\n')]
+    VALID = [Valid("import torch_xla\noptimizer.step()\n")]
     INVALID = [
-        Invalid('import torch_xla.core.xla_model as xm\nxm.optimizer_step(optimizer, barrier=True)\n', line=2),
+        Invalid("import torch_xla.core.xla_model as xm\nxm.optimizer_step(optimizer, barrier=True)\n", line=2),
     ]

@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaProcessGroup(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags `torch.distributed.init_process_group("xla", ...)` (positional or `backend="xla"`). {opt_in}
 
@@ -38,7 +39,9 @@ class XlaProcessGroup(MigrationVisitor, Rule):
     other argument stays.
 
     {references}
-    """, "TPU104")
+    """,
+        "TPU104",
+    )
 
     code, name, category = "TPU104", "xla-process-group", "deprecated_xla_api"
     summary = "the `xla` process-group backend is torch_xla's: TorchTPU registers `tpu`"

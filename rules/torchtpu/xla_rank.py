@@ -10,7 +10,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaRank(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags torch_xla's process-topology calls: `xm.get_ordinal()`, `xr.global_ordinal()`,
     `xm.xrt_world_size()`, `xr.world_size()`, `xm.rendezvous(tag)`, the local ordinals,
@@ -45,7 +46,9 @@ class XlaRank(MigrationVisitor, Rule):
     `rendezvous` passing a payload gets none either.
 
     {references}
-    """, "TPU105")
+    """,
+        "TPU105",
+    )
 
     code, name, category = "TPU105", "xla-rank", "deprecated_xla_api"
     summary = "torch_xla's rank or world size: on TorchTPU they come from `torch.distributed`"

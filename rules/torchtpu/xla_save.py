@@ -10,7 +10,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaSave(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags `xm.save(obj, path)`. {opt_in}
 
@@ -40,7 +41,9 @@ class XlaSave(MigrationVisitor, Rule):
     arguments gets a fix.
 
     {references}
-    """, "TPU108")
+    """,
+        "TPU108",
+    )
 
     code, name, category = "TPU108", "xla-save", "deprecated_xla_api"
     summary = "`xm.save` is torch_xla's: on TorchTPU use `torch.save` of CPU values"

@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaSpawn(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags `xmp.spawn(...)` and `torch_xla.launch(...)`. {opt_in}
 
@@ -39,15 +40,17 @@ class XlaSpawn(MigrationVisitor, Rule):
     ```
 
     {references}
-    """, "TPU112")
+    """,
+        "TPU112",
+    )
 
     code, name, category = "TPU112", "xla-spawn", "deprecated_xla_api"
     summary = "torch_xla's launcher: TorchTPU sets the launch environment, then torch's launchers spawn"
     hint = "`xlalint explain TPU112` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
-    VALID = [Valid('import torch\nimport torch_xla\ntorch.multiprocessing.spawn(fn, nprocs=4)\n')]
+    VALID = [Valid("import torch\nimport torch_xla\ntorch.multiprocessing.spawn(fn, nprocs=4)\n")]
     INVALID = [
-        Invalid('import torch_xla.distributed.xla_multiprocessing as xmp\nxmp.spawn(_mp_fn, args=(flags,))\n', line=2),
-        Invalid('import torch_xla\ntorch_xla.launch(_mp_fn, args=(flags,))\n', line=2),
+        Invalid("import torch_xla.distributed.xla_multiprocessing as xmp\nxmp.spawn(_mp_fn, args=(flags,))\n", line=2),
+        Invalid("import torch_xla\ntorch_xla.launch(_mp_fn, args=(flags,))\n", line=2),
     ]

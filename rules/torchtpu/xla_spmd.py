@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaSpmd(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags imports of `torch_xla.distributed.spmd` (and the older
     `torch_xla.experimental.xla_sharding`) and `xr.use_spmd()`. {opt_in}
@@ -39,15 +40,17 @@ class XlaSpmd(MigrationVisitor, Rule):
     ```
 
     {references}
-    """, "TPU114")
+    """,
+        "TPU114",
+    )
 
     code, name, category = "TPU114", "xla-spmd", "deprecated_xla_api"
     summary = "torch_xla's SPMD sharding: TorchTPU shards with DTensor / FSDP2 (a redesign, not a rename)"
     hint = "`xlalint explain TPU114` lists each move and the torch-tpu 0.2.0 file it was checked in"
     preview, target, xla_only = True, "torchtpu", True
 
-    VALID = [Valid('import torch_xla\nfrom torch.distributed.tensor import distribute_tensor\n')]
+    VALID = [Valid("import torch_xla\nfrom torch.distributed.tensor import distribute_tensor\n")]
     INVALID = [
-        Invalid('import torch_xla.distributed.spmd as xs\n', line=1),
-        Invalid('import torch_xla.runtime as xr\nxr.use_spmd()\n', line=2),
+        Invalid("import torch_xla.distributed.spmd as xs\n", line=1),
+        Invalid("import torch_xla.runtime as xr\nxr.use_spmd()\n", line=2),
     ]

@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaStepBarrier(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags torch_xla's step barriers: `xm.mark_step()`, `torch_xla.sync()`, `with torch_xla.step():`.
     {opt_in}
@@ -44,7 +45,9 @@ class XlaStepBarrier(MigrationVisitor, Rule):
     rely on a materialisation the barrier stood next to.
 
     {references}
-    """, "TPU102")
+    """,
+        "TPU102",
+    )
 
     code, name, category = "TPU102", "xla-step-barrier", "deprecated_xla_api"
     summary = "torch_xla's step barrier: TorchTPU runs eagerly, there is no graph to cut"

@@ -9,7 +9,8 @@ from ._migration import MigrationVisitor
 
 
 class XlaWaitDeviceOps(MigrationVisitor, Rule):
-    __doc__ = migration_doc("""
+    __doc__ = migration_doc(
+        """
     ## What it does
     Flags `xm.wait_device_ops()`. {opt_in}
 
@@ -39,7 +40,9 @@ class XlaWaitDeviceOps(MigrationVisitor, Rule):
     Safe: the same wait, through PyTorch's device-generic API.
 
     {references}
-    """, "TPU115")
+    """,
+        "TPU115",
+    )
 
     code, name, category = "TPU115", "xla-wait-device-ops", "deprecated_xla_api"
     summary = "`xm.wait_device_ops()` is torch_xla's: the public wait is `torch.accelerator.synchronize()`"
@@ -47,7 +50,11 @@ class XlaWaitDeviceOps(MigrationVisitor, Rule):
     fix_availability = "always"
     preview, target, xla_only = True, "torchtpu", True
 
-    VALID = [Valid('import torch\nimport torch_xla\ntorch.accelerator.synchronize()\n')]
+    VALID = [Valid("import torch\nimport torch_xla\ntorch.accelerator.synchronize()\n")]
     INVALID = [
-        Invalid('import torch\nimport torch_xla.core.xla_model as xm\nxm.wait_device_ops()\n', line=3, expected_replacement='import torch\ntorch.accelerator.synchronize()\n'),
+        Invalid(
+            "import torch\nimport torch_xla.core.xla_model as xm\nxm.wait_device_ops()\n",
+            line=3,
+            expected_replacement="import torch\ntorch.accelerator.synchronize()\n",
+        ),
     ]

@@ -19,8 +19,25 @@ from ._common import NEW_SIZED, arg_values, enclosing
 
 _LENGTHY = re.compile(r"(^|_)(lens|lengths|seq_lens|seqlens|sizes|counts|ntokens|n_tokens|num_tokens)$", re.I)
 _TENSOR_ONLY_READS = {"item", "tolist", "int", "long"}
-_TENSOR_SCALAR_METHODS = {"max", "min", "sum", "amax", "amin", "int", "long", "round", "ceil", "floor", "item",
-                          "tolist", "count_nonzero", "argmax", "argmin", "cumsum", "prod"}
+_TENSOR_SCALAR_METHODS = {
+    "max",
+    "min",
+    "sum",
+    "amax",
+    "amin",
+    "int",
+    "long",
+    "round",
+    "ceil",
+    "floor",
+    "item",
+    "tolist",
+    "count_nonzero",
+    "argmax",
+    "argmin",
+    "cumsum",
+    "prod",
+}
 _SHAPE_METHODS = {"size", "dim", "numel", "nelement", "ndimension", "__len__"}
 
 
@@ -299,8 +316,7 @@ def _name_source(ctx, name: ast.Name, depth: int) -> ast.AST | None:
 def _default_for_missing(ctx, name: ast.Name, value: ast.expr) -> bool:
     """`value` is assigned to the parameter `name` only when the call left it out (or passed None)."""
     func = ctx.index.enclosing_function(value)
-    return func is not None and ctx.parameter(name) is not None and \
-        only_without(ctx, value, func, [name.id]) == name.id
+    return func is not None and ctx.parameter(name) is not None and only_without(ctx, value, func, [name.id]) == name.id
 
 
 def _unpacked(ctx, name: str, value: ast.expr) -> ast.expr:
@@ -322,8 +338,12 @@ def _lengthy(ctx, expr: ast.expr) -> bool:
         return False
     # `sizes = [h // p, w // p]`: a list built right here holds what it was built from
     values = ctx.assigned_values(expr)
-    return not (values and all(isinstance(v, (ast.List, ast.Tuple)) and
-                               not any(_data_dependent(ctx, e) for e in v.elts) for v in values))
+    return not (
+        values
+        and all(
+            isinstance(v, (ast.List, ast.Tuple)) and not any(_data_dependent(ctx, e) for e in v.elts) for v in values
+        )
+    )
 
 
 def _subscript_source(ctx, expr: ast.Subscript, depth: int) -> ast.AST | None:

@@ -35,13 +35,23 @@ _PAD_TO_LONGEST_FUNCS = {
 _FIXED_LENGTH_KEYWORDS = ("pad_to_multiple_of", "pad_to_length", "pad_to_multiple", "padding_length", "total_length")
 _COLLATOR_CLASS = re.compile(r"Collat|Batch|Padd", re.I)
 _COLLATE_FUNCTION = re.compile(r"collat|^__call__$|(^|_)batchify|(^|_)pad_batch", re.I)
-_HF_PADDING_COLLATORS = {"DataCollatorWithPadding", "DataCollatorForTokenClassification", "DataCollatorForSeq2Seq",
-                         "DataCollatorForMultipleChoice", "DataCollatorForLanguageModeling",
-                         "DataCollatorForWholeWordMask", "DataCollatorForPermutationLanguageModeling",
-                         "DataCollatorSpeechSeq2SeqWithPadding", "DataCollatorCTCWithPadding"}
+_HF_PADDING_COLLATORS = {
+    "DataCollatorWithPadding",
+    "DataCollatorForTokenClassification",
+    "DataCollatorForSeq2Seq",
+    "DataCollatorForMultipleChoice",
+    "DataCollatorForLanguageModeling",
+    "DataCollatorForWholeWordMask",
+    "DataCollatorForPermutationLanguageModeling",
+    "DataCollatorSpeechSeq2SeqWithPadding",
+    "DataCollatorCTCWithPadding",
+}
 # collators whose `padding` defaults to False / which pad only with pad_to_multiple_of
-_HF_NO_PADDING_DEFAULT = {"DataCollatorForLanguageModeling", "DataCollatorForWholeWordMask",
-                          "DataCollatorForPermutationLanguageModeling"}
+_HF_NO_PADDING_DEFAULT = {
+    "DataCollatorForLanguageModeling",
+    "DataCollatorForWholeWordMask",
+    "DataCollatorForPermutationLanguageModeling",
+}
 _TOKENIZER_CALLEE = re.compile(r"(^|_)(tokenizer|tokeniser|tok|processor|feature_extractor)s?$", re.I)
 _TOKENIZER_METHODS = {"pad", "encode_plus", "batch_encode_plus", "__call__", "apply_chat_template"}
 
@@ -71,8 +81,11 @@ def _in_collate_path(ctx, node: ast.AST) -> bool:
     if name in ctx.collate_functions:
         return True
     cls = ctx.index.enclosing_class(func)
-    if cls is not None and _COLLATOR_CLASS.search(cls.name) and (name in ("__call__", "__init__") or
-                                                                       _COLLATE_FUNCTION.search(name)):
+    if (
+        cls is not None
+        and _COLLATOR_CLASS.search(cls.name)
+        and (name in ("__call__", "__init__") or _COLLATE_FUNCTION.search(name))
+    ):
         return True
     return bool(_COLLATE_FUNCTION.search(name)) and name != "__call__"
 
@@ -88,9 +101,14 @@ def _host_only_result(ctx, call: ast.Call, depth: int = 0) -> bool:
     compiles nothing, whatever its length."""
     node: ast.AST = call
     parent = ctx.parent(node)
-    while isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is node or \
-            isinstance(parent, ast.Call) and isinstance(node, ast.Attribute) and node.attr == "to" and \
-            parent.func is node:  # `.input_ids`, `["input_ids"]`, `.to(device)`
+    while (
+        isinstance(parent, (ast.Attribute, ast.Subscript))
+        and parent.value is node
+        or isinstance(parent, ast.Call)
+        and isinstance(node, ast.Attribute)
+        and node.attr == "to"
+        and parent.func is node
+    ):  # `.input_ids`, `["input_ids"]`, `.to(device)`
         node, parent = parent, ctx.parent(parent)
     if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
         return False
@@ -111,17 +129,29 @@ def _host_only_uses(ctx, func: ast.AST, name: str, depth: int) -> bool:
             node, parent = parent, ctx.parent(parent)
         if isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in ("shape", "ndim"):
             continue
-        if isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in ("size", "numel") and \
-                isinstance(ctx.parent(parent), ast.Call):
+        if (
+            isinstance(parent, ast.Attribute)
+            and parent.value is node
+            and parent.attr in ("size", "numel")
+            and isinstance(ctx.parent(parent), ast.Call)
+        ):
             continue
         if isinstance(parent, ast.Call) and node in parent.args:
             callee = dotted_name(parent.func) or ""
-            if callee == "len" or last_part(callee) in _DECODE_METHODS or \
-                    (ctx.qualified_name(parent.func) or "") == "torch.equal":
+            if (
+                callee == "len"
+                or last_part(callee) in _DECODE_METHODS
+                or (ctx.qualified_name(parent.func) or "") == "torch.equal"
+            ):
                 continue
-        if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1 and \
-                isinstance(parent.targets[0], ast.Name) and parent.targets[0].id != name and \
-                _host_only_uses(ctx, func, parent.targets[0].id, depth + 1):
+        if (
+            isinstance(parent, ast.Assign)
+            and parent.value is node
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0], ast.Name)
+            and parent.targets[0].id != name
+            and _host_only_uses(ctx, func, parent.targets[0].id, depth + 1)
+        ):
             continue  # `tokens = ids[i][start:]`, then only decoded
         return False
     return True
@@ -166,7 +196,7 @@ class PadToLongestInBatch(Rule):
 
     code, name, category = "XLA312", "pad-to-longest-in-batch", "varying_shape"
     summary = "{what} pads each batch to its own longest example: a new sequence length, and a recompilation, per batch"
-    hint = "pad to a fixed length (`padding=\"max_length\", max_length=L`) or to a few buckets (`pad_to_multiple_of=N`)"
+    hint = 'pad to a fixed length (`padding="max_length", max_length=L`) or to a few buckets (`pad_to_multiple_of=N`)'
 
     VALID = [
         Valid(
@@ -309,12 +339,18 @@ class PadToLongestInBatch(Rule):
         fields: dict[str, ast.expr] = {}
         spots: dict[str, ast.AST] = {}
         for statement in node.body:
-            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and \
-                    statement.value is not None:
+            if (
+                isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and statement.value is not None
+            ):
                 fields[statement.target.id] = statement.value
                 spots[statement.target.id] = statement
-            elif isinstance(statement, ast.Assign) and len(statement.targets) == 1 and \
-                    isinstance(statement.targets[0], ast.Name):
+            elif (
+                isinstance(statement, ast.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+            ):
                 fields[statement.targets[0].id] = statement.value
                 spots[statement.targets[0].id] = statement
             elif isinstance(statement, FUNCTIONS) and statement.name == "__init__":
@@ -358,7 +394,8 @@ class PadToLongestInBatch(Rule):
             return None
         qualified = self.ctx.qualified_name(expr) or name
         return _PAD_TO_LONGEST_FUNCS.get(qualified) or (
-            _PAD_TO_LONGEST_FUNCS.get(last_part(qualified)) if last_part(qualified) == "batch_pad_right" else None)
+            _PAD_TO_LONGEST_FUNCS.get(last_part(qualified)) if last_part(qualified) == "batch_pad_right" else None
+        )
 
     # -- calls ----------------------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
@@ -389,15 +426,22 @@ class PadToLongestInBatch(Rule):
         if func == "batch_pad_right" and _in_collate_path(self.ctx, node):
             return "`batch_pad_right(...)` in a collate function"
         padding = keyword(node, "padding")
-        if padding is not None and _longest_padding(padding.value) and not _fixed_padding(node) and \
-                self._tokenizer_call(node) and not _host_only_result(self.ctx, node) and not self._runs_once(node):
+        if (
+            padding is not None
+            and _longest_padding(padding.value)
+            and not _fixed_padding(node)
+            and self._tokenizer_call(node)
+            and not _host_only_result(self.ctx, node)
+            and not self._runs_once(node)
+        ):
             return f"`padding={self.ctx.code(padding.value)}`"
         return None
 
     def _runs_once(self, node: ast.Call) -> bool:
         """Module-level code outside any loop: one call, one shape, one compilation."""
-        return not any(isinstance(a, (*FUNCTIONS, ast.Lambda, *LOOPS, *COMPREHENSIONS))
-                       for a in self.ctx.index.ancestors(node))
+        return not any(
+            isinstance(a, (*FUNCTIONS, ast.Lambda, *LOOPS, *COMPREHENSIONS)) for a in self.ctx.index.ancestors(node)
+        )
 
     def _tokenizer_call(self, node: ast.Call) -> bool:
         name = dotted_name(node.func)
@@ -442,8 +486,6 @@ def _batch_max(ctx, value: ast.expr) -> bool:
     return False
 
 
-
-
 def _sizes_torch_tensor(ctx, func: ast.FunctionDef, assign: ast.Assign, name: str) -> bool:
     """`name` (assigned by `assign`) is used, in `func`, as a size of a torch allocation or of an
     `F.pad`, and is not rounded up to a bucket unconditionally before."""
@@ -451,8 +493,11 @@ def _sizes_torch_tensor(ctx, func: ast.FunctionDef, assign: ast.Assign, name: st
     start = order[assign]
     # an unconditional re-assignment in the same block (`n = ceil(n / 64) * 64`) buckets the size
     for statement in getattr(ctx.parent(assign), ctx.index.field_of(assign)):
-        if order[statement] > start and isinstance(statement, (ast.Assign, ast.AugAssign)) and \
-                name in ctx.code(statement).split("=")[0]:
+        if (
+            order[statement] > start
+            and isinstance(statement, (ast.Assign, ast.AugAssign))
+            and name in ctx.code(statement).split("=")[0]
+        ):
             return False
     for call in ctx.calls_within(func):
         if order[call] <= start:

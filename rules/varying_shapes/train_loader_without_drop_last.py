@@ -52,20 +52,25 @@ class TrainLoaderWithoutDropLast(Rule):
     code, name, category = "XLA311", "train-loader-without-drop-last", "varying_shape"
     summary = "training `DataLoader` without `drop_last=True`: the last partial batch recompiles the step"
     hint = "pass `drop_last=True` (or pad the last batch to the full batch size)"
-    returned = ("`{helper}()` returns a training `DataLoader` without `drop_last=True` (built at {where}): "
-                "the last partial batch recompiles the step")
+    returned = (
+        "`{helper}()` returns a training `DataLoader` without `drop_last=True` (built at {where}): "
+        "the last partial batch recompiles the step"
+    )
     xla_only = True
     fix_availability = "sometimes"
 
-    LOADERS = {"loaders.py": """
+    LOADERS = {
+        "loaders.py": """
         from torch.utils.data import DataLoader
 
         def setup_dataloaders(train_set, val_set, batch_size, collate_fn=None):
             train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True, collate_fn=collate_fn)
             val_loader = DataLoader(val_set, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
             return train_loader, val_loader
-        """}
-    TRAINER = {"trainer.py": """
+        """
+    }
+    TRAINER = {
+        "trainer.py": """
         class Trainer:
             def __init__(self, cfg, model, data_iter, optimizer, device):
                 self.cfg = cfg
@@ -85,7 +90,8 @@ class TrainLoaderWithoutDropLast(Rule):
             def evaluate(self, data_iter):
                 for batch in data_iter:
                     self.model(*batch)
-        """}
+        """
+    }
 
     VALID = [
         Valid(

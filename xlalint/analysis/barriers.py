@@ -99,16 +99,20 @@ class StepBarriers:
         if name == "sync" and qualified.split(".")[0] in ("torch_xla", "torchax", "xlalint"):
             return True
         # `trainer.optimizer_step()`, `self.optimizer_step()` defined elsewhere: can't tell, assume it cuts
-        return name == "optimizer_step" and not qualified.startswith(("torch_xla.", "xlalint.")) and \
-            not any(True for _ in local_callees_of(self.ctx, call))
+        return (
+            name == "optimizer_step"
+            and not qualified.startswith(("torch_xla.", "xlalint."))
+            and not any(True for _ in local_callees_of(self.ctx, call))
+        )
 
     def barriers(self, top: ast.AST) -> list[tuple[ast.Call, frozenset]]:
         """The barrier calls that `top` (a loop or function) runs, directly or through module-local
         functions, with the gates between each and `top`; none in code that never runs on XLA."""
         found = self._barriers.get(top)
         if found is None:
-            found = self._barriers[top] = [(c, g) for c, g in self._calls_run_by(top)
-                                            if self.is_barrier(c) and not self.ctx.in_non_xla_code(c)]
+            found = self._barriers[top] = [
+                (c, g) for c, g in self._calls_run_by(top) if self.is_barrier(c) and not self.ctx.in_non_xla_code(c)
+            ]
         return found
 
     def optimizer_steps(self, top: ast.AST) -> list[tuple[ast.Call, frozenset]]:
@@ -184,8 +188,12 @@ class StepBarriers:
             for earlier in block:
                 if earlier is child:
                     break
-                if isinstance(earlier, ast.If) and not earlier.orelse and skips_rest(earlier.body) and \
-                        periodic_polarity(earlier.test) == ALMOST_ALWAYS:
+                if (
+                    isinstance(earlier, ast.If)
+                    and not earlier.orelse
+                    and skips_rest(earlier.body)
+                    and periodic_polarity(earlier.test) == ALMOST_ALWAYS
+                ):
                     return ("every", _cadence(earlier.test))  # `if (i + 1) % k: continue`
         return ("other", self.ctx.index.order.get(parent, 0), field)
 
@@ -211,8 +219,12 @@ class StepBarriers:
                 if gated_by(self.ctx, child, anc):
                     gates = gates | {self._gate_key(child, anc)}
                 field = self.ctx.index.field_of(child)
-                if isinstance(anc, LOOPS) and (field == "body" or (field == "test" and isinstance(anc, ast.While))) \
-                        and is_step_loop(self.ctx, anc) and not (first and _iterates_names(anc, acted_on)):
+                if (
+                    isinstance(anc, LOOPS)
+                    and (field == "body" or (field == "test" and isinstance(anc, ast.While)))
+                    and is_step_loop(self.ctx, anc)
+                    and not (first and _iterates_names(anc, acted_on))
+                ):
                     top = anc
                     break
                 if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
@@ -321,11 +333,16 @@ class StepBarriers:
         """`for d_step in range(n):` inside a step function, or inside a nested function handed to
         its caller (`def train(x, y): ...; return train`): steps within one batch, whose barrier
         is the business of the loop that calls the function."""
-        if not (isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call)
-                and dotted_name(loop.iter.func) == "range"):
+        if not (
+            isinstance(loop, (ast.For, ast.AsyncFor))
+            and isinstance(loop.iter, ast.Call)
+            and dotted_name(loop.iter.func) == "range"
+        ):
             return False
         func = self.ctx.index.enclosing_function(loop)
-        return func is not None and (self.ctx.is_step_function(func) or self.ctx.index.enclosing_function(func) is not None)
+        return func is not None and (
+            self.ctx.is_step_function(func) or self.ctx.index.enclosing_function(func) is not None
+        )
 
     def loader_kind(self, expr: ast.expr | None, depth: int = 0) -> str:
         if expr is None or depth > MAX_DEPTH:
@@ -343,8 +360,12 @@ class StepBarriers:
                 return _combine(kinds) if kinds else UNKNOWN_BATCHES
             callees = list(local_callees_of(self.ctx, expr))
             if callees:  # a loader built by a function of this module: what it returns
-                returned = [r.value for f in callees for r in ast.walk(f) if isinstance(r, ast.Return)
-                            and r.value is not None and self.ctx.index.enclosing_function(r) is f]
+                returned = [
+                    r.value
+                    for f in callees
+                    for r in ast.walk(f)
+                    if isinstance(r, ast.Return) and r.value is not None and self.ctx.index.enclosing_function(r) is f
+                ]
                 return _combine([self.loader_kind(v, depth + 1) for v in returned]) if returned else UNKNOWN_BATCHES
             if isinstance(expr.func, ast.Attribute):
                 # `metric_logger.log_every(loader, ...)`: a method around a loader it is given
@@ -355,7 +376,9 @@ class StepBarriers:
             # `pl.MpDeviceLoader(loader, device) if xla else loader`
             return _combine([self.loader_kind(expr.body, depth + 1), self.loader_kind(expr.orelse, depth + 1)])
         if isinstance(expr, (ast.Name, ast.Attribute)):
-            if isinstance(expr, ast.Name) and (self._data_parallel_loader(expr) or passed_device_loader(self.ctx, expr)):
+            if isinstance(expr, ast.Name) and (
+                self._data_parallel_loader(expr) or passed_device_loader(self.ctx, expr)
+            ):
                 return DEVICE_BATCHES
             values = self.values(expr)
             return _combine([self.loader_kind(v, depth + 1) for v in values]) if values else UNKNOWN_BATCHES
@@ -375,9 +398,15 @@ class StepBarriers:
             return False
         for call in self.ctx.index.calls:
             args = positional(call)
-            if args and last_part(dotted_name(args[0])) == func.name and any(
-                    isinstance(v, ast.Call) and self.ctx.qualified_name(v.func) ==
-                    "torch_xla.distributed.data_parallel.DataParallel" for v in self.values(call.func)):
+            if (
+                args
+                and last_part(dotted_name(args[0])) == func.name
+                and any(
+                    isinstance(v, ast.Call)
+                    and self.ctx.qualified_name(v.func) == "torch_xla.distributed.data_parallel.DataParallel"
+                    for v in self.values(call.func)
+                )
+            ):
                 return True
         return False
 
@@ -463,8 +492,10 @@ class StepBarriers:
         for value in values:
             if isinstance(value, ast.Subscript):
                 value = value.value
-            if isinstance(value, ast.Call) and (self.framework_prepared(value) or (
-                    method_name(value) == "optimizers" and self.in_framework_class(value))):
+            if isinstance(value, ast.Call) and (
+                self.framework_prepared(value)
+                or (method_name(value) == "optimizers" and self.in_framework_class(value))
+            ):
                 return True
         return not values and self.imports_framework
 
@@ -491,13 +522,18 @@ class StepBarriers:
     def has_device_loader(self) -> bool:
         """A device loader (or a framework-prepared object) is built somewhere in this file's XLA
         code: where a loop's loader can't be traced, it may well be that one."""
-        return any((DEVICE_LOADER.match(last_part(dotted_name(c.func))) or self.framework_prepared(c))
-                   and not self.ctx.in_non_xla_code(c) for c in self.ctx.index.calls)
+        return any(
+            (DEVICE_LOADER.match(last_part(dotted_name(c.func))) or self.framework_prepared(c))
+            and not self.ctx.in_non_xla_code(c)
+            for c in self.ctx.index.calls
+        )
 
     @cached_property
     def has_per_step_barrier(self) -> bool:
-        return any(self.is_barrier(c) and self.ctx.is_per_step(c, periodic=True) and not self.ctx.in_non_xla_code(c)
-                   for c in self.ctx.index.calls)
+        return any(
+            self.is_barrier(c) and self.ctx.is_per_step(c, periodic=True) and not self.ctx.in_non_xla_code(c)
+            for c in self.ctx.index.calls
+        )
 
     # -- gradient reduction ------------------------------------------------------------------------------
     def gradient_reducer(self, optimizer: ast.expr | None, paths: list[StepPath]) -> str | None:
@@ -531,13 +567,18 @@ class StepBarriers:
         index = self.ctx.index
         owned = bool(GRADIENT_REDUCERS.keys() & index.all_names) or any(
             b.qualified == m or b.qualified.startswith(m + ".")
-            for b in index.imports.values() for m in GRADIENT_REDUCER_MODULES)
+            for b in index.imports.values()
+            for m in GRADIENT_REDUCER_MODULES
+        )
         return not owned and (self.ctx.project.replicas or any(self._replicas(call) for call in index.calls))
 
     def _replicas(self, call: ast.Call) -> bool:
         qualified = self.ctx.qualified_name(call.func)
-        return qualified in REPLICA_LAUNCH or qualified in WORLD_SIZE or \
-            bool(DEVICE_LOADER.match(last_part(dotted_name(call.func)) or method_name(call) or ""))
+        return (
+            qualified in REPLICA_LAUNCH
+            or qualified in WORLD_SIZE
+            or bool(DEVICE_LOADER.match(last_part(dotted_name(call.func)) or method_name(call) or ""))
+        )
 
     def late_reduction(self, node: ast.Call) -> ast.Call | None:
         """The optimizer step that reduces the gradients (`xm.optimizer_step(...)`) after `node` in the
@@ -550,8 +591,11 @@ class StepBarriers:
         if any(order[c] < order[node] and self.ctx.qualified_name(c.func) in EARLY_REDUCTION for c in calls):
             return None
         for call in calls:
-            if order[call] > order[node] and self.ctx.qualified_name(call.func) in LATE_REDUCTION and \
-                    self.same_step(node, call):
+            if (
+                order[call] > order[node]
+                and self.ctx.qualified_name(call.func) in LATE_REDUCTION
+                and self.same_step(node, call)
+            ):
                 return call
         return None
 
@@ -571,8 +615,9 @@ class StepBarriers:
         fields = self.ctx.index.field_of(below), self.ctx.index.field_of(other)
         if isinstance(common, (ast.If, ast.IfExp)) and fields[0] != fields[1]:
             return False
-        if isinstance(below, (ast.ExceptHandler, ast.match_case)) or isinstance(other, (ast.ExceptHandler,
-                                                                                       ast.match_case)):
+        if isinstance(below, (ast.ExceptHandler, ast.match_case)) or isinstance(
+            other, (ast.ExceptHandler, ast.match_case)
+        ):
             return False
         for node in (first, second):
             for anc in self.ctx.index.ancestors(node):

@@ -56,8 +56,11 @@ class CompileOptions:
 
     def merge(self, other: CompileOptions) -> CompileOptions:
         """A function compiled twice (or reached from two compiled callers): the stricter reading."""
-        dynamic = False if False in (self.dynamic, other.dynamic) else (self.dynamic if self.dynamic is not None
-                                                                         else other.dynamic)
+        dynamic = (
+            False
+            if False in (self.dynamic, other.dynamic)
+            else (self.dynamic if self.dynamic is not None else other.dynamic)
+        )
         return CompileOptions(dynamic, self.backend or other.backend, self.fullgraph or other.fullgraph)
 
     def key(self) -> str:
@@ -87,14 +90,19 @@ def options_of(ctx: FileContext, spec: ast.expr) -> CompileOptions:
     fullgraph = keyword_value(spec, "fullgraph") or keyword_value(spec, "nopython")
     if backend is None and ctx.qualified_name(spec.func) == "torch._dynamo.optimize" and spec.args:
         backend = spec.args[0]
-    return CompileOptions(dynamic.value if isinstance(dynamic, ast.Constant) and isinstance(dynamic.value, bool)
-                          else None, string_value(backend),
-                          isinstance(fullgraph, ast.Constant) and fullgraph.value is True)
+    return CompileOptions(
+        dynamic.value if isinstance(dynamic, ast.Constant) and isinstance(dynamic.value, bool) else None,
+        string_value(backend),
+        isinstance(fullgraph, ast.Constant) and fullgraph.value is True,
+    )
 
 
 def _is_partial(ctx: FileContext, call: ast.Call) -> bool:
-    return ctx.qualified_name(call.func) in ("functools.partial", "partial") and bool(call.args) and \
-        ctx.qualified_name(call.args[0]) in COMPILERS
+    return (
+        ctx.qualified_name(call.func) in ("functools.partial", "partial")
+        and bool(call.args)
+        and ctx.qualified_name(call.args[0]) in COMPILERS
+    )
 
 
 def _compiler(ctx: FileContext, spec: ast.expr) -> bool:
@@ -119,7 +127,8 @@ class CompiledRegions:
         self.disabled: set[ast.AST] = set()
         self.compile_calls: list[ast.Call] = []  # `torch.compile(...)` calls (not decorators)
         if ctx.index.imports.get("torch") is None and not any(
-                b.qualified.split(".")[0] == "torch" for b in ctx.index.imports.values()):
+            b.qualified.split(".")[0] == "torch" for b in ctx.index.imports.values()
+        ):
             self.functions: dict[ast.AST, CompileOptions] = {}
             return
         self._find_roots()
@@ -145,18 +154,23 @@ class CompiledRegions:
             elif name == "torch.compile" and call.args:
                 self.compile_calls.append(call)
                 self._compiled_call(call, call.args[0], options_of(ctx, call))
-            elif isinstance(call.func, ast.Call) and ctx.qualified_name(call.func.func) == "torch._dynamo.optimize" \
-                    and call.args:  # `torch._dynamo.optimize("eager")(f)`
+            elif (
+                isinstance(call.func, ast.Call)
+                and ctx.qualified_name(call.func.func) == "torch._dynamo.optimize"
+                and call.args
+            ):  # `torch._dynamo.optimize("eager")(f)`
                 self._compiled_call(call, call.args[0], options_of(ctx, call.func))
             elif isinstance(call.func, ast.Attribute) and call.func.attr == "compile" and name not in COMPILERS:
                 for cls in self._instance_classes(call.func.value):  # `model.compile()`
-                    self._module_root(cls, options_of(ctx, ast.Call(func=call.func, args=[], keywords=call.keywords)),
-                                      dotted_name(call.func.value))
+                    self._module_root(
+                        cls,
+                        options_of(ctx, ast.Call(func=call.func, args=[], keywords=call.keywords)),
+                        dotted_name(call.func.value),
+                    )
 
     def _compiled_call(self, call: ast.Call, target: ast.expr, options: CompileOptions) -> None:
         parent = self.ctx.index.parent(call)
-        bound = dotted_name(parent.targets[0]) if isinstance(parent, ast.Assign) and len(parent.targets) == 1 \
-            else None
+        bound = dotted_name(parent.targets[0]) if isinstance(parent, ast.Assign) and len(parent.targets) == 1 else None
         if isinstance(target, ast.Lambda):
             self._root(target, options)
             if bound:
@@ -271,7 +285,9 @@ class CompiledRegions:
                 field = self.ctx.index.field_of(child)
                 if (field == "body" and polarity < 0) or (field == "orelse" and polarity > 0):
                     return None
-            if isinstance(child, ast.stmt) and self.ctx.index.after_in_block(child, "compiling-exit", self._compiling_exit):
+            if isinstance(child, ast.stmt) and self.ctx.index.after_in_block(
+                child, "compiling-exit", self._compiling_exit
+            ):
                 return None  # below `if torch.compiler.is_compiling(): return ...`
             if anc in self.functions:
                 return anc
@@ -283,8 +299,12 @@ class CompiledRegions:
     def _compiling_exit(self, statement: ast.stmt) -> bool:
         from .guards import exits_block
 
-        return isinstance(statement, ast.If) and not statement.orelse and exits_block(statement.body) and \
-            self._compiling_test(statement.test) > 0
+        return (
+            isinstance(statement, ast.If)
+            and not statement.orelse
+            and exits_block(statement.body)
+            and self._compiling_test(statement.test) > 0
+        )
 
     def _compiling_test(self, test: ast.expr) -> int:
         """1: `test` is true while Dynamo traces (`is_compiling()`); -1: false (`torch.jit.is_scripting()`,
@@ -315,8 +335,11 @@ class CompiledRegions:
         found = self.callables.get(name)
         if found is not None:
             return found
-        if isinstance(call.func, ast.Call) and self.ctx.qualified_name(call.func.func) == "torch.compile" \
-                and call.func.args:  # `torch.compile(f)(x)`
+        if (
+            isinstance(call.func, ast.Call)
+            and self.ctx.qualified_name(call.func.func) == "torch.compile"
+            and call.func.args
+        ):  # `torch.compile(f)(x)`
             funcs = self.functions_named(call.func.args[0])
             return (funcs[0], options_of(self.ctx, call.func)) if funcs else None
         return None
@@ -329,7 +352,7 @@ class CompiledRegions:
             for target in node.targets:
                 name = self.ctx.qualified_name(target) or ""
                 if name.startswith(CONFIG) and isinstance(node.value, ast.Constant):
-                    found[name[len(CONFIG):]] = node.value.value is True
+                    found[name[len(CONFIG) :]] = node.value.value is True
         return found
 
     def captures(self, switch: str) -> bool:
@@ -426,8 +449,7 @@ def compiled_arguments(ctx: FileContext, param: ast.arg) -> list[ast.expr] | Non
     if position is not None and params and params[0].arg in ("self", "cls"):
         position -= 1
     names = {name for name, (f, _) in regions.callables.items() if f is func}
-    values = [argument(call, position, param.arg) for call in ctx.index.calls
-              if dotted_name(call.func) in names]
+    values = [argument(call, position, param.arg) for call in ctx.index.calls if dotted_name(call.func) in names]
     if not values or any(v is None for v in values):
         return None
     return values
@@ -439,5 +461,13 @@ def passed_positions(func: ast.AST) -> list[str]:
     return params[1:] if params and params[0] in ("self", "cls") else params
 
 
-__all__ = ["CompileOptions", "CompiledRegions", "RECOMPILE_LIMIT", "compiled_arguments", "options_of",
-           "passed_positions", "positional", "summary_entries"]
+__all__ = [
+    "CompileOptions",
+    "CompiledRegions",
+    "RECOMPILE_LIMIT",
+    "compiled_arguments",
+    "options_of",
+    "passed_positions",
+    "positional",
+    "summary_entries",
+]

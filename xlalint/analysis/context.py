@@ -25,15 +25,26 @@ if TYPE_CHECKING:
 XLA_MODULES = ("torch_xla", "torchax")
 # What these names mean in torch_xla code by universal convention, when no import binds them (they
 # are passed around: `def _mp_fn(rank, cfg, xm):`).
-CONVENTIONAL_MODULES = {"xm": "torch_xla.core.xla_model", "xr": "torch_xla.runtime",
-                        "xmp": "torch_xla.distributed.xla_multiprocessing"}
+CONVENTIONAL_MODULES = {
+    "xm": "torch_xla.core.xla_model",
+    "xr": "torch_xla.runtime",
+    "xmp": "torch_xla.distributed.xla_multiprocessing",
+}
 MAX_CALL_SITES = 8  # call sites read for what a parameter is passed
 _NOT_ENTERED = frozenset({*FUNCTIONS, ast.Lambda, ast.ClassDef})  # see `calls_within`
 
 
 class FileContext:
-    def __init__(self, path: Path, tree: ast.Module, text: SourceText, *, assume_xla: bool = False,
-                 project: ProjectFacts = NO_PROJECT, target_version: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        tree: ast.Module,
+        text: SourceText,
+        *,
+        assume_xla: bool = False,
+        project: ProjectFacts = NO_PROJECT,
+        target_version: tuple[int, ...] | None = None,
+    ) -> None:
         self.path = path
         self.tree = tree
         self.text = text
@@ -69,7 +80,9 @@ class FileContext:
     @cached_property
     def imports_jax(self) -> bool:
         """The file imports jax (or a library built on it: flax, optax, equinox)."""
-        return any(b.qualified.split(".")[0] in ("jax", "flax", "optax", "equinox") for b in self.index.imports.values())
+        return any(
+            b.qualified.split(".")[0] in ("jax", "flax", "optax", "equinox") for b in self.index.imports.values()
+        )
 
     @property
     def uses_xla(self) -> bool:
@@ -109,8 +122,9 @@ class FileContext:
         found = self._calls_within.get(owner)
         if found is None:
             found = []
-            roots = owner.body if isinstance(owner, (*FUNCTIONS, ast.For, ast.AsyncFor, ast.While, ast.Module)) \
-                else [owner]
+            roots = (
+                owner.body if isinstance(owner, (*FUNCTIONS, ast.For, ast.AsyncFor, ast.While, ast.Module)) else [owner]
+            )
             stack = list(roots)
             push, node_type, call = stack.append, ast.AST, ast.Call
             while stack:  # ast.iter_child_nodes inlined: this walk is a tenth of a cold run
@@ -231,8 +245,10 @@ class FileContext:
 
     def trains_externally(self, call: ast.Call) -> bool:
         """`call` runs a function of another module that trains (a backward or optimizer step)."""
-        return bool(self.project.training_calls) and \
-            (call.lineno, self.text.column(call.lineno, call.col_offset)) in self.project.training_calls
+        return (
+            bool(self.project.training_calls)
+            and (call.lineno, self.text.column(call.lineno, call.col_offset)) in self.project.training_calls
+        )
 
     def helper_reads(self, call: ast.Call) -> tuple[str, str, tuple[ParamRead, ...]] | None:
         """(the function as called, its file, its host reads of its arguments) when `call` runs a
@@ -247,7 +263,9 @@ class FileContext:
         if not self.project.helper_calls:
             return []
         at = (call.lineno, self.text.column(call.lineno, call.col_offset))
-        return [(helper, path, detail) for where, k, helper, path, detail in self._helper_calls.get(at, ()) if k == kind]
+        return [
+            (helper, path, detail) for where, k, helper, path, detail in self._helper_calls.get(at, ()) if k == kind
+        ]
 
     @cached_property
     def _helper_calls(self) -> dict[tuple[int, int], list[tuple]]:
@@ -330,8 +348,12 @@ class FileContext:
                         return True
                     if isinstance(anc.op, ast.And) and polarity == guards.NEGATIVE:
                         return True
-            elif isinstance(anc, ast.ExceptHandler) and field == "body" and anc.type is not None and \
-                    guards.xla_polarity(anc.type) == guards.NEGATIVE:
+            elif (
+                isinstance(anc, ast.ExceptHandler)
+                and field == "body"
+                and anc.type is not None
+                and guards.xla_polarity(anc.type) == guards.NEGATIVE
+            ):
                 return True  # `except torch.cuda.OutOfMemoryError:` fallbacks
             elif isinstance(anc, ast.ClassDef) and guards.names_non_xla_backend(anc.name):
                 return True  # `class GemmaFlashAttention2`, `class CudaGraphRunner`: another backend's code
@@ -421,8 +443,11 @@ class FileContext:
         for loop in self.index.ancestors(second):
             if loop is scope:
                 break
-            if isinstance(loop, LOOPS) and loop not in first_loops and \
-                    any(loop in self.index.ancestors(node) for node in bindings):
+            if (
+                isinstance(loop, LOOPS)
+                and loop not in first_loops
+                and any(loop in self.index.ancestors(node) for node in bindings)
+            ):
                 return False
         return True
 
@@ -471,10 +496,11 @@ class FileContext:
                     return True
             elif isinstance(anc, ast.BoolOp) and field == "values":
                 wanted = 1 if isinstance(anc.op, ast.And) else -1
-                if any(_none_test(v, name) == wanted for v in anc.values[:anc.values.index(child)]):
+                if any(_none_test(v, name) == wanted for v in anc.values[: anc.values.index(child)]):
                     return True
             if isinstance(child, ast.stmt) and self.index.after_in_block(
-                    child, f"none-exit:{name}", lambda earlier: _none_exit(earlier, name)):
+                child, f"none-exit:{name}", lambda earlier: _none_exit(earlier, name)
+            ):
                 return True
             if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
                 return False
@@ -487,8 +513,11 @@ class FileContext:
         for anc in self.index.ancestors(name):
             if anc is scope:
                 return False
-            if isinstance(anc, (ast.For, ast.AsyncFor)) and self.index.field_of(child) != "iter" and \
-                    name.id in target_names(anc.target):
+            if (
+                isinstance(anc, (ast.For, ast.AsyncFor))
+                and self.index.field_of(child) != "iter"
+                and name.id in target_names(anc.target)
+            ):
                 return True
             child = anc
         return False
@@ -590,8 +619,12 @@ class FileContext:
 
 def _none_exit(earlier: ast.stmt, name: str) -> bool:
     """`if name is None: return` (or raise/continue/break): what follows runs only when it is not None."""
-    return isinstance(earlier, ast.If) and not earlier.orelse and guards.exits_block(earlier.body) \
+    return (
+        isinstance(earlier, ast.If)
+        and not earlier.orelse
+        and guards.exits_block(earlier.body)
         and _none_test(earlier.test, name) == -1
+    )
 
 
 def _none_test(test: ast.expr, name: str) -> int:
@@ -601,9 +634,21 @@ def _none_test(test: ast.expr, name: str) -> int:
         return -_none_test(test.operand, name) if isinstance(test.operand, ast.Name) else 0
     if isinstance(test, ast.Name):
         return 1 if test.id == name else 0
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and \
-            test.left.id == name and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
-        return 1 if isinstance(test.ops[0], (ast.IsNot, ast.NotEq)) else -1 if isinstance(test.ops[0], (ast.Is, ast.Eq)) else 0
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.left, ast.Name)
+        and test.left.id == name
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return (
+            1
+            if isinstance(test.ops[0], (ast.IsNot, ast.NotEq))
+            else -1
+            if isinstance(test.ops[0], (ast.Is, ast.Eq))
+            else 0
+        )
     return 0
 
 
@@ -616,6 +661,7 @@ def _moves_to_host(value: ast.expr) -> bool:
         return True
     if method == "to":
         from .tensors import names_cpu
+
         targets = [k.value for k in value.keywords if k.arg == "device"] or value.args[:1]
         return any(names_cpu(t) for t in targets)
     return False
@@ -623,5 +669,9 @@ def _moves_to_host(value: ast.expr) -> bool:
 
 def _xla_exit(earlier: ast.stmt) -> bool:
     """`if is_xla: return` (or raise/continue): what follows runs off XLA only."""
-    return isinstance(earlier, ast.If) and not earlier.orelse and guards.exits_block(earlier.body) \
+    return (
+        isinstance(earlier, ast.If)
+        and not earlier.orelse
+        and guards.exits_block(earlier.body)
         and guards.xla_polarity(earlier.test) == guards.POSITIVE
+    )

@@ -74,6 +74,7 @@ def xla_polarity(test: ast.expr) -> int:
 def _cpu_device_test(left: ast.expr, right: ast.expr) -> bool:
     """A device (`t.device`, `t.device.type`, `device`) compared with the CPU (`"cpu"`,
     `torch.device("cpu")`): XLA tensors are never there."""
+
     def cpu(node: ast.expr) -> bool:
         if isinstance(node, ast.Call) and dotted_name(node.func) in ("torch.device", "device") and node.args:
             node = node.args[0]

@@ -247,9 +247,25 @@ def _record(index: ModuleIndex, node: ast.AST, scope: ast.AST, guards: int) -> N
 
 
 # the node types `_record` files besides Name, Attribute and Call (which `build_index` files itself)
-_RECORDED = frozenset({*FUNCTIONS, ast.ClassDef, ast.arg, ast.keyword, ast.alias, ast.Assign, ast.AnnAssign,
-                       ast.AugAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.While, ast.withitem, ast.Import,
-                       ast.ImportFrom})
+_RECORDED = frozenset(
+    {
+        *FUNCTIONS,
+        ast.ClassDef,
+        ast.arg,
+        ast.keyword,
+        ast.alias,
+        ast.Assign,
+        ast.AnnAssign,
+        ast.AugAssign,
+        ast.NamedExpr,
+        ast.For,
+        ast.AsyncFor,
+        ast.While,
+        ast.withitem,
+        ast.Import,
+        ast.ImportFrom,
+    }
+)
 
 
 def _bind(index: ModuleIndex, scope: ast.AST, name: str, value: ast.expr | None) -> None:
@@ -263,8 +279,11 @@ def _bind_target(index: ModuleIndex, scope: ast.AST, target: ast.expr, value: as
     if isinstance(target, ast.Name):
         _bind(index, scope, target.id, value)
     elif isinstance(target, (ast.Tuple, ast.List)):
-        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) and \
-                not any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts)):
+        if (
+            isinstance(value, (ast.Tuple, ast.List))
+            and len(value.elts) == len(target.elts)
+            and not any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts))
+        ):
             # `a, b = x, y.tolist()`: each name gets its own element
             for element, element_value in zip(target.elts, value.elts):
                 _bind_target(index, scope, element, element_value)
@@ -318,9 +337,14 @@ def loop_bindings(target: ast.expr, iterable: ast.expr):
 
 def _zip_of(target: ast.Tuple | ast.List, iterable: ast.expr | None) -> bool:
     """`iterable` is `zip(a, b, ...)` with one plain argument per element of `target`."""
-    return isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "zip" and not iterable.keywords \
-        and len(iterable.args) == len(target.elts) and not any(isinstance(a, ast.Starred) for a in iterable.args) \
+    return (
+        isinstance(iterable, ast.Call)
+        and dotted_name(iterable.func) == "zip"
+        and not iterable.keywords
+        and len(iterable.args) == len(target.elts)
+        and not any(isinstance(a, ast.Starred) for a in iterable.args)
         and not any(isinstance(e, ast.Starred) for e in target.elts)
+    )
 
 
 def target_names(target: ast.expr):

@@ -23,17 +23,36 @@ if TYPE_CHECKING:
     from .context import FileContext
 
 # transformations whose function runs on tracers (not `jax.grad`: outside jit it sees values)
-TRACING = {"jax.jit", "jax.pmap", "jax.vmap", "jax.checkpoint", "jax.remat", "jax.shard_map",
-           "jax.experimental.shard_map.shard_map", "jax.experimental.pjit.pjit", "flax.linen.jit",
-           "flax.nnx.jit", "flax.nnx.pmap", "flax.nnx.vmap", "flax.nnx.shard_map", "flax.nnx.remat",
-           *(f"equinox.filter_{t}" for t in ("jit", "vmap", "pmap", "checkpoint"))}
+TRACING = {
+    "jax.jit",
+    "jax.pmap",
+    "jax.vmap",
+    "jax.checkpoint",
+    "jax.remat",
+    "jax.shard_map",
+    "jax.experimental.shard_map.shard_map",
+    "jax.experimental.pjit.pjit",
+    "flax.linen.jit",
+    "flax.nnx.jit",
+    "flax.nnx.pmap",
+    "flax.nnx.vmap",
+    "flax.nnx.shard_map",
+    "flax.nnx.remat",
+    *(f"equinox.filter_{t}" for t in ("jit", "vmap", "pmap", "checkpoint")),
+}
 # Equinox's filtered transformations trace only the arrays they are given: any other argument (a
 # Python number, a bool, a function, a module's static field) is static, a compile-time constant
 FILTERED = {"equinox.filter_jit", "equinox.filter_vmap", "equinox.filter_pmap", "equinox.filter_checkpoint"}
 SHARD_MAPS = {"jax.shard_map", "jax.experimental.shard_map.shard_map", "flax.nnx.shard_map"}
 # control-flow primitives: (qualified name, positions of the functions they trace)
-CONTROL_FLOW = {"jax.lax.scan": (0,), "jax.lax.fori_loop": (2,), "jax.lax.while_loop": (0, 1),
-                "jax.lax.cond": (1, 2), "jax.lax.map": (0,), "jax.lax.associative_scan": (0,)}
+CONTROL_FLOW = {
+    "jax.lax.scan": (0,),
+    "jax.lax.fori_loop": (2,),
+    "jax.lax.while_loop": (0, 1),
+    "jax.lax.cond": (1, 2),
+    "jax.lax.map": (0,),
+    "jax.lax.associative_scan": (0,),
+}
 # functions that call the function they are given on the leaves of the pytrees that follow it
 TREE_MAPS = {"jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map", "equinox.filter", "optax.tree_map_params"}
 
@@ -111,8 +130,11 @@ def _is_tracing(ctx: FileContext, decorator: ast.expr) -> bool:
 
 
 def _is_partial_of_tracing(ctx: FileContext, call: ast.Call) -> bool:
-    return ctx.qualified_name(call.func) in ("functools.partial", "partial") and bool(call.args) and \
-        ctx.qualified_name(call.args[0]) in TRACING
+    return (
+        ctx.qualified_name(call.func) in ("functools.partial", "partial")
+        and bool(call.args)
+        and ctx.qualified_name(call.args[0]) in TRACING
+    )
 
 
 def _transformation(ctx: FileContext, spec: ast.expr) -> str:
@@ -142,23 +164,48 @@ def enclosing_traced(ctx: FileContext, node: ast.AST) -> ast.AST | None:
 
 def _tests_host_array(ctx: FileContext, test: ast.expr) -> bool:
     """`isinstance(x, np.ndarray)` (or a tuple of NumPy types): never true of a tracer."""
-    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
-            and len(test.args) == 2):
+    if not (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+        and len(test.args) == 2
+    ):
         return False
     kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
     return all((ctx.qualified_name(k) or "").startswith("numpy.") for k in kinds)
 
 
-
 # values known while tracing: an array's metadata, and what jnp computes from metadata only
-STATIC_ATTRIBUTES = {"shape", "ndim", "dtype", "size", "itemsize", "nbytes", "aval", "sharding", "weak_type",
-                     "out_sharding", "sharding_names", "metadata"}  # a Flax Variable's metadata too
+STATIC_ATTRIBUTES = {
+    "shape",
+    "ndim",
+    "dtype",
+    "size",
+    "itemsize",
+    "nbytes",
+    "aval",
+    "sharding",
+    "weak_type",
+    "out_sharding",
+    "sharding_names",
+    "metadata",
+}  # a Flax Variable's metadata too
 # a module's attributes are its static structure (`model.dim`, `model.num_heads`); its arrays live in
 # Variables, read through `.value` (or `[...]`), and what an array attribute computes
 MODULE_PARAMETER = re.compile(r"^(model|module|net|network|mdl|m|self|layer|block|encoder|decoder)$|_(model|module)$")
 ARRAY_ATTRIBUTES = {"T", "mT", "real", "imag", "value"}
-STATIC_FUNCTIONS = {"jax.numpy.shape", "jax.numpy.ndim", "jax.numpy.size", "jax.numpy.result_type",
-                    "jax.numpy.dtype", "jax.numpy.iinfo", "jax.numpy.finfo", "len", "isinstance", "type"}
+STATIC_FUNCTIONS = {
+    "jax.numpy.shape",
+    "jax.numpy.ndim",
+    "jax.numpy.size",
+    "jax.numpy.result_type",
+    "jax.numpy.dtype",
+    "jax.numpy.iinfo",
+    "jax.numpy.finfo",
+    "len",
+    "isinstance",
+    "type",
+}
 MAX_DEPTH = 8
 Function = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda  # what JAX stages: a def or a lambda
 
@@ -182,10 +229,16 @@ def traced_parameters(ctx: FileContext, func: ast.AST) -> set[str]:
         return set(names[: max(_passed(ctx, c) for c in bodies)])
     specs = [c for c in staging if c not in bodies]
     decorators = [d for d in getattr(func, "decorator_list", []) if _is_tracing(ctx, d)]
-    if decorators and any(_transformation(ctx, d) in FILTERED for d in decorators) or \
-            any(_transformation(ctx, c) in FILTERED for c in specs):
-        return {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)
-                if a.arg in names and _annotated_array(a)}
+    if (
+        decorators
+        and any(_transformation(ctx, d) in FILTERED for d in decorators)
+        or any(_transformation(ctx, c) in FILTERED for c in specs)
+    ):
+        return {
+            a.arg
+            for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)
+            if a.arg in names and _annotated_array(a)
+        }
     static = _static_names(func, specs) | _unmapped(ctx, func, specs) | _defaults_kept(ctx, func)
     return {n for n in names if n not in static}
 
@@ -206,7 +259,7 @@ def _defaults_kept(ctx: FileContext, func: ast.AST) -> set[str]:
     for call in ctx.calls_of(func.name):
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
             return set()  # `f(*args, **kw)`: anything may be passed
-        kept -= {k.arg for k in call.keywords} | set(order[:len(call.args)])
+        kept -= {k.arg for k in call.keywords} | set(order[: len(call.args)])
     return kept
 
 
@@ -237,14 +290,22 @@ def _unmapped(ctx: FileContext, func: Function, specs: list[ast.Call]) -> set[st
         else:
             continue
         if isinstance(value, (ast.Tuple, ast.List)):
-            unmapped |= {params[i] for i, e in enumerate(value.elts)
-                         if i < len(params) and isinstance(e, ast.Constant) and e.value is None}
+            unmapped |= {
+                params[i]
+                for i, e in enumerate(value.elts)
+                if i < len(params) and isinstance(e, ast.Constant) and e.value is None
+            }
     return unmapped
 
 
 # how many arguments a control-flow primitive passes the functions it traces
-PASSED = {"jax.lax.scan": 2, "jax.lax.fori_loop": 2, "jax.lax.while_loop": 1, "jax.lax.map": 1,
-          "jax.lax.associative_scan": 2}
+PASSED = {
+    "jax.lax.scan": 2,
+    "jax.lax.fori_loop": 2,
+    "jax.lax.while_loop": 1,
+    "jax.lax.map": 1,
+    "jax.lax.associative_scan": 2,
+}
 
 
 def _passed(ctx: FileContext, call: ast.Call) -> int:
@@ -267,8 +328,11 @@ def _static_names(func: Function, staging: list[ast.Call]) -> set[str]:
             if kw.arg == "static_argnames":
                 static |= {v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)}
             elif kw.arg == "static_argnums":
-                static |= {args[v.value].arg for v in values if isinstance(v, ast.Constant)
-                           and isinstance(v.value, int) and -len(args) <= v.value < len(args)}
+                static |= {
+                    args[v.value].arg
+                    for v in values
+                    if isinstance(v, ast.Constant) and isinstance(v.value, int) and -len(args) <= v.value < len(args)
+                }
     return static
 
 
@@ -365,8 +429,11 @@ def _tree_map_operand(ctx: FileContext, func: ast.AST, param: str) -> ast.expr |
     """For a function handed to `jax.tree.map(f, t0, t1, ...)`, the pytree whose leaves its
     parameter `param` receives."""
     call = ctx.index.parent(func)
-    if not isinstance(func, (ast.Lambda, *FUNCTIONS)) or not isinstance(call, ast.Call) or \
-            (ctx.qualified_name(call.func) or "") not in TREE_MAPS:
+    if (
+        not isinstance(func, (ast.Lambda, *FUNCTIONS))
+        or not isinstance(call, ast.Call)
+        or (ctx.qualified_name(call.func) or "") not in TREE_MAPS
+    ):
         return None
     args = positional(call)
     if not args or args[0] is not func:
@@ -389,8 +456,11 @@ def _module_root(ctx: FileContext, attribute: ast.Attribute) -> bool:
     if MODULE_PARAMETER.search(root.id):
         return True
     param = ctx.parameter(root)
-    return param is not None and param.annotation is not None and \
-        re.search(r"(Module|Model)\b", ast.unparse(param.annotation)) is not None
+    return (
+        param is not None
+        and param.annotation is not None
+        and re.search(r"(Module|Model)\b", ast.unparse(param.annotation)) is not None
+    )
 
 
 def _binding_function(ctx: FileContext, name: ast.Name) -> ast.AST | None:
@@ -404,9 +474,25 @@ def _binding_function(ctx: FileContext, name: ast.Name) -> ast.AST | None:
 
 
 # jnp functions whose result is boolean, elementwise on their arguments
-BOOLEAN_FUNCTIONS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_and", "logical_or",
-                     "logical_not", "logical_xor", "equal", "not_equal", "greater", "greater_equal", "less",
-                     "less_equal", "isclose", "signbit"}
+BOOLEAN_FUNCTIONS = {
+    "isnan",
+    "isinf",
+    "isfinite",
+    "isneginf",
+    "isposinf",
+    "logical_and",
+    "logical_or",
+    "logical_not",
+    "logical_xor",
+    "equal",
+    "not_equal",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "isclose",
+    "signbit",
+}
 
 
 def is_boolean_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
@@ -432,8 +518,10 @@ def is_boolean_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
             return True
         if isinstance(expr.func, ast.Attribute) and expr.func.attr == "astype" and expr.args:
             target = expr.args[0]
-            return (isinstance(target, ast.Name) and target.id == "bool") or \
-                ctx.qualified_name(target) in ("jax.numpy.bool_", "numpy.bool_")
+            return (isinstance(target, ast.Name) and target.id == "bool") or ctx.qualified_name(target) in (
+                "jax.numpy.bool_",
+                "numpy.bool_",
+            )
     return False
 
 
@@ -456,8 +544,12 @@ def elementwise_of(ctx: FileContext, mask: ast.expr, array: ast.expr, depth: int
     if isinstance(mask, ast.Call) and len(mask.args) == 1 and not mask.keywords:
         head, _, func = (ctx.qualified_name(mask.func) or "").rpartition(".")
         arg = mask.args[0]
-        return head == "jax.numpy" and func in ("isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit") \
-            and isinstance(arg, ast.Name) and arg.id == array.id
+        return (
+            head == "jax.numpy"
+            and func in ("isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit")
+            and isinstance(arg, ast.Name)
+            and arg.id == array.id
+        )
     return False
 
 
@@ -493,8 +585,13 @@ def jitted_callables(ctx: FileContext) -> dict[str, JittedCallable]:
             found[f"self.{func.name}" if method else func.name] = _decorated(ctx, func)
         for call in staging:
             parent = ctx.index.parent(call)
-            if call not in func.decorator_list and isinstance(parent, ast.Assign) and len(parent.targets) == 1 \
-                    and isinstance(parent.targets[0], ast.Name) and ctx.qualified_name(call.func) in COMPILING:
+            if (
+                call not in func.decorator_list
+                and isinstance(parent, ast.Assign)
+                and len(parent.targets) == 1
+                and isinstance(parent.targets[0], ast.Name)
+                and ctx.qualified_name(call.func) in COMPILING
+            ):
                 found[parent.targets[0].id] = _callable(ctx, func, params, [call], traced)
     return found
 
@@ -512,8 +609,9 @@ def _decorated(ctx: FileContext, func: ast.FunctionDef | ast.AsyncFunctionDef) -
     return found
 
 
-def _callable(ctx: FileContext, func: Function, params: tuple[str, ...], specs: list[ast.expr],
-              traced: set[str]) -> JittedCallable:
+def _callable(
+    ctx: FileContext, func: Function, params: tuple[str, ...], specs: list[ast.expr], traced: set[str]
+) -> JittedCallable:
     """Under `filter_jit` every parameter not traced (not annotated as an array) is static."""
     if any(_transformation(ctx, s) in FILTERED for s in specs):
         return JittedCallable(func, params, frozenset(p for p in params if p not in traced), filtered=True)
@@ -527,8 +625,11 @@ def jitted_target(ctx: FileContext, call: ast.Call) -> JittedCallable | None:
     if isinstance(func, ast.Name):
         defined = resolve_function(ctx, func)  # the `forward` defined here, not another test's
         for candidate in defined:
-            if isinstance(candidate, FUNCTIONS) and candidate in ctx.jax_staged and \
-                    any(_is_tracing(ctx, d) for d in candidate.decorator_list):
+            if (
+                isinstance(candidate, FUNCTIONS)
+                and candidate in ctx.jax_staged
+                and any(_is_tracing(ctx, d) for d in candidate.decorator_list)
+            ):
                 return _decorated(ctx, candidate)
         target = ctx.jax_jitted.get(func.id)
         if target is not None and getattr(target.func, "name", None) == func.id and target.func not in defined:
@@ -585,8 +686,9 @@ def reads_any(ctx: FileContext, expr: ast.AST, names: set[str], depth: int = 0) 
         if isinstance(node, ast.Name):
             if node.id in names:
                 return True
-            if isinstance(node.ctx, ast.Load) and any(reads_any(ctx, v, names, depth + 1)
-                                                      for v in ctx.reaching_values(node)):
+            if isinstance(node.ctx, ast.Load) and any(
+                reads_any(ctx, v, names, depth + 1) for v in ctx.reaching_values(node)
+            ):
                 return True
     return False
 
@@ -604,18 +706,27 @@ def is_bound_method(ctx: FileContext, attribute: ast.Attribute, loop: ast.AST) -
         return cls is not None and any(isinstance(f, FUNCTIONS) and f.name == attribute.attr for f in cls.body)
     inside = set()
     for value in ctx.reaching_values(owner):
-        if loop in set(ctx.index.ancestors(value)) and isinstance(value, ast.Call) and \
-                isinstance(value.func, ast.Name):
-            classes = [c for c in ctx.index.by_type.get(ast.ClassDef, ())
-                       if isinstance(c, ast.ClassDef) and c.name == value.func.id]
+        if loop in set(ctx.index.ancestors(value)) and isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            classes = [
+                c
+                for c in ctx.index.by_type.get(ast.ClassDef, ())
+                if isinstance(c, ast.ClassDef) and c.name == value.func.id
+            ]
             if any(isinstance(f, FUNCTIONS) and f.name == attribute.attr for c in classes for f in c.body):
                 inside.add(value)
     return bool(inside)
 
 
 # what a JAX training step computes: gradients, and the updates they make
-GRADIENTS = {"jax.grad", "jax.value_and_grad", "optax.apply_updates", "equinox.filter_grad",
-             "equinox.filter_value_and_grad", "flax.nnx.grad", "flax.nnx.value_and_grad"}
+GRADIENTS = {
+    "jax.grad",
+    "jax.value_and_grad",
+    "optax.apply_updates",
+    "equinox.filter_grad",
+    "equinox.filter_value_and_grad",
+    "flax.nnx.grad",
+    "flax.nnx.value_and_grad",
+}
 
 
 def jitted_trains(ctx: FileContext, call: ast.Call) -> bool:
@@ -631,9 +742,13 @@ def computes_gradients(ctx: FileContext, func: ast.AST) -> bool:
     cache = ctx.gradients_cache
     if func not in cache:
         cache[func] = any(
-            isinstance(node, ast.Call) and ((ctx.qualified_name(node.func) or "") in GRADIENTS or (
-                isinstance(node.func, ast.Attribute) and node.func.attr == "apply_gradients"))  # flax's TrainState
-            for node in ast.walk(func))
+            isinstance(node, ast.Call)
+            and (
+                (ctx.qualified_name(node.func) or "") in GRADIENTS
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "apply_gradients")
+            )  # flax's TrainState
+            for node in ast.walk(func)
+        )
     return cache[func]
 
 
@@ -647,13 +762,59 @@ def is_numpy_function(ctx: FileContext, func: ast.expr) -> bool:
 
 # NumPy names that read no array's values: dtypes and type helpers, and the functions that call the
 # array's own method when it has one (`np.argmax(x)` is `x.argmax()`: a JAX array, on the device)
-NUMPY_NOT_READING = {"dtype", "float32", "float64", "float16", "int32", "int64", "int8", "uint8", "bool_",
-                     "iinfo", "finfo", "result_type", "promote_types", "issubdtype", "shape", "ndim", "size",
-                     "isscalar", "broadcast_shapes",
-                     "argmax", "argmin", "mean", "sum", "max", "min", "amax", "amin", "std", "var", "round",
-                     "around", "any", "all", "prod", "cumsum", "cumprod", "ptp", "take", "reshape", "transpose",
-                     "squeeze", "repeat", "swapaxes", "nonzero", "searchsorted", "diagonal", "trace", "argsort",
-                     "compress", "choose", "ravel"}
+NUMPY_NOT_READING = {
+    "dtype",
+    "float32",
+    "float64",
+    "float16",
+    "int32",
+    "int64",
+    "int8",
+    "uint8",
+    "bool_",
+    "iinfo",
+    "finfo",
+    "result_type",
+    "promote_types",
+    "issubdtype",
+    "shape",
+    "ndim",
+    "size",
+    "isscalar",
+    "broadcast_shapes",
+    "argmax",
+    "argmin",
+    "mean",
+    "sum",
+    "max",
+    "min",
+    "amax",
+    "amin",
+    "std",
+    "var",
+    "round",
+    "around",
+    "any",
+    "all",
+    "prod",
+    "cumsum",
+    "cumprod",
+    "ptp",
+    "take",
+    "reshape",
+    "transpose",
+    "squeeze",
+    "repeat",
+    "swapaxes",
+    "nonzero",
+    "searchsorted",
+    "diagonal",
+    "trace",
+    "argsort",
+    "compress",
+    "choose",
+    "ravel",
+}
 
 
 # what JAX computes outside jit, on the device: a jitted function's results, jnp and random arrays

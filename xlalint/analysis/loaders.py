@@ -24,11 +24,26 @@ if TYPE_CHECKING:
     from .context import FileContext
 
 TRAIN = re.compile(r"train", re.I)
-NOT_TRAIN = re.compile(r"(^|_|\b)(eval|evaluation|test|testing|val|valid|validation|dev|predict|prediction|"
-                       r"inference|infer|calib|calibration)(_|$|\b|s\b)", re.I)
+NOT_TRAIN = re.compile(
+    r"(^|_|\b)(eval|evaluation|test|testing|val|valid|validation|dev|predict|prediction|"
+    r"inference|infer|calib|calibration)(_|$|\b|s\b)",
+    re.I,
+)
 # Iterating these wraps another iterable: its batches are the wrapped loader's.
-WRAPPERS = {"enumerate", "tqdm", "iter", "trange", "islice", "cycle", "MpDeviceLoader", "ParallelLoader",
-            "per_device_loader", "prepare", "prepare_data_loader", "setup_dataloaders"}
+WRAPPERS = {
+    "enumerate",
+    "tqdm",
+    "iter",
+    "trange",
+    "islice",
+    "cycle",
+    "MpDeviceLoader",
+    "ParallelLoader",
+    "per_device_loader",
+    "prepare",
+    "prepare_data_loader",
+    "setup_dataloaders",
+}
 MAX_DEPTH = 4
 
 
@@ -50,8 +65,11 @@ def ragged_loader(ctx: FileContext, call: ast.Call) -> bool:
     batch = keyword_value(call, "batch_size")
     if batch is None and len(args) > 1:
         batch = args[1]
-    if batch is None or is_constant(batch, None) or \
-            (isinstance(batch, ast.Constant) and type(batch.value) is int and batch.value <= 1):
+    if (
+        batch is None
+        or is_constant(batch, None)
+        or (isinstance(batch, ast.Constant) and type(batch.value) is int and batch.value <= 1)
+    ):
         return False
     return len(args) <= 2  # positional shuffle/sampler...: unusual, leave it
 
@@ -109,11 +127,13 @@ def _target(ctx: FileContext, call: ast.Call) -> ast.expr | None:
 
 # -- where a loader goes ---------------------------------------------------------------------------
 
+
 def feeds_training(ctx: FileContext, call: ast.Call) -> bool:
     """A loop that trains iterates the loader `call` builds: in this module, or in the project
     function it is passed to (`ProjectFacts.helper_calls`, kind "trains_on")."""
     return call in training_sources(ctx).loaders or any(
-        _trains_on(ctx, site, position, name) for site, position, name in _passed_to(ctx, call))
+        _trains_on(ctx, site, position, name) for site, position, name in _passed_to(ctx, call)
+    )
 
 
 def _passed_to(ctx: FileContext, call: ast.Call):
@@ -178,8 +198,11 @@ class TrainingSources:
             if not isinstance(func, FUNCTIONS):
                 continue
             positional_params = [*func.args.posonlyargs, *func.args.args]
-            if positional_params and positional_params[0].arg in ("self", "cls") and \
-                    isinstance(self.ctx.index.parent(func), ast.ClassDef):
+            if (
+                positional_params
+                and positional_params[0].arg in ("self", "cls")
+                and isinstance(self.ctx.index.parent(func), ast.ClassDef)
+            ):
                 positional_params = positional_params[1:]
             position = positional_params.index(param) if param in positional_params else None
             entry = (position, param.arg)
@@ -210,6 +233,7 @@ def training_sources(ctx: FileContext) -> TrainingSources:
 
 
 # -- what helpers return -------------------------------------------------------------------------------
+
 
 def returned_ragged_loaders(ctx: FileContext, func: ast.AST) -> list[tuple[int, int]]:
     """(line of the `DataLoader(...)`, index in the returned tuple, -1 for the whole value) for each
@@ -250,7 +274,10 @@ def moves_batches_by_hand(ctx: FileContext, loop: ast.AST) -> bool:
         if moved.id in targets and not ctx.reaching_values(moved):
             return True
         # a comprehension over the batch: `[t.to(device) for t in batch]`
-        if any(isinstance(root, ast.Name) and root.id in targets for it in ctx.loop_iterables(moved)
-               for root in ast.walk(it)):
+        if any(
+            isinstance(root, ast.Name) and root.id in targets
+            for it in ctx.loop_iterables(moved)
+            for root in ast.walk(it)
+        ):
             return True
     return False

@@ -24,11 +24,37 @@ OFF_XLA_METHODS = {"cpu", "cuda", "numpy", "tolist", "item"}
 # Module/tensor methods that move the object (in place for modules): a placement of their receiver.
 MOVES = {"to", "cpu", "cuda"}
 # Methods only a module has: their receiver is a module, not a tensor.
-MODULE_METHODS = {"parameters", "named_parameters", "state_dict", "load_state_dict", "train", "eval", "modules",
-                  "children", "named_modules", "zero_grad", "register_forward_hook", "apply"}
+MODULE_METHODS = {
+    "parameters",
+    "named_parameters",
+    "state_dict",
+    "load_state_dict",
+    "train",
+    "eval",
+    "modules",
+    "children",
+    "named_modules",
+    "zero_grad",
+    "register_forward_hook",
+    "apply",
+}
 # Methods whose result holds the receiver's parameters, state or storage, on its device.
-SAME_PLACE = {"state_dict", "parameters", "named_parameters", "buffers", "named_buffers", "detach", "clone",
-              "float", "half", "bfloat16", "double", "contiguous", "values", "items"}
+SAME_PLACE = {
+    "state_dict",
+    "parameters",
+    "named_parameters",
+    "buffers",
+    "named_buffers",
+    "detach",
+    "clone",
+    "float",
+    "half",
+    "bfloat16",
+    "double",
+    "contiguous",
+    "values",
+    "items",
+}
 MAX_DEPTH = 16  # expression levels followed (names, calls, containers), cycles aside
 
 
@@ -115,8 +141,12 @@ class Placement:
                 return self.of(args[0], depth) if args else None
             return _any(self.of(a, depth) for a in args)  # `torch.stack(ts)`, `torch.optim.SGD(model.parameters())`
         # an optimizer (or anything) built over a model's parameters holds state where they are
-        parameters = [n for a in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(a)
-                      if isinstance(n, ast.Call) and method_name(n) in ("parameters", "named_parameters")]
+        parameters = [
+            n
+            for a in [*call.args, *(k.value for k in call.keywords)]
+            for n in ast.walk(a)
+            if isinstance(n, ast.Call) and method_name(n) in ("parameters", "named_parameters")
+        ]
         if parameters:
             return _any(self.of(p, depth) for p in parameters)
         return None
@@ -158,13 +188,17 @@ class Placement:
         """Statements `name.to(...)` / `name.cpu()` / `name.cuda()`: they move a module in place.
         In `scope` only (a local name), or anywhere in the file (`self.model`)."""
         calls = self.ctx.calls_within(scope) if scope is not None else self.ctx.index.calls
-        return [c for c in calls if method_name(c) in MOVES and isinstance(self.ctx.parent(c), ast.Expr)
-                and dotted_name(receiver(c)) == name]
+        return [
+            c
+            for c in calls
+            if method_name(c) in MOVES and isinstance(self.ctx.parent(c), ast.Expr) and dotted_name(receiver(c)) == name
+        ]
 
     def _elements(self, iterable: ast.expr, depth: int) -> bool | None:
         """Where the items of `for x in iterable` live."""
-        if isinstance(iterable, ast.Call) and DEVICE_LOADER.match(last_part(dotted_name(iterable.func))
-                                                                  or method_name(iterable) or ""):
+        if isinstance(iterable, ast.Call) and DEVICE_LOADER.match(
+            last_part(dotted_name(iterable.func)) or method_name(iterable) or ""
+        ):
             return True  # a per-device loader yields XLA tensors
         if isinstance(iterable, ast.Call) and method_name(iterable) in ("items", "values", "parameters", "buffers"):
             return self.of(receiver(iterable), depth)
@@ -186,8 +220,9 @@ class Placement:
             return _device_string(text)
         if isinstance(expr, ast.JoinedStr):
             head = expr.values[0] if expr.values else None
-            return _device_string(head.value) if isinstance(head, ast.Constant) and isinstance(head.value, str) \
-                else None
+            return (
+                _device_string(head.value) if isinstance(head, ast.Constant) and isinstance(head.value, str) else None
+            )
         if isinstance(expr, ast.IfExp):
             return _any(self.device(side, depth) for side in (expr.body, expr.orelse))
         if isinstance(expr, ast.BoolOp):

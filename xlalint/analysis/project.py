@@ -28,8 +28,14 @@ from .vocabulary import DEVICE_LOADER, GRADIENT_REDUCERS, REPLICA_LAUNCH
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Calls that register a callback the framework runs on every forward/backward/iteration.
-HOOK_REGISTRATION = {"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
-                     "register_backward_hook", "register_full_backward_pre_hook", "register_hook"}
+HOOK_REGISTRATION = {
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_full_backward_hook",
+    "register_backward_hook",
+    "register_full_backward_pre_hook",
+    "register_hook",
+}
 PER_ITERATION_EVENT = ("ITERATION_COMPLETED", "ITERATION_STARTED", "GET_BATCH_COMPLETED")
 MAX_HIERARCHY = 6
 
@@ -87,9 +93,20 @@ class ProjectFacts:
     device_loader_params: frozenset[tuple[str, str]] = frozenset()
 
     def key(self) -> str:
-        return repr((sorted(self.steps), sorted(self.called), sorted(self.training_calls), self.helper_reads,
-                     self.static_methods, self.compiled, self.helper_calls, self.xla_device, self.replicas,
-                     sorted(self.device_loader_params)))
+        return repr(
+            (
+                sorted(self.steps),
+                sorted(self.called),
+                sorted(self.training_calls),
+                self.helper_reads,
+                self.static_methods,
+                self.compiled,
+                self.helper_calls,
+                self.xla_device,
+                self.replicas,
+                sorted(self.device_loader_params),
+            )
+        )
 
     def moved(self, before: str, after: str) -> ProjectFacts:
         """These facts for the module's text `after` a fix edited `before`: the calls they name by
@@ -99,14 +116,25 @@ class ProjectFacts:
             return self
         lines = _line_map(before.splitlines(), after.splitlines())
         return ProjectFacts(
-            self.steps, self.called,
+            self.steps,
+            self.called,
             frozenset((lines[line], column) for line, column in self.training_calls if line in lines),
-            tuple(((lines[at[0]], at[1]), helper, path, reads)
-                  for at, helper, path, reads in self.helper_reads if at[0] in lines), self.static_methods,
+            tuple(
+                ((lines[at[0]], at[1]), helper, path, reads)
+                for at, helper, path, reads in self.helper_reads
+                if at[0] in lines
+            ),
+            self.static_methods,
             self.compiled,
-            tuple(((lines[at[0]], at[1]), kind, helper, path, detail)
-                  for at, kind, helper, path, detail in self.helper_calls if at[0] in lines), self.xla_device,
-            self.replicas, self.device_loader_params)
+            tuple(
+                ((lines[at[0]], at[1]), kind, helper, path, detail)
+                for at, kind, helper, path, detail in self.helper_calls
+                if at[0] in lines
+            ),
+            self.xla_device,
+            self.replicas,
+            self.device_loader_params,
+        )
 
 
 NO_PROJECT = ProjectFacts()
@@ -154,6 +182,7 @@ class ModuleSummary:
 
 # -- where a file belongs ----------------------------------------------------------------------------
 
+
 def source_root(path: Path) -> Path:
     """The folder above the top of the `__init__.py` chain (the file's own folder for a script)."""
     folder = path.parent
@@ -183,6 +212,7 @@ def project_root(path: Path, *, follow: bool = True, within: Path | None = None)
 
 
 # -- summarising one module --------------------------------------------------------------------------
+
 
 def summarize(ctx, name: str) -> ModuleSummary:
     """The summary of one analysed file (`ctx` is its `FileContext`)."""
@@ -259,8 +289,6 @@ def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
 XLA_DEVICE = {"torch_xla.core.xla_model.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"}
 
 
-
-
 def launches_replicas(ctx) -> bool:
     """The module launches data-parallel replicas on XLA (`torch_xla.launch(_mp_fn)`, `xmp.spawn`)
     and no wrapper in its XLA code reduces their gradients: what it runs reduces them by hand."""
@@ -289,26 +317,36 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     # callbacks: hooks run on every forward, per-iteration events every step
     method = last_part(dotted_name(call.func))
     registers = method in HOOK_REGISTRATION or (
-        method == "add_event_handler" and any(e in (dotted_name(a) or "") for a in call.args[:1] for e in PER_ITERATION_EVENT))
+        method == "add_event_handler"
+        and any(e in (dotted_name(a) or "") for a in call.args[:1] for e in PER_ITERATION_EVENT)
+    )
     targets = [t for t in map(dotted_name, call.args) if t and (registers or _names_function(ctx, t))]
     if not targets and not (callee and _may_resolve(summary, callee, receiver_class)):
         return  # `loss.backward()`, `len(x)`: no project function can be meant; spare the judgement
     func = index.enclosing_function(call)
     caller = qualname(index, func) if func is not None else ""
     in_lambda = any(isinstance(a, ast.Lambda) for a in _until(index, call, func))
-    excluded = in_lambda or ctx.in_non_xla_code(call) or in_raise(ctx, call) or \
-        (func is not None and ctx.is_step_closure(func))
+    excluded = (
+        in_lambda
+        or ctx.in_non_xla_code(call)
+        or in_raise(ctx, call)
+        or (func is not None and ctx.is_step_closure(func))
+    )
     hot = not excluded and not (func is not None and runs_less_often(ctx, call, func))
     per_step = not excluded and ctx.is_per_step(call)
     column = ctx.text.column(call.lineno, call.col_offset)
     looped = in_loop_within(ctx, call, func if func is not None else ctx.tree)
     if callee:
-        summary.calls.append(CallSite(caller, callee, receiver_class, hot, per_step, looped, call.lineno, column,
-                                      _device_loaders(ctx, call)))
+        summary.calls.append(
+            CallSite(
+                caller, callee, receiver_class, hot, per_step, looped, call.lineno, column, _device_loaders(ctx, call)
+            )
+        )
     for target in targets:
         if registers or hot:
-            summary.calls.append(CallSite(caller, target, None, hot or registers, per_step or registers, looped,
-                                          call.lineno, column))
+            summary.calls.append(
+                CallSite(caller, target, None, hot or registers, per_step or registers, looped, call.lineno, column)
+            )
 
 
 def _device_loaders(ctx, call: ast.Call) -> tuple[str, ...]:
@@ -342,8 +380,9 @@ def passed_device_loader(ctx, name: ast.Name) -> bool:
     names = [qualname(ctx.index, func)]
     if isinstance(ctx.index.parent(func), ast.ClassDef):
         names.append(f"*.{func.name}")  # a base class calls `self.name(device_loader)`: this override too
-    return any((q, f"k:{param.arg}") in facts or (param in params and (q, str(params.index(param))) in facts)
-               for q in names)
+    return any(
+        (q, f"k:{param.arg}") in facts or (param in params and (q, str(params.index(param))) in facts) for q in names
+    )
 
 
 def _may_resolve(summary: ModuleSummary, callee: str, receiver_class: str | None) -> bool:
@@ -374,14 +413,15 @@ def _names_function(ctx, target: str) -> bool:
 
 def _callee(ctx, call: ast.Call) -> tuple[str | None, str | None]:
     func = call.func
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and \
-            dotted_name(func.value.func) == "super":
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and dotted_name(func.value.func) == "super":
         return f"super().{func.attr}", None
     name = dotted_name(func)
     if not name or not isinstance(func, ast.Attribute):
         return name, None
     receiver = func.value
-    if dotted_name(receiver) in ("self", "cls") or (isinstance(receiver, ast.Name) and receiver.id in ctx.index.imports):
+    if dotted_name(receiver) in ("self", "cls") or (
+        isinstance(receiver, ast.Name) and receiver.id in ctx.index.imports
+    ):
         return name, None
     for value in ctx.assigned_values(receiver):
         if isinstance(value, ast.Call):
@@ -426,9 +466,11 @@ class ProjectIndex:
         if found is None:  # asked for every call of every module: once per (name, folder)
             relative = Path(*qualified.split("."))
             found = self._namespace[key] = [
-                summary for above in (Path(folder), *Path(folder).parents)
+                summary
+                for above in (Path(folder), *Path(folder).parents)
                 for candidate in (above / relative.with_suffix(".py"), above / relative / "__init__.py")
-                if (summary := self.summaries.get(str(candidate))) is not None][:2]
+                if (summary := self.summaries.get(str(candidate))) is not None
+            ][:2]
         return next((s for s in found if s is not near), None)
 
     def symbol(self, qualified: str, near: ModuleSummary) -> tuple[ModuleSummary, str] | None:
@@ -510,7 +552,7 @@ class ProjectIndex:
             for base in summary.classes.get(caller_class, ()):
                 found = self.resolve_name(summary, base)
                 if found is not None and found[1] in found[0].classes:
-                    result = self.method(found[0], found[1], callee[len("super()."):])
+                    result = self.method(found[0], found[1], callee[len("super().") :])
                     if result is not None:
                         return result
             return None
@@ -586,11 +628,21 @@ class ProjectIndex:
                     overridden.update((f"*.{call.callee[5:]}", arg) for arg in call.device_loaders)
         for path in self.summaries:
             device_loaders[path] |= overridden
-        return {path: ProjectFacts(frozenset(steps[path]), frozenset(called[path]), frozenset(training_calls[path]),
-                                   tuple(sorted(helper_reads[path])), static, tuple(sorted(compiled[path].items())),
-                                   tuple(sorted(helper_calls[path])), path in xla_device, path in replicas,
-                                   frozenset(device_loaders[path]))
-                for path in self.summaries}
+        return {
+            path: ProjectFacts(
+                frozenset(steps[path]),
+                frozenset(called[path]),
+                frozenset(training_calls[path]),
+                tuple(sorted(helper_reads[path])),
+                static,
+                tuple(sorted(compiled[path].items())),
+                tuple(sorted(helper_calls[path])),
+                path in xla_device,
+                path in replicas,
+                frozenset(device_loaders[path]),
+            )
+            for path in self.summaries
+        }
 
     def _compiled(self, resolved) -> dict[str, dict[str, str]]:
         """Module path -> its functions torch.compile traces because of other modules (qualname ->
@@ -607,8 +659,11 @@ class ProjectIndex:
                 forward = self.method(found[0], found[1], method or "forward") \
                     if found and found[1] in found[0].classes else None
                 if forward is not None:
-                    seeds[forward] = seeds[forward].merge(CompileOptions.from_key(key)) if forward in seeds \
+                    seeds[forward] = (
+                        seeds[forward].merge(CompileOptions.from_key(key))
+                        if forward in seeds
                         else CompileOptions.from_key(key)
+                    )
         if not seeds:
             return defaultdict(dict)
         disabled = {(s.path, name) for s in self.summaries.values() for name in s.compile_disabled}
@@ -643,7 +698,9 @@ class ProjectIndex:
             if name in target.xla_devices:
                 xla_device.add(summary.path)
             for position, param in target.loader_params.get(name, ()):
-                found[summary.path].add((at, "trains_on", call.callee, path, f"{'' if position is None else position}:{param}"))
+                found[summary.path].add(
+                    (at, "trains_on", call.callee, path, f"{'' if position is None else position}:{param}")
+                )
             if path == summary.path:
                 continue  # a helper of the same module: its own findings are where they are
             for line, index in target.ragged_loaders.get(name, ()):
@@ -720,31 +777,65 @@ def _class_of(summary: ModuleSummary, caller: str) -> str | None:
 
 # -- cache form (plain JSON) -------------------------------------------------------------------------
 
+
 def summary_to_json(s: ModuleSummary) -> dict:
-    return {"path": s.path, "name": s.name, "imports": s.imports, "classes": s.classes, "functions": s.functions,
-            "step_functions": sorted(s.step_functions), "trains": sorted(s.trains),
-            "calls": [[c.caller, c.callee, c.receiver_class, c.hot, c.per_step, c.looped, c.line, c.column,
-                       list(c.device_loaders)] for c in s.calls],
-            "reads": {name: [list(r) for r in reads] for name, reads in s.reads.items()},
-            "static_jitted": s.static_jitted, "compiled": s.compiled, "compiled_imports": s.compiled_imports,
-            "compile_disabled": s.compile_disabled,
-            "imports_xla": s.imports_xla, "xla_devices": s.xla_devices,
-            "loader_params": s.loader_params, "ragged_loaders": s.ragged_loaders,
-            "optimizer_steps": s.optimizer_steps, "launches_replicas": s.launches_replicas,
-            "state_reads": s.state_reads}
+    return {
+        "path": s.path,
+        "name": s.name,
+        "imports": s.imports,
+        "classes": s.classes,
+        "functions": s.functions,
+        "step_functions": sorted(s.step_functions),
+        "trains": sorted(s.trains),
+        "calls": [
+            [
+                c.caller,
+                c.callee,
+                c.receiver_class,
+                c.hot,
+                c.per_step,
+                c.looped,
+                c.line,
+                c.column,
+                list(c.device_loaders),
+            ]
+            for c in s.calls
+        ],
+        "reads": {name: [list(r) for r in reads] for name, reads in s.reads.items()},
+        "static_jitted": s.static_jitted,
+        "compiled": s.compiled,
+        "compiled_imports": s.compiled_imports,
+        "compile_disabled": s.compile_disabled,
+        "imports_xla": s.imports_xla,
+        "xla_devices": s.xla_devices,
+        "loader_params": s.loader_params,
+        "ragged_loaders": s.ragged_loaders,
+        "optimizer_steps": s.optimizer_steps,
+        "launches_replicas": s.launches_replicas,
+        "state_reads": s.state_reads,
+    }
 
 
 def summary_from_json(data: dict) -> ModuleSummary:
-    return ModuleSummary(data["path"], data["name"], dict(data["imports"]), {k: list(v) for k, v in data["classes"].items()},
-                         dict(data["functions"]), set(data["step_functions"]), set(data["trains"]),
-                         [CallSite(*c[:8], tuple(c[8]) if len(c) > 8 else ()) for c in data["calls"]],
-                         {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()},
-                         {name: [list(p), list(st)] for name, (p, st) in data.get("static_jitted", {}).items()},
-                         dict(data.get("compiled", {})), dict(data.get("compiled_imports", {})),
-                         list(data.get("compile_disabled", [])),
-                         imports_xla=bool(data.get("imports_xla")), xla_devices=list(data.get("xla_devices", [])),
-                         loader_params={k: [list(p) for p in v] for k, v in data.get("loader_params", {}).items()},
-                         ragged_loaders={k: [list(p) for p in v] for k, v in data.get("ragged_loaders", {}).items()},
-                         optimizer_steps=dict(data.get("optimizer_steps", {})),
-                         launches_replicas=bool(data.get("launches_replicas")),
-                         state_reads={k: [list(r) for r in v] for k, v in data.get("state_reads", {}).items()})
+    return ModuleSummary(
+        data["path"],
+        data["name"],
+        dict(data["imports"]),
+        {k: list(v) for k, v in data["classes"].items()},
+        dict(data["functions"]),
+        set(data["step_functions"]),
+        set(data["trains"]),
+        [CallSite(*c[:8], tuple(c[8]) if len(c) > 8 else ()) for c in data["calls"]],
+        {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()},
+        {name: [list(p), list(st)] for name, (p, st) in data.get("static_jitted", {}).items()},
+        dict(data.get("compiled", {})),
+        dict(data.get("compiled_imports", {})),
+        list(data.get("compile_disabled", [])),
+        imports_xla=bool(data.get("imports_xla")),
+        xla_devices=list(data.get("xla_devices", [])),
+        loader_params={k: [list(p) for p in v] for k, v in data.get("loader_params", {}).items()},
+        ragged_loaders={k: [list(p) for p in v] for k, v in data.get("ragged_loaders", {}).items()},
+        optimizer_steps=dict(data.get("optimizer_steps", {})),
+        launches_replicas=bool(data.get("launches_replicas")),
+        state_reads={k: [list(r) for r in v] for k, v in data.get("state_reads", {}).items()},
+    )

@@ -22,8 +22,30 @@ if TYPE_CHECKING:
 
 READ_METHODS = {"item": ".item()", "tolist": ".tolist()", "cpu": ".cpu()", "numpy": ".numpy()"}
 # `float(t.sum())`: a conversion of a tensor op's result (not of a number computed earlier)
-TENSOR_RESULTS = {"sum", "mean", "max", "min", "amax", "amin", "norm", "any", "all", "argmax", "argmin", "prod",
-                  "std", "var", "median", "count_nonzero", "float", "double", "long", "int", "detach", "squeeze"}
+TENSOR_RESULTS = {
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "amax",
+    "amin",
+    "norm",
+    "any",
+    "all",
+    "argmax",
+    "argmin",
+    "prod",
+    "std",
+    "var",
+    "median",
+    "count_nonzero",
+    "float",
+    "double",
+    "long",
+    "int",
+    "detach",
+    "squeeze",
+}
 # going through these makes a parameter's value module weights: it was a model, not a tensor
 MODULE_WEIGHTS = {"parameters", "named_parameters", "buffers", "named_buffers"}
 MAX_DEPTH = 8  # assignments followed back from a read
@@ -73,18 +95,47 @@ def parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
         option, value = _only_with_option(ctx, call, func, names)
         returned = what not in BRANCHES.values() and _returned(ctx, call)
         for origin, through in dict.fromkeys(sources):
-            found.append(ParamRead(origin, positions.get(origin), call.lineno, what, _through(operand, through),
-                                   unless or "", positions.get(unless) if unless else None, returned,
-                                   option or "", positions.get(option) if option else None,
-                                   repr(value) if option else "",
-                                   bool(option) and _default_is(func, option, value)))
+            found.append(
+                ParamRead(
+                    origin,
+                    positions.get(origin),
+                    call.lineno,
+                    what,
+                    _through(operand, through),
+                    unless or "",
+                    positions.get(unless) if unless else None,
+                    returned,
+                    option or "",
+                    positions.get(option) if option else None,
+                    repr(value) if option else "",
+                    bool(option) and _default_is(func, option, value),
+                )
+            )
     return found
 
 
 # Branching on one of these decides on the host: a sync. By the name called, on a tensor method or
 # a torch function (`torch.min(y) < -1`, `if mask.any():`, `while err.abs().max() > tol:`).
-REDUCTIONS = {"sum", "mean", "max", "min", "amax", "amin", "norm", "any", "all", "prod", "std", "var",
-              "count_nonzero", "isnan", "isinf", "isfinite", "equal", "allclose"}
+REDUCTIONS = {
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "amax",
+    "amin",
+    "norm",
+    "any",
+    "all",
+    "prod",
+    "std",
+    "var",
+    "count_nonzero",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "equal",
+    "allclose",
+}
 BRANCHES = {ast.If: "if", ast.While: "while", ast.IfExp: "if"}
 
 
@@ -137,8 +188,11 @@ def state_reads(ctx: FileContext, func: ast.AST) -> list[tuple[int, str]]:
             if runs_less_often(ctx, call, owner) or in_raise(ctx, call) or ctx.in_non_xla_code(call):
                 continue
             what, operand = host_read(call)
-            if what is not None and ctx.tensor_kind(operand).on_device and \
-                    not any(origins.of(name) is not None for name in _uses(operand)):
+            if (
+                what is not None
+                and ctx.tensor_kind(operand).on_device
+                and not any(origins.of(name) is not None for name in _uses(operand))
+            ):
                 found.append((call.lineno, what))
             pending.extend(local_callees_of(ctx, call))
     return sorted(found)
@@ -163,9 +217,14 @@ def _only_with_option(ctx: FileContext, node: ast.AST, func: ast.AST, params: li
             return None, None
         if isinstance(anc, ast.If) and ctx.index.field_of(child) == "body":
             test = anc.test
-            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
-                    isinstance(test.left, ast.Name) and test.left.id in params and \
-                    isinstance(test.comparators[0], ast.Constant):
+            if (
+                isinstance(test, ast.Compare)
+                and len(test.ops) == 1
+                and isinstance(test.ops[0], ast.Eq)
+                and isinstance(test.left, ast.Name)
+                and test.left.id in params
+                and isinstance(test.comparators[0], ast.Constant)
+            ):
                 return test.left.id, test.comparators[0].value
         child = anc
     return None, None
@@ -280,8 +339,13 @@ def _tests_absent(test: ast.expr) -> tuple[str | None, bool]:
         return test.operand.id, True
     if isinstance(test, ast.Name):
         return test.id, False
-    if isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and len(test.ops) == 1 and \
-            isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+    if (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and len(test.ops) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
         if isinstance(test.ops[0], ast.Is):
             return test.left.id, True
         if isinstance(test.ops[0], ast.IsNot):
@@ -300,14 +364,16 @@ def _converted(value: ast.expr) -> bool:
 def _through(value: ast.expr, before: str) -> str:
     """What `value` reaches, given what the names it uses reached (`before`)."""
     nodes = list(ast.walk(value))
-    weights = before in ("weights", "grads") or any(isinstance(n, ast.Call) and method_name(n) in MODULE_WEIGHTS
-                                                     for n in nodes)
+    weights = before in ("weights", "grads") or any(
+        isinstance(n, ast.Call) and method_name(n) in MODULE_WEIGHTS for n in nodes
+    )
     if weights and (before == "grads" or any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in nodes)):
         return "grads"
     return "weights" if weights else ""
 
 
 # -- at the call sites ---------------------------------------------------------------------------------
+
 
 def argument_reads(ctx: FileContext, call: ast.Call, *, through: str, branches: bool = False):
     """(the helper as called, where it reads, the read, the argument read) for each host read of an
@@ -344,7 +410,11 @@ def moved_to_device_later(ctx: FileContext, value: ast.expr, call: ast.Call) -> 
         return False
     order = ctx.index.order
     for later in ctx.index.assignments.get(ctx.index.scope_of(value), {}).get(value.id, []):
-        if order.get(later, 0) > order[call] and isinstance(later, ast.Call) and \
-                method_name(later) in ("to", "cuda", "xla") and dotted_name(receiver(later)) == value.id:
+        if (
+            order.get(later, 0) > order[call]
+            and isinstance(later, ast.Call)
+            and method_name(later) in ("to", "cuda", "xla")
+            and dotted_name(receiver(later)) == value.id
+        ):
             return True
     return False

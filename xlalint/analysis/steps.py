@@ -60,8 +60,11 @@ STEP_CALL = re.compile(
     r"optimizer_step|reduce_gradients|backward|manual_backward|fit_batch|_?train_(one_)?batch|train_iter(ation)?|"
     r"training_iteration|run_iter|run_batch)$"
 )
-NOT_STEP_FUNCTION = re.compile(r"(^|_)(log|plot|save|load|print|show|init|build|setup|register|get_loss_name)|"
-                               r"^test_(?!step$)", re.I)  # `test_weighted_loss` is a unit test, `test_step` a hook
+NOT_STEP_FUNCTION = re.compile(
+    r"(^|_)(log|plot|save|load|print|show|init|build|setup|register|get_loss_name)|"
+    r"^test_(?!step$)",
+    re.I,
+)  # `test_weighted_loss` is a unit test, `test_step` a hook
 # `__call__` counts when the class is a loss or metric (called once per step by design).
 CALLABLE_CLASS = re.compile(r"(Loss|Criterion|Metric)", re.I)
 BATCH_ITERABLE = re.compile(r"(loader|dataloader|batches|data_iter|train_iter|dataset_iter)s?$", re.I)
@@ -87,11 +90,14 @@ FORWARD_CALLEE = re.compile(
 # load, build or unwrap, which run no model on anything.
 MODEL_HANDLER = re.compile(
     r"^_*(load|build|create|get|make|init|initiali[sz]e|setup|prepare|save|convert|unwrap|wrap|copy|export|"
-    r"freeze|register|instantiate|fetch|download|print|log|show|describe|count)_", re.I)
+    r"freeze|register|instantiate|fetch|download|print|log|show|describe|count)_",
+    re.I,
+)
 TRY = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
 
 
 # -- step functions ------------------------------------------------------------------------------------
+
 
 def is_step_function(ctx: FileContext, func: ast.AST) -> bool:
     return func in ctx.step_functions
@@ -140,8 +146,19 @@ def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
 MODEL_LIBRARIES = ("transformers.", "diffusers.", "timm.")
 MODEL_CLASS = re.compile(r"(Model|For[A-Z]\w*|Transformer|Encoder|Decoder)$")
 # Arguments of a model's forward pass, as these libraries name them.
-MODEL_INPUTS = {"input_ids", "inputs_embeds", "attention_mask", "pixel_values", "hidden_states", "position_ids",
-                "image_features", "encoder_hidden_states", "labels", "token_type_ids", "decoder_input_ids"}
+MODEL_INPUTS = {
+    "input_ids",
+    "inputs_embeds",
+    "attention_mask",
+    "pixel_values",
+    "hidden_states",
+    "position_ids",
+    "image_features",
+    "encoder_hidden_states",
+    "labels",
+    "token_type_ids",
+    "decoder_input_ids",
+}
 
 
 def overrides_model_hook(ctx: FileContext, func: ast.AST) -> bool:
@@ -154,13 +171,17 @@ def overrides_model_hook(ctx: FileContext, func: ast.AST) -> bool:
         return False
     if sum(arg.arg in MODEL_INPUTS for arg in function_params(func)) < 2:
         return False
-    return any((ctx.qualified_name(base) or "").startswith(MODEL_LIBRARIES) and MODEL_CLASS.search(last_part(
-        dotted_name(base))) for base in cls.bases)
+    return any(
+        (ctx.qualified_name(base) or "").startswith(MODEL_LIBRARIES)
+        and MODEL_CLASS.search(last_part(dotted_name(base)))
+        for base in cls.bases
+    )
 
 
 def owns_loader_loop(ctx: FileContext, func: ast.AST) -> bool:
-    return any(isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter)
-               for loop in ctx.loops_of(func))
+    return any(
+        isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter) for loop in ctx.loops_of(func)
+    )
 
 
 def loop_reachable_functions(ctx: FileContext) -> set[ast.AST]:
@@ -205,6 +226,7 @@ def local_callees_of(ctx: FileContext, call: ast.Call):
 
 # -- gates -------------------------------------------------------------------------------------------
 
+
 def gated_by(ctx: FileContext, child: ast.AST, parent: ast.AST) -> bool:
     """`child`, held by `parent`, runs less often than `parent`: every N steps, or only when the
     caller opts into an option."""
@@ -226,8 +248,13 @@ def gated_by(ctx: FileContext, child: ast.AST, parent: ast.AST) -> bool:
 def _if_gates(ctx: FileContext, parent: ast.If, field: str | None) -> bool:
     """What `gated_by` says of the `field` block of an `if`, whatever node of it is asked about."""
     polarity = periodic_polarity(parent.test)
-    if field == "body" and (polarity == EVERY_N or opt_in(ctx, parent) or _counter_bounded(ctx, parent)
-                            or _leaves_loop(ctx, parent) or _lazily_initialised(ctx, parent)):
+    if field == "body" and (
+        polarity == EVERY_N
+        or opt_in(ctx, parent)
+        or _counter_bounded(ctx, parent)
+        or _leaves_loop(ctx, parent)
+        or _lazily_initialised(ctx, parent)
+    ):
         return True
     if field in ("body", "orelse") and _latched(parent, field):
         return True
@@ -243,8 +270,10 @@ def _leaves_loop(ctx: FileContext, node: ast.If) -> bool:
     at most once per run of it."""
     last = node.body[-1] if node.body else None
     exits = isinstance(last, (ast.Return, ast.Break, ast.Raise)) or (
-        isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
-        and dotted_name(last.value.func) in ("sys.exit", "exit", "quit", "os._exit"))
+        isinstance(last, ast.Expr)
+        and isinstance(last.value, ast.Call)
+        and dotted_name(last.value.func) in ("sys.exit", "exit", "quit", "os._exit")
+    )
     return exits and ctx.index.enclosing_loop(node) is not None
 
 
@@ -256,8 +285,12 @@ def _training_test(test: ast.expr) -> bool | None:
     `and` requiring it); None when the test does not pin a module's training mode."""
     if isinstance(test, ast.Attribute) and test.attr == "training":
         return True
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Attribute) \
-            and test.operand.attr == "training":
+    if (
+        isinstance(test, ast.UnaryOp)
+        and isinstance(test.op, ast.Not)
+        and isinstance(test.operand, ast.Attribute)
+        and test.operand.attr == "training"
+    ):
         return False
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         modes = {_training_test(value) for value in test.values} - {None}
@@ -277,14 +310,22 @@ def _latched(node: ast.If, field: str) -> bool:
         return False
     block = getattr(node, first_pass)
     flag = dotted_name(test)
-    if isinstance(test, ast.Call) and dotted_name(test.func) == "getattr" and len(test.args) >= 2 \
-            and isinstance(test.args[1], ast.Constant) and isinstance(test.args[1].value, str):
+    if (
+        isinstance(test, ast.Call)
+        and dotted_name(test.func) == "getattr"
+        and len(test.args) >= 2
+        and isinstance(test.args[1], ast.Constant)
+        and isinstance(test.args[1].value, str)
+    ):
         owner = dotted_name(test.args[0])
         flag = owner and f"{owner}.{test.args[1].value}"
     return bool(flag) and any(
-        isinstance(n, ast.Assign) and is_constant(n.value, True)
+        isinstance(n, ast.Assign)
+        and is_constant(n.value, True)
         and any(dotted_name(target) == flag for target in n.targets)
-        for statement in block for n in ast.walk(statement))
+        for statement in block
+        for n in ast.walk(statement)
+    )
 
 
 def _lazily_initialised(ctx: FileContext, node: ast.If) -> bool:
@@ -293,8 +334,12 @@ def _lazily_initialised(ctx: FileContext, node: ast.If) -> bool:
     the block fills in the attribute it tests, so it runs on the first call only (lazy set-up), not
     every step."""
     test = node.test
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is)
-            and is_constant(test.comparators[0], None)):
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Is)
+        and is_constant(test.comparators[0], None)
+    ):
         return False
     attribute = dotted_name(test.left)
     if not attribute or "." not in attribute:
@@ -309,8 +354,11 @@ def _lazily_initialised(ctx: FileContext, node: ast.If) -> bool:
                     bodies.extend(func.body)
     for body in bodies:
         for assign in ast.walk(body):
-            if isinstance(assign, (ast.Assign, ast.AnnAssign)) and assign.value is not None \
-                    and not is_constant(assign.value, None):
+            if (
+                isinstance(assign, (ast.Assign, ast.AnnAssign))
+                and assign.value is not None
+                and not is_constant(assign.value, None)
+            ):
                 targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
                 if any(dotted_name(t) in names for target in targets for t in ast.walk(target)):
                     return True
@@ -323,13 +371,16 @@ def _counter_bounded(ctx: FileContext, node: ast.If) -> bool:
     counters = _loop_counters(ctx, node)
     if not counters:
         return False
-    tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) \
-        else [node.test]
+    tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) else [node.test]
     for test in tests:
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.Lt, ast.LtE)):
             left, right = test.left, test.comparators[0]
-            if isinstance(left, ast.Name) and left.id in counters and isinstance(right, ast.Constant) \
-                    and type(right.value) is int:
+            if (
+                isinstance(left, ast.Name)
+                and left.id in counters
+                and isinstance(right, ast.Constant)
+                and type(right.value) is int
+            ):
                 return True
     return False
 
@@ -352,11 +403,20 @@ def loop_counters(ctx: FileContext, loop: ast.For | ast.AsyncFor | ast.While) ->
     if found is None:
         counters: set[str] = set()
         if isinstance(loop, (ast.For, ast.AsyncFor)):
-            counters |= {name for name, iterable in loop_bindings(loop.target, loop.iter)
-                         if isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range"}
-        counters |= {n.target.id for stmt in loop.body for n in ast.walk(stmt)
-                     if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
-                     and isinstance(n.target, ast.Name) and is_constant(n.value, 1)}
+            counters |= {
+                name
+                for name, iterable in loop_bindings(loop.target, loop.iter)
+                if isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range"
+            }
+        counters |= {
+            n.target.id
+            for stmt in loop.body
+            for n in ast.walk(stmt)
+            if isinstance(n, ast.AugAssign)
+            and isinstance(n.op, ast.Add)
+            and isinstance(n.target, ast.Name)
+            and is_constant(n.value, 1)
+        }
         found = ctx.loop_counter_cache[loop] = frozenset(counters)
     return found
 
@@ -381,8 +441,13 @@ def _gating_exit(ctx: FileContext, earlier: ast.stmt) -> bool:
     if isinstance(earlier, ast.If) and not earlier.orelse and skips_rest(earlier.body):
         return periodic_polarity(earlier.test) == ALMOST_ALWAYS or _option_absent(ctx, earlier.test)
     # `try: return fast(...) except OOM: ...` then a fallback: only after an error
-    return isinstance(earlier, TRY) and bool(earlier.handlers) and isinstance(earlier.body[-1], ast.Return) \
-        and not earlier.orelse and not earlier.finalbody
+    return (
+        isinstance(earlier, TRY)
+        and bool(earlier.handlers)
+        and isinstance(earlier.body[-1], ast.Return)
+        and not earlier.orelse
+        and not earlier.finalbody
+    )
 
 
 def opt_in(ctx: FileContext, node: ast.If) -> bool:
@@ -399,16 +464,26 @@ def _tested_present(test: ast.expr) -> list[ast.Name]:
         return [n for v in test.values for n in _tested_present(v)]
     if isinstance(test, ast.Name):
         return [test]
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot) and \
-            isinstance(test.left, ast.Name) and is_constant(test.comparators[0], None):
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.IsNot)
+        and isinstance(test.left, ast.Name)
+        and is_constant(test.comparators[0], None)
+    ):
         return [test.left]
     return []
 
 
 def _option_absent(ctx: FileContext, test: ast.expr) -> bool:
     """`if option is None: return` before the statement."""
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) and \
-            isinstance(test.left, ast.Name) and is_constant(test.comparators[0], None):
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Is)
+        and isinstance(test.left, ast.Name)
+        and is_constant(test.comparators[0], None)
+    ):
         func = ctx.index.enclosing_function(test)
         return func is not None and _option_value(ctx, test.left, func.body)
     return False
@@ -448,6 +523,7 @@ def runs_less_often(ctx: FileContext, node: ast.AST, owner: ast.AST) -> bool:
 
 # -- step loops --------------------------------------------------------------------------------------
 
+
 def is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
     cache = ctx.step_loop_cache
     if loop not in cache:
@@ -460,8 +536,11 @@ def _is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
     if isinstance(loop, (ast.For, ast.AsyncFor)) and (iterates_batches(ctx, loop.iter) or _slices_batches(ctx, loop)):
         return True
     data = loop_data(ctx, loop)
-    targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)} \
-        if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+    targets = (
+        {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        if isinstance(loop, (ast.For, ast.AsyncFor))
+        else set()
+    )
     for call in ctx.calls_within(loop):
         if runs_less_often(ctx, call, loop):
             continue
@@ -480,8 +559,12 @@ def _slices_batches(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
     """`for i in range(0, n, chunk): x = feats[i : i + chunk]`: mini-batches cut from a tensor by a
     strided counter, each one computed on in its own iteration, as a loader's batches are."""
     iterable = loop.iter
-    if not (isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range" and len(iterable.args) == 3
-            and isinstance(loop.target, ast.Name)):
+    if not (
+        isinstance(iterable, ast.Call)
+        and dotted_name(iterable.func) == "range"
+        and len(iterable.args) == 3
+        and isinstance(loop.target, ast.Name)
+    ):
         return False
     counter = loop.target.id
     for stmt in loop.body:
@@ -490,8 +573,9 @@ def _slices_batches(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
                 indices = subscript_indices(node)
                 first = indices[0] if indices else None
                 # a window on the batch axis: `[i : i + chunk]`, `[i : min(i + chunk, n), :]`
-                if isinstance(first, ast.Slice) and all(bound is not None and _mentions(bound, {counter})
-                                                        for bound in (first.lower, first.upper)):
+                if isinstance(first, ast.Slice) and all(
+                    bound is not None and _mentions(bound, {counter}) for bound in (first.lower, first.upper)
+                ):
                     return True
     return False
 
@@ -518,10 +602,15 @@ def trains(ctx: FileContext, func: ast.AST) -> bool:
         cache[func] = False  # recursion
         # a jitted JAX step that computes gradients trains, whatever calls it
         cache[func] = (ctx.imports_jax and func in ctx.jax_staged and jax_tracing.computes_gradients(ctx, func)) or any(
-            not runs_less_often(ctx, call, func) and not in_loop_within(ctx, call, func) and (
-                _training_call(ctx, call) or ctx.trains_externally(call)
-                or any(trains(ctx, f) for f in local_callees_of(ctx, call)))
-            for call in ctx.calls_within(func))
+            not runs_less_often(ctx, call, func)
+            and not in_loop_within(ctx, call, func)
+            and (
+                _training_call(ctx, call)
+                or ctx.trains_externally(call)
+                or any(trains(ctx, f) for f in local_callees_of(ctx, call))
+            )
+            for call in ctx.calls_within(func)
+        )
     return cache[func]
 
 
@@ -529,9 +618,14 @@ def loop_trains(ctx: FileContext, loop: ast.AST) -> bool:
     """`loop` is a step loop that trains: a backward or an optimizer step runs in every iteration,
     in its body or in a function it calls (of this module or, through the project index, another)."""
     return is_step_loop(ctx, loop) and any(
-        not runs_less_often(ctx, call, loop) and (_training_call(ctx, call) or ctx.trains_externally(call)
-                                         or any(trains(ctx, f) for f in local_callees_of(ctx, call)))
-        for call in ctx.calls_within(loop))
+        not runs_less_often(ctx, call, loop)
+        and (
+            _training_call(ctx, call)
+            or ctx.trains_externally(call)
+            or any(trains(ctx, f) for f in local_callees_of(ctx, call))
+        )
+        for call in ctx.calls_within(loop)
+    )
 
 
 # Calls that cut the step's graph, by the called name: a barrier of any spelling makes a helper's
@@ -545,8 +639,9 @@ def unbarriered_optimizer_step(ctx: FileContext, func: ast.AST) -> int | None:
     helper such as `mp_trainer.optimize(opt)` whose caller's loop owns the barrier. None for an
     optimizer's own `step` (a wrapper), a function that loops over steps itself (its loop is
     judged where it is), and in modules of frameworks that own the barrier."""
-    if getattr(func, "name", "") in ("step", "optimizer_step") or \
-            any(b.qualified.split(".")[0] in FRAMEWORK_MODULES for b in ctx.index.imports.values()):
+    if getattr(func, "name", "") in ("step", "optimizer_step") or any(
+        b.qualified.split(".")[0] in FRAMEWORK_MODULES for b in ctx.index.imports.values()
+    ):
         return None
     if any(is_step_loop(ctx, loop) for loop in ctx.loops_of(func)):
         return None
@@ -559,8 +654,9 @@ def unbarriered_optimizer_step(ctx: FileContext, func: ast.AST) -> int | None:
         seen.add(owner)
         for call in ctx.calls_within(owner):
             name = last_part(dotted_name(call.func))
-            if name in BARRIER_NAMES or (name in ("step", "compile") and
-                                         (ctx.qualified_name(call.func) or "").startswith("torch_xla")):
+            if name in BARRIER_NAMES or (
+                name in ("step", "compile") and (ctx.qualified_name(call.func) or "").startswith("torch_xla")
+            ):
                 return None
             if runs_less_often(ctx, call, owner) or in_loop_within(ctx, call, owner):
                 continue
@@ -578,8 +674,12 @@ def _plain_optimizer_step(call: ast.Call) -> bool:
         return True
     first = positional(call)[:1]  # `scaler.step(optimizer)`
     name = last_part(dotted_name(first[0])) if first else ""
-    return bool(name) and bool(OPTIMIZER_NAME.search(name)) and not NOT_OPTIMIZER.search(name) and \
-        "scaler" in (recv or "").lower()
+    return (
+        bool(name)
+        and bool(OPTIMIZER_NAME.search(name))
+        and not NOT_OPTIMIZER.search(name)
+        and "scaler" in (recv or "").lower()
+    )
 
 
 def in_loop_within(ctx: FileContext, node: ast.AST, owner: ast.AST) -> bool:
@@ -598,8 +698,11 @@ def loop_data(ctx: FileContext, loop: ast.AST) -> set[str]:
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return set()
     # what it iterates, not counters: `range(...)` items and `enumerate`'s index are no data
-    data = {name for name, iterable in loop_bindings(loop.target, loop.iter)
-            if not (isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range")}
+    data = {
+        name
+        for name, iterable in loop_bindings(loop.target, loop.iter)
+        if not (isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range")
+    }
     assignments = [n for stmt in loop.body for n in ast.walk(stmt) if isinstance(n, (ast.Assign, ast.AnnAssign))]
     for _ in range(3):  # a few rounds of `a = f(batch); b = a.to(d)`
         for node in assignments:
@@ -657,11 +760,13 @@ def iterates_batches(ctx: FileContext, iterable: ast.expr, depth: int = 0) -> bo
     if BATCH_ITERABLE.search(last_part(name)):
         return True
     values = ctx.assigned_values(iterable)
-    return any(isinstance(v, ast.Call) and DEVICE_LOADER.match(last_part(dotted_name(v.func))) for v in values) or \
-        any(iterates_batches(ctx, v, depth + 1) for v in values if isinstance(v, (ast.Call, ast.Name)))
+    return any(isinstance(v, ast.Call) and DEVICE_LOADER.match(last_part(dotted_name(v.func))) for v in values) or any(
+        iterates_batches(ctx, v, depth + 1) for v in values if isinstance(v, (ast.Call, ast.Name))
+    )
 
 
 # -- per-step ----------------------------------------------------------------------------------------
+
 
 def is_per_step(ctx: FileContext, node: ast.AST, *, periodic: bool = False) -> bool:
     """True when `node` runs once per training/evaluation step. With `periodic=True`, also when it
@@ -721,9 +826,15 @@ def compute_per_call_functions(ctx: FileContext) -> set[ast.AST]:
     """Per-call functions by name (with no caller in the project), and the module-local functions
     they call."""
     result: set[ast.AST] = set()
-    work = [f for defs in ctx.index.functions.values() for f in defs
-            if PER_CALL_FUNCTION.search(f.name) and not NOT_PER_CALL.search(f.name)
-            and not _call_sites(ctx, f) and not ctx.externally_called(f)]
+    work = [
+        f
+        for defs in ctx.index.functions.values()
+        for f in defs
+        if PER_CALL_FUNCTION.search(f.name)
+        and not NOT_PER_CALL.search(f.name)
+        and not _call_sites(ctx, f)
+        and not ctx.externally_called(f)
+    ]
     while work:
         func = work.pop()
         if func in result or ctx.is_step_closure(func):
@@ -746,8 +857,13 @@ def runs_hot(ctx: FileContext, node: ast.AST, depth: int = 0) -> bool:
     """
     func = ctx.index.enclosing_function(node)
     if ctx.is_per_step(node) and not _excluded_here(ctx, node):
-        if func is None or depth > MAX_CALL_SITE_DEPTH or STEP_FUNCTION.match(func.name) \
-                or ctx.externally_per_step(func) or _in_step_loop_within(ctx, node, func):
+        if (
+            func is None
+            or depth > MAX_CALL_SITE_DEPTH
+            or STEP_FUNCTION.match(func.name)
+            or ctx.externally_per_step(func)
+            or _in_step_loop_within(ctx, node, func)
+        ):
             return True
         sites = _call_sites(ctx, func)
         return not sites or any(runs_hot(ctx, site, depth + 1) for site in sites)

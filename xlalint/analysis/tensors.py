@@ -55,52 +55,237 @@ class Kind(enum.IntEnum):
 
 # torch functions that return something other than a device tensor.
 TORCH_NOT_TENSOR = {
-    "is_tensor", "is_floating_point", "is_complex", "is_nonzero", "numel", "device", "dtype", "no_grad",
-    "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled", "manual_seed", "seed",
-    "save", "load", "get_default_dtype", "set_default_dtype", "Size", "Generator", "compile", "finfo",
-    "iinfo", "autocast", "is_autocast_enabled", "get_num_threads", "set_num_threads", "typename",
-    "is_storage", "use_deterministic_algorithms", "result_type", "promote_types", "can_cast", "equal",
+    "is_tensor",
+    "is_floating_point",
+    "is_complex",
+    "is_nonzero",
+    "numel",
+    "device",
+    "dtype",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "inference_mode",
+    "is_grad_enabled",
+    "manual_seed",
+    "seed",
+    "save",
+    "load",
+    "get_default_dtype",
+    "set_default_dtype",
+    "Size",
+    "Generator",
+    "compile",
+    "finfo",
+    "iinfo",
+    "autocast",
+    "is_autocast_enabled",
+    "get_num_threads",
+    "set_num_threads",
+    "typename",
+    "is_storage",
+    "use_deterministic_algorithms",
+    "result_type",
+    "promote_types",
+    "can_cast",
+    "equal",
     "allclose",
 }
-TORCH_NOT_TENSOR_PREFIXES = ("torch.cuda.", "torch.distributed.", "torch.backends.", "torch.utils.", "torch.jit.",
-                             "torch.distributions.", "torch.optim.", "torch.amp.", "torch.profiler.",
-                             "torch.compiler.", "torch.autograd.", "torch.onnx.", "torch.hub.", "torch.nn.init.")
+TORCH_NOT_TENSOR_PREFIXES = (
+    "torch.cuda.",
+    "torch.distributed.",
+    "torch.backends.",
+    "torch.utils.",
+    "torch.jit.",
+    "torch.distributions.",
+    "torch.optim.",
+    "torch.amp.",
+    "torch.profiler.",
+    "torch.compiler.",
+    "torch.autograd.",
+    "torch.onnx.",
+    "torch.hub.",
+    "torch.nn.init.",
+)
 # torch functions that answer a question or get/set global state: Python values, never tensors.
 TORCH_QUERY = re.compile(r"^(is|are|has|get|set|use)_")
 # torch_xla collectives: a device tensor in, a device tensor out (`mesh_reduce` is a host collective).
-XLA_COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "send", "recv",
-                   "collective_broadcast"}
-WRAPS_ITS_ARGUMENT = {"torch.autograd.Variable", "torch.autograd.variable.Variable", "torch.nn.Parameter",
-                      "torch.nn.parameter.Parameter"}
+XLA_COLLECTIVES = {
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "collective_permute",
+    "send",
+    "recv",
+    "collective_broadcast",
+}
+WRAPS_ITS_ARGUMENT = {
+    "torch.autograd.Variable",
+    "torch.autograd.variable.Variable",
+    "torch.nn.Parameter",
+    "torch.nn.parameter.Parameter",
+}
 # Names and operations a rule follows back to decide what a value evidently is
 # (`g = p.grad.norm(); coef = max_norm / (g + eps); if coef < 1:` is four steps).
 MAX_DEPTH = 8
 # `is_clip_model(ckpt)`, `has_head(m)`: questions, answered with Python values.
 PREDICATE = re.compile(r"^_*(is|are|has|have|should|can|needs?|uses?)_")
-HOST_TYPES = {"int", "float", "bool", "str", "list", "tuple", "dict", "set", "complex", "bytes", "numbers.Number",
-              "numbers.Real", "numbers.Integral"}
+HOST_TYPES = {
+    "int",
+    "float",
+    "bool",
+    "str",
+    "list",
+    "tuple",
+    "dict",
+    "set",
+    "complex",
+    "bytes",
+    "numbers.Number",
+    "numbers.Real",
+    "numbers.Integral",
+}
 # what the fixes rewrite code to call (xlalint.runtime) and that returns a tensor of its argument's device
-RUNTIME_TENSOR_FUNCTIONS = {f"xlalint.runtime.{name}" for name in (
-    "masked_sum", "masked_mean", "masked_max", "masked_min", "masked_count", "nonzero_static", "clip_grad_norm_")}
+RUNTIME_TENSOR_FUNCTIONS = {
+    f"xlalint.runtime.{name}"
+    for name in (
+        "masked_sum",
+        "masked_mean",
+        "masked_max",
+        "masked_min",
+        "masked_count",
+        "nonzero_static",
+        "clip_grad_norm_",
+    )
+}
 HOST_METHODS = {
-    "item", "tolist", "numpy", "size", "dim", "ndimension", "numel", "nelement", "element_size", "data_ptr",
-    "get_device", "is_contiguous", "is_floating_point", "is_complex", "storage_offset", "stride",
-    "untyped_storage", "keys", "values", "items", "__len__", "format", "join", "split_", "startswith",
-    "endswith", "lower", "upper", "strip", "state_dict", "parameters", "named_parameters", "modules",
-    "children", "named_modules", "named_children", "buffers", "register_buffer", "apply", "train",
-    "eval", "zero_grad", "step", "append", "extend", "insert", "pop", "get", "update", "copy",
+    "item",
+    "tolist",
+    "numpy",
+    "size",
+    "dim",
+    "ndimension",
+    "numel",
+    "nelement",
+    "element_size",
+    "data_ptr",
+    "get_device",
+    "is_contiguous",
+    "is_floating_point",
+    "is_complex",
+    "storage_offset",
+    "stride",
+    "untyped_storage",
+    "keys",
+    "values",
+    "items",
+    "__len__",
+    "format",
+    "join",
+    "split_",
+    "startswith",
+    "endswith",
+    "lower",
+    "upper",
+    "strip",
+    "state_dict",
+    "parameters",
+    "named_parameters",
+    "modules",
+    "children",
+    "named_modules",
+    "named_children",
+    "buffers",
+    "register_buffer",
+    "apply",
+    "train",
+    "eval",
+    "zero_grad",
+    "step",
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "get",
+    "update",
+    "copy",
 }
 # methods only torch tensors have (numpy arrays and modules lack them): the receiver is a tensor
 TENSOR_ONLY_METHODS = {"detach", "detach_", "contiguous", "unsqueeze", "masked_fill", "softmax", "log_softmax"}
-SHAPE_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "is_leaf", "layout", "names",
-                    "is_sparse", "is_quantized", "is_meta", "grad_fn", "itemsize", "nbytes"}
+SHAPE_ATTRIBUTES = {
+    "shape",
+    "dtype",
+    "device",
+    "ndim",
+    "is_cuda",
+    "requires_grad",
+    "is_leaf",
+    "layout",
+    "names",
+    "is_sparse",
+    "is_quantized",
+    "is_meta",
+    "grad_fn",
+    "itemsize",
+    "nbytes",
+}
 SAME_KIND_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "real", "imag"}
-HOST_MODULES = ("numpy", "np", "math", "random", "pandas", "statistics", "json", "os", "re", "time", "sys",
-                "collections", "itertools", "functools", "operator", "string", "logging", "warnings")
+HOST_MODULES = (
+    "numpy",
+    "np",
+    "math",
+    "random",
+    "pandas",
+    "statistics",
+    "json",
+    "os",
+    "re",
+    "time",
+    "sys",
+    "collections",
+    "itertools",
+    "functools",
+    "operator",
+    "string",
+    "logging",
+    "warnings",
+)
 PY_BUILTINS_NOT_TENSOR = {
-    "len", "int", "float", "bool", "str", "repr", "range", "list", "dict", "set", "tuple", "isinstance",
-    "type", "hasattr", "getattr", "id", "hash", "round", "sorted", "enumerate", "zip", "print", "format",
-    "open", "any", "all", "iter", "next", "callable", "divmod", "ord", "chr", "hex", "bin",
+    "len",
+    "int",
+    "float",
+    "bool",
+    "str",
+    "repr",
+    "range",
+    "list",
+    "dict",
+    "set",
+    "tuple",
+    "isinstance",
+    "type",
+    "hasattr",
+    "getattr",
+    "id",
+    "hash",
+    "round",
+    "sorted",
+    "enumerate",
+    "zip",
+    "print",
+    "format",
+    "open",
+    "any",
+    "all",
+    "iter",
+    "next",
+    "callable",
+    "divmod",
+    "ord",
+    "chr",
+    "hex",
+    "bin",
 }
 # Names that are almost always tensors when nothing else is known about them.
 TENSOR_NAME = re.compile(
@@ -109,8 +294,19 @@ TENSOR_NAME = re.compile(
     r"targets|target|input_ids|x|y|inputs|features|embeddings|weights|grads|gradients|acc|accuracy|"
     r"correct|found_inf|inf_found|is_finite|nan_mask|tokens|ids|indices)$"
 )
-NON_TENSOR_ANNOTATIONS = {"int", "float", "bool", "str", "dict", "list", "tuple", "Optional[int]", "Optional[float]",
-                          "Optional[str]", "Optional[bool]"}
+NON_TENSOR_ANNOTATIONS = {
+    "int",
+    "float",
+    "bool",
+    "str",
+    "dict",
+    "list",
+    "tuple",
+    "Optional[int]",
+    "Optional[float]",
+    "Optional[str]",
+    "Optional[bool]",
+}
 NON_TENSOR_PARAMS = re.compile(
     r"^(self|cls|step|steps|epoch|epochs|i|j|k|idx|\w+_idx|\w+_index|batch_size|num_\w+|n_\w+|args|kwargs|"
     r"config|cfg|opt|optimizer|optimizers|scheduler|lr|\w+_lr|verbose|name|prefix|mode|state|trainer|"
@@ -121,7 +317,9 @@ NON_TENSOR_PARAMS = re.compile(
 
 
 # Helpers that move data to the accelerator: `state.device.tensor_to_device(t)`, `send_to_device(b, d)`.
-TO_DEVICE_CALL = re.compile(r"(^|_)to_(device|xla|tpu|accelerator)$|^(move|send|put)_(\w+_)?to_(device|xla|tpu)$|^xla_move")
+TO_DEVICE_CALL = re.compile(
+    r"(^|_)to_(device|xla|tpu|accelerator)$|^(move|send|put)_(\w+_)?to_(device|xla|tpu)$|^xla_move"
+)
 
 
 def combine(*kinds: Kind) -> Kind:
@@ -196,8 +394,11 @@ class TensorInference:
         if isinstance(node, ast.IfExp):
             return combine(self.kind(node.body), self.kind(node.orelse))
         if isinstance(node, (ast.Tuple, ast.List)):
-            return combine(*(self.kind(e.value if isinstance(e, ast.Starred) else e) for e in node.elts)) \
-                if node.elts else Kind.NOT_TENSOR
+            return (
+                combine(*(self.kind(e.value if isinstance(e, ast.Starred) else e) for e in node.elts))
+                if node.elts
+                else Kind.NOT_TENSOR
+            )
         if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
             return self.kind(node.elt)
         if isinstance(node, (ast.Await, ast.NamedExpr, ast.Starred)):
@@ -215,8 +416,12 @@ class TensorInference:
         values = self.ctx.reaching_values(node)
         if values:
             # `flag = not t` stores a Python bool: the sync happened at the `not`, not where `flag` is read
-            return combine(*(Kind.NOT_TENSOR if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
-                             else self.kind(v) for v in values))
+            return combine(
+                *(
+                    Kind.NOT_TENSOR if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not) else self.kind(v)
+                    for v in values
+                )
+            )
         iterables = self.ctx.loop_iterables(node)
         if iterables:
             return combine(*(self._element_kind(it) for it in iterables))
@@ -238,15 +443,23 @@ class TensorInference:
             if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
                 return False
             if isinstance(anc, (ast.If, ast.IfExp)) and self.ctx.index.field_of(child) == "body":
-                tests = anc.test.values if isinstance(anc.test, ast.BoolOp) and isinstance(anc.test.op, ast.And) \
+                tests = (
+                    anc.test.values
+                    if isinstance(anc.test, ast.BoolOp) and isinstance(anc.test.op, ast.And)
                     else [anc.test]
+                )
                 if any(self._isinstance_host(t, node.id) for t in tests):
                     return True
-                if any(isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and self._tensor_check(t.operand, node.id)
-                       for t in tests):
+                if any(
+                    isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and self._tensor_check(t.operand, node.id)
+                    for t in tests
+                ):
                     return True  # `if not torch.is_tensor(t): n = int(t)`
-            if isinstance(anc, (ast.If, ast.IfExp)) and self.ctx.index.field_of(child) == "orelse" and \
-                    self._tensor_check(anc.test, node.id):
+            if (
+                isinstance(anc, (ast.If, ast.IfExp))
+                and self.ctx.index.field_of(child) == "orelse"
+                and self._tensor_check(anc.test, node.id)
+            ):
                 return True  # `if isinstance(t, torch.Tensor): ... else: n = int(t)`
             child = anc
         return False
@@ -254,8 +467,9 @@ class TensorInference:
     def _tensor_check(self, test: ast.expr, name: str) -> bool:
         """`isinstance(name, torch.Tensor)` (or a tuple of types with it) or `torch.is_tensor(name)`: false
         only when `name` is no tensor."""
-        if not (isinstance(test, ast.Call) and test.args and isinstance(test.args[0], ast.Name)
-                and test.args[0].id == name):
+        if not (
+            isinstance(test, ast.Call) and test.args and isinstance(test.args[0], ast.Name) and test.args[0].id == name
+        ):
             return False
         qualified = self.ctx.qualified_name(test.func) or ""
         if qualified == "torch.is_tensor":
@@ -266,8 +480,13 @@ class TensorInference:
         return False
 
     def _isinstance_host(self, test: ast.expr, name: str) -> bool:
-        if not (isinstance(test, ast.Call) and dotted_name(test.func) == "isinstance" and len(test.args) == 2
-                and isinstance(test.args[0], ast.Name) and test.args[0].id == name):
+        if not (
+            isinstance(test, ast.Call)
+            and dotted_name(test.func) == "isinstance"
+            and len(test.args) == 2
+            and isinstance(test.args[0], ast.Name)
+            and test.args[0].id == name
+        ):
             return False
         types = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
         qualified = [self.ctx.qualified_name(t) or "" for t in types]
@@ -387,8 +606,11 @@ class TensorInference:
                 return Kind.NOT_TENSOR
             if qualified in ("sum", "max", "min", "abs"):
                 return combine(*(self.kind(a) for a in node.args))
-            if root == "torch" and not qualified.startswith("torch.Tensor") and \
-                    not any(p.startswith("__") and p.endswith("__") for p in head.split(".")):
+            if (
+                root == "torch"
+                and not qualified.startswith("torch.Tensor")
+                and not any(p.startswith("__") and p.endswith("__") for p in head.split("."))
+            ):
                 # (`torch.__version__.split(".")` is a method of a string, no torch op)
                 return self._torch_call(node, qualified, head, tail)
             if qualified in RUNTIME_TENSOR_FUNCTIONS:
@@ -402,8 +624,12 @@ class TensorInference:
         name = dotted_name(node.func)
         if TO_DEVICE_CALL.search(last_part(name) or method or ""):
             return Kind.DEVICE
-        if name and MODEL_CALLEE.search(last_part(name)) and name.count(".") <= 1 and \
-                not PREDICATE.match(last_part(name)):
+        if (
+            name
+            and MODEL_CALLEE.search(last_part(name))
+            and name.count(".") <= 1
+            and not PREDICATE.match(last_part(name))
+        ):
             return Kind.DEVICE  # `model(x)`, `self.encoder(h)`, `criterion(out, y)`: model outputs
         if name and name.startswith("self.") and name.count(".") == 1 and self._submodule(name):
             return Kind.DEVICE  # `self.quantizer(h)` where `self.quantizer = VectorQuantizer(...)`
@@ -428,8 +654,12 @@ class TensorInference:
     def _torch_call(self, node: ast.Call, qualified: str, head: str, tail: str) -> Kind:
         if qualified in WRAPS_ITS_ARGUMENT:  # `Variable(t)`, `nn.Parameter(t)`: the tensor itself
             return self.kind(node.args[0]) if node.args else Kind.TENSOR
-        if tail in TORCH_NOT_TENSOR or TORCH_QUERY.match(tail) or qualified.startswith(TORCH_NOT_TENSOR_PREFIXES) \
-                and not qualified.startswith("torch.nn.utils.clip_grad"):
+        if (
+            tail in TORCH_NOT_TENSOR
+            or TORCH_QUERY.match(tail)
+            or qualified.startswith(TORCH_NOT_TENSOR_PREFIXES)
+            and not qualified.startswith("torch.nn.utils.clip_grad")
+        ):
             return Kind.NOT_TENSOR
         if qualified.startswith("torch.nn.utils.clip_grad"):
             return Kind.DEVICE  # the total norm lives on the parameters' device
@@ -481,7 +711,6 @@ class TensorInference:
             return Kind.TENSOR
         return base
 
-
     def _dict_values(self, expr: ast.expr, depth: int = 0) -> Kind | None:
         """The kind of the values of the dict `expr` holds (`{k: loss_k}`, a comprehension, or a
         name or attribute assigned one); None when no dict literal is in sight."""
@@ -502,16 +731,44 @@ class TensorInference:
         return None
 
 
-_HOST_ANNOTATION_NAMES = {"int", "float", "bool", "str", "bytes", "complex", "list", "tuple", "dict", "set",
-                          "frozenset", "List", "Tuple", "Dict", "Set", "FrozenSet", "Optional", "Union", "Sequence",
-                          "Mapping", "Iterable", "Literal", "None", "typing", "collections", "abc"}
+_HOST_ANNOTATION_NAMES = {
+    "int",
+    "float",
+    "bool",
+    "str",
+    "bytes",
+    "complex",
+    "list",
+    "tuple",
+    "dict",
+    "set",
+    "frozenset",
+    "List",
+    "Tuple",
+    "Dict",
+    "Set",
+    "FrozenSet",
+    "Optional",
+    "Union",
+    "Sequence",
+    "Mapping",
+    "Iterable",
+    "Literal",
+    "None",
+    "typing",
+    "collections",
+    "abc",
+}
 
 
 def _host_annotation(annotation: ast.expr) -> bool:
     """`list[tuple[int, int]]`, `Optional[Sequence[int]]`, `int | None`: only Python builtin types
     and their containers, so no tensor (string literals inside `Literal[...]` count as values)."""
-    names = [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(annotation)
-             if isinstance(n, (ast.Name, ast.Attribute))]
+    names = [
+        n.id if isinstance(n, ast.Name) else n.attr
+        for n in ast.walk(annotation)
+        if isinstance(n, (ast.Name, ast.Attribute))
+    ]
     if isinstance(annotation, ast.Constant):
         return False  # a string annotation: not parsed here
     return bool(names) and all(name in _HOST_ANNOTATION_NAMES for name in names)
@@ -574,8 +831,11 @@ def evident_device_tensor(ctx: FileContext, expr: ast.expr, depth: int = 0) -> b
         return evident_device_tensor(ctx, expr.operand, depth + 1)
     if isinstance(expr, ast.Call):
         qualified = ctx.qualified_name(expr.func) or ""
-        if qualified.startswith("torch.") and not qualified.startswith("torch.Tensor") or \
-                qualified in RUNTIME_TENSOR_FUNCTIONS:
+        if (
+            qualified.startswith("torch.")
+            and not qualified.startswith("torch.Tensor")
+            or qualified in RUNTIME_TENSOR_FUNCTIONS
+        ):
             return True  # a torch (or xlalint.runtime) function that returns a tensor (kind already says which)
         method = method_name(expr)
         recv = receiver(expr)
@@ -610,8 +870,9 @@ def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
         method = method_name(expr)
         if method in BOOL_METHODS and not is_torch(ctx, expr, BOOL_FUNCTIONS | {"bool"}):
             return True
-        if method == "to" and any(dotted_name(a) in ("torch.bool", "bool")
-                                  for a in (*expr.args, *(k.value for k in expr.keywords))):
+        if method == "to" and any(
+            dotted_name(a) in ("torch.bool", "bool") for a in (*expr.args, *(k.value for k in expr.keywords))
+        ):
             return True
         if method in ("any", "all") and (expr.args or expr.keywords) and ctx.on_device(receiver(expr)):
             return True  # a reduction over a dimension: still a mask
@@ -630,8 +891,13 @@ def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
 
 def _mask_named(ctx: FileContext, expr: ast.expr) -> bool:
     name = dotted_name(expr)
-    return bool(name) and bool(_MASK_NAME.search(last_part(name))) and ctx.on_device(expr) and \
-        "attention_mask" not in name and "padding_mask" not in name
+    return (
+        bool(name)
+        and bool(_MASK_NAME.search(last_part(name)))
+        and ctx.on_device(expr)
+        and "attention_mask" not in name
+        and "padding_mask" not in name
+    )
 
 
 def elementwise_of(ctx: FileContext, mask: ast.expr, base: ast.expr, depth: int = 0) -> bool:
@@ -643,7 +909,7 @@ def elementwise_of(ctx: FileContext, mask: ast.expr, base: ast.expr, depth: int 
 
 
 def _elementwise(ctx: FileContext, expr: ast.expr, base: ast.expr, depth: int) -> str | None:
-    """"base" (shaped like base), "scalar" (a Python number), or None (anything else)."""
+    """ "base" (shaped like base), "scalar" (a Python number), or None (anything else)."""
     if depth > MAX_DEPTH:
         return None
     if isinstance(expr, ast.Name) and isinstance(base, ast.Name) and expr.id == base.id:
@@ -675,7 +941,9 @@ def _elementwise(ctx: FileContext, expr: ast.expr, base: ast.expr, depth: int) -
     if isinstance(expr, ast.BinOp):
         if isinstance(expr.op, ast.MatMult):
             return None
-        return _shaped_like_parts([_elementwise(ctx, expr.left, base, depth + 1), _elementwise(ctx, expr.right, base, depth + 1)])
+        return _shaped_like_parts(
+            [_elementwise(ctx, expr.left, base, depth + 1), _elementwise(ctx, expr.right, base, depth + 1)]
+        )
     if isinstance(expr, ast.Call):
         if expr.keywords or any(isinstance(a, ast.Starred) for a in expr.args):
             return None
@@ -684,8 +952,12 @@ def _elementwise(ctx: FileContext, expr: ast.expr, base: ast.expr, depth: int) -
             return _shaped_like_parts([_elementwise(ctx, a, base, depth + 1) for a in expr.args])
         method = method_name(expr)
         if method in ELEMENTWISE_METHODS and not dotted_name(expr.func) == f"torch.{method}":
-            return _shaped_like_parts([_elementwise(ctx, receiver(expr), base, depth + 1),
-                             *(_elementwise(ctx, a, base, depth + 1) for a in expr.args)])
+            return _shaped_like_parts(
+                [
+                    _elementwise(ctx, receiver(expr), base, depth + 1),
+                    *(_elementwise(ctx, a, base, depth + 1) for a in expr.args),
+                ]
+            )
     return None
 
 

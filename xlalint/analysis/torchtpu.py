@@ -85,16 +85,24 @@ def _find_evidence(ctx: FileContext) -> ast.AST | None:
         args = positional(call)
         if qualified == "torch.device" and args and _is_tpu_device(string_value(args[0])):
             return call
-        if isinstance(call.func, ast.Attribute) and call.func.attr == "to" and args \
-                and _is_tpu_device(string_value(args[0])):
+        if (
+            isinstance(call.func, ast.Attribute)
+            and call.func.attr == "to"
+            and args
+            and _is_tpu_device(string_value(args[0]))
+        ):
             return call
         for kw in call.keywords:
             if kw.arg == "device" and _is_tpu_device(string_value(kw.value)):
                 return call
             if kw.arg == "backend" and string_value(kw.value) == "tpu":
                 return call
-        if qualified in ("torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group") \
-                and args and string_value(args[0]) in ("tpu", "tpu_dist"):
+        if (
+            qualified
+            in ("torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group")
+            and args
+            and string_value(args[0]) in ("tpu", "tpu_dist")
+        ):
             return call
     return None
 
@@ -109,8 +117,11 @@ def compile_sites(ctx: FileContext) -> list[CompileSite]:
     if cached is not None:
         return cached
     sites: list[CompileSite] = []
-    defs = [f for f in (*ctx.index.by_type.get(ast.FunctionDef, ()), *ctx.index.by_type.get(ast.AsyncFunctionDef, ()))
-            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]  # (all are: by_type's lists)
+    defs = [
+        f
+        for f in (*ctx.index.by_type.get(ast.FunctionDef, ()), *ctx.index.by_type.get(ast.AsyncFunctionDef, ()))
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]  # (all are: by_type's lists)
     functions = {f.name: f for f in defs}  # the last of a name wins, async after plain ones, as before
     for func in defs:
         for decorator in func.decorator_list:
@@ -136,8 +147,9 @@ def compile_sites(ctx: FileContext) -> list[CompileSite]:
 def _site(call: ast.Call, func) -> CompileSite:
     backend = keyword(call, "backend")
     dynamic = keyword(call, "dynamic")
-    return CompileSite(call, func, _literal(backend.value) if backend else None,
-                       _literal(dynamic.value) if dynamic else None)
+    return CompileSite(
+        call, func, _literal(backend.value) if backend else None, _literal(dynamic.value) if dynamic else None
+    )
 
 
 def on_tpu_backend(ctx: FileContext, site: CompileSite) -> bool:

@@ -43,8 +43,14 @@ STEP_CONTEXTS = COMPILE_CALLS | {"torch_xla.debug.profiler.StepTrace"}
 # prepares for XLA is an `MpDeviceLoader`; Lightning's XLA strategy wraps the loader the same way.
 FRAMEWORK_MODULES = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric")
 # The methods through which they hand back the objects they manage.
-PREPARE_METHODS = {"prepare", "prepare_optimizer", "prepare_data_loader", "setup", "setup_optimizers",
-                   "setup_dataloaders"}
+PREPARE_METHODS = {
+    "prepare",
+    "prepare_optimizer",
+    "prepare_data_loader",
+    "setup",
+    "setup_optimizers",
+    "setup_dataloaders",
+}
 
 # -- gradient reduction ------------------------------------------------------------------------------
 # Wrappers and calls that reduce the gradients themselves (and never add a barrier), by the name torch
@@ -63,13 +69,23 @@ GRADIENT_REDUCERS = {
     "mark_sharding": "SPMD",
 }
 # Modules whose import alone says a wrapper owns the reduction.
-GRADIENT_REDUCER_MODULES = ("torch.nn.parallel", "torch.distributed.fsdp", "torch_xla.distributed.fsdp",
-                            "torch_xla.distributed.spmd", "torch_xla.distributed.zero_redundancy_optimizer")
+GRADIENT_REDUCER_MODULES = (
+    "torch.nn.parallel",
+    "torch.distributed.fsdp",
+    "torch_xla.distributed.fsdp",
+    "torch_xla.distributed.spmd",
+    "torch_xla.distributed.zero_redundancy_optimizer",
+)
 # Optimizer steps that all-reduce the gradients (when the world size is above 1) just before stepping.
 LATE_REDUCTION = {XM_OPTIMIZER_STEP, RUNTIME_OPTIMIZER_STEP}
 # Reductions a step may run before it clips.
-EARLY_REDUCTION = {XM_REDUCE_GRADIENTS, f"{XM}.all_reduce", f"{XM}.all_reduce_bucketized_gradients",
-                   "torch.distributed.all_reduce", "torch.distributed.all_reduce_coalesced"}
+EARLY_REDUCTION = {
+    XM_REDUCE_GRADIENTS,
+    f"{XM}.all_reduce",
+    f"{XM}.all_reduce_bucketized_gradients",
+    "torch.distributed.all_reduce",
+    "torch.distributed.all_reduce_coalesced",
+}
 # The file runs several replicas: it launches them, feeds each its own device loader, or asks how many.
 REPLICA_LAUNCH = {"torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch"}
 WORLD_SIZE = {"torch_xla.runtime.world_size", f"{XM}.xrt_world_size", "torch.distributed.get_world_size"}
@@ -88,28 +104,143 @@ ELEMENT_WRAPPERS = {"enumerate", "tqdm", "zip", "iter", "reversed"}
 # -- tensors -----------------------------------------------------------------------------------------
 # `torch.<name>(...)` builds a new tensor (on the device it is given).
 FACTORIES = {
-    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
-    "eye", "rand", "randn", "randint", "randperm", "normal", "bernoulli", "tril_indices", "triu_indices",
-    "empty_strided", "scalar_tensor", "from_numpy", "frombuffer",
+    "tensor",
+    "as_tensor",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "arange",
+    "range",
+    "linspace",
+    "logspace",
+    "eye",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "normal",
+    "bernoulli",
+    "tril_indices",
+    "triu_indices",
+    "empty_strided",
+    "scalar_tensor",
+    "from_numpy",
+    "frombuffer",
 }
 # ... of these, the ones whose size is their argument (`torch.zeros(n)`): a size read from data is a new shape.
 SIZED_FACTORIES = {"zeros", "ones", "empty", "full", "arange", "rand", "randn", "randint"}
 # `torch.<name>(x)`: a new tensor with `x`'s shape, dtype and device.
 LIKE_FACTORIES = {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
 # torch functions and tensor methods whose result is boolean, elementwise.
-BOOL_FUNCTIONS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "isreal", "signbit", "logical_not",
-                  "logical_and", "logical_or", "logical_xor", "eq", "ne", "gt", "ge", "lt", "le", "greater",
-                  "greater_equal", "less", "less_equal", "not_equal", "isclose", "isin"}
-BOOL_METHODS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit", "logical_not", "logical_and",
-                "logical_or", "logical_xor", "eq", "ne", "gt", "ge", "lt", "le", "greater", "greater_equal",
-                "less", "less_equal", "not_equal", "bool", "isclose"}
+BOOL_FUNCTIONS = {
+    "isnan",
+    "isinf",
+    "isfinite",
+    "isneginf",
+    "isposinf",
+    "isreal",
+    "signbit",
+    "logical_not",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "eq",
+    "ne",
+    "gt",
+    "ge",
+    "lt",
+    "le",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "not_equal",
+    "isclose",
+    "isin",
+}
+BOOL_METHODS = {
+    "isnan",
+    "isinf",
+    "isfinite",
+    "isneginf",
+    "isposinf",
+    "signbit",
+    "logical_not",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "eq",
+    "ne",
+    "gt",
+    "ge",
+    "lt",
+    "le",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "not_equal",
+    "bool",
+    "isclose",
+}
 # Ops that keep the shape of their (single tensor) input, for "the mask is built from x itself".
 ELEMENTWISE_FUNCTIONS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit", "logical_not", "abs"}
-ELEMENTWISE_METHODS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit", "logical_not", "abs", "bool",
-                       "eq", "ne", "gt", "ge", "lt", "le", "greater", "greater_equal", "less", "less_equal",
-                       "not_equal", "detach"}
+ELEMENTWISE_METHODS = {
+    "isnan",
+    "isinf",
+    "isfinite",
+    "isneginf",
+    "isposinf",
+    "signbit",
+    "logical_not",
+    "abs",
+    "bool",
+    "eq",
+    "ne",
+    "gt",
+    "ge",
+    "lt",
+    "le",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "not_equal",
+    "detach",
+}
 # Tensor methods whose result is a tensor when the receiver is one: evident tensor values.
-TENSOR_REDUCTIONS = {"any", "all", "isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_not",
-                     "logical_and", "logical_or", "eq", "ne", "gt", "ge", "lt", "le", "greater", "less",
-                     "greater_equal", "less_equal", "max", "min", "amax", "amin", "sum", "mean", "norm",
-                     "abs", "count_nonzero", "prod", "std", "var"}
+TENSOR_REDUCTIONS = {
+    "any",
+    "all",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "isneginf",
+    "isposinf",
+    "logical_not",
+    "logical_and",
+    "logical_or",
+    "eq",
+    "ne",
+    "gt",
+    "ge",
+    "lt",
+    "le",
+    "greater",
+    "less",
+    "greater_equal",
+    "less_equal",
+    "max",
+    "min",
+    "amax",
+    "amin",
+    "sum",
+    "mean",
+    "norm",
+    "abs",
+    "count_nonzero",
+    "prod",
+    "std",
+    "var",
+}

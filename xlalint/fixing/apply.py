@@ -49,10 +49,14 @@ def _already_bound(ctx: CstContext, request: ImportRequest) -> bool:
     binding = ctx.index.imports.get(import_binding_name(request))
     if binding is None:
         return False
-    wanted = f"{request.module}.{request.obj}" if request.obj else (
-        request.module if request.asname else request.module.split(".")[0])
-    return binding.qualified == wanted or (not request.obj and not request.asname and
-                                            binding.qualified.split(".")[0] == wanted)
+    wanted = (
+        f"{request.module}.{request.obj}"
+        if request.obj
+        else (request.module if request.asname else request.module.split(".")[0])
+    )
+    return binding.qualified == wanted or (
+        not request.obj and not request.asname and binding.qualified.split(".")[0] == wanted
+    )
 
 
 def imports_the_linter(ctx: CstContext, fix: Fix) -> bool:
@@ -139,27 +143,33 @@ def _add_imports(module: cst.Module, requests: list[ImportRequest], *, notebook:
     end = start
     while end < len(body) and _is_import(body[end]):
         end += 1
-    head = module.with_changes(body=body[lead: end + 1])
+    head = module.with_changes(body=body[lead : end + 1])
     # AddImportsVisitor needs no metadata: visit it directly (a Codemod would deep-copy the tree)
     context = CodemodContext()
     for request in requests:
         AddImportsVisitor.add_needed_import(context, request.module, request.obj, request.asname)
     head = head.visit(AddImportsVisitor(context))
-    return module.with_changes(body=[*body[:lead], *head.body, *body[end + 1:]])
+    return module.with_changes(body=[*body[:lead], *head.body, *body[end + 1 :]])
 
 
 def _imports_torch(statement: cst.BaseStatement) -> bool:
     if not isinstance(statement, cst.SimpleStatementLine):
         return False  # (never: an import line)
     node = statement.body[0]
-    names = [dotted_name(node.module) or ""] if isinstance(node, cst.ImportFrom) and node.module else [
-        dotted_name(alias.name) or "" for alias in getattr(node, "names", ())]
+    names = (
+        [dotted_name(node.module) or ""]
+        if isinstance(node, cst.ImportFrom) and node.module
+        else [dotted_name(alias.name) or "" for alias in getattr(node, "names", ())]
+    )
     return any(name.split(".")[0] in ("torch", "torch_xla") for name in names)
 
 
 def _is_import(statement: cst.CSTNode) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
-        statement.body[0], (cst.Import, cst.ImportFrom))
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], (cst.Import, cst.ImportFrom))
+    )
 
 
 def _is_docstring(statement: cst.CSTNode) -> bool:
@@ -170,7 +180,8 @@ def _is_docstring(statement: cst.CSTNode) -> bool:
     if isinstance(first, cst.Expr):
         return isinstance(first.value, (cst.SimpleString, cst.ConcatenatedString))
     return isinstance(first, cst.Assign) and any(
-        isinstance(t.target, cst.Name) and t.target.value == "__strict__" for t in first.targets)
+        isinstance(t.target, cst.Name) and t.target.value == "__strict__" for t in first.targets
+    )
 
 
 def _remove_if_unused(ctx: CstContext, request: ImportRequest, replacements: dict[int, object]) -> None:
@@ -181,8 +192,11 @@ def _remove_if_unused(ctx: CstContext, request: ImportRequest, replacements: dic
     so the import is kept then (never a broken file, at worst an unused import).
     """
     local = import_binding_name(request) if request.asname or request.obj else request.module.split(".")[0]
-    qualified = f"{request.module}.{request.obj}" if request.obj else (
-        request.module if request.asname else request.module.split(".")[0])
+    qualified = (
+        f"{request.module}.{request.obj}"
+        if request.obj
+        else (request.module if request.asname else request.module.split(".")[0])
+    )
     bindings = [b for b in ctx.index.import_bindings if b.name == local]
     if not bindings or any(b.qualified != qualified for b in bindings) or _has_own_comments(ctx, request):
         return
@@ -226,7 +240,9 @@ def _drop_binding(ctx: CstContext, binding, local: str, replacements: dict[int, 
     previous = replacements.get(id(line))
     if isinstance(previous, cst.FlattenSentinel):  # new imports were placed beside this one
         rest = list(previous.nodes)[1:]
-        kept_line = [] if new_line is cst.RemovalSentinel.REMOVE or isinstance(new_line.body[0], cst.Pass) else [new_line]
+        kept_line = (
+            [] if new_line is cst.RemovalSentinel.REMOVE or isinstance(new_line.body[0], cst.Pass) else [new_line]
+        )
         replacements[id(line)] = cst.FlattenSentinel([*kept_line, *rest])
     else:
         replacements[id(line)] = new_line
@@ -276,7 +292,8 @@ class FixEdits:
         for text in self.texts:
             self.rows.append(self.rows[-1] + len(text.splitlines()))
         self.usable = self.header + "".join(self.texts) + self.footer == self.original and all(
-            text.endswith(("\n", "\r")) for text in self.texts)
+            text.endswith(("\n", "\r")) for text in self.texts
+        )
 
     def of(self, fix: Fix) -> tuple[Edit, ...]:
         new = apply_fixes(self.ctx, [fix])
@@ -288,15 +305,22 @@ class FixEdits:
             before = "".join(self.texts[i1:i2])
             after = "".join(new.code_for_node(statement) for statement in new.body[j1:j2])
             shift = self.rows[i1] - 1
-            edits += [Edit(Location(e.location.row + shift, e.location.column),
-                           Location(e.end_location.row + shift, e.end_location.column), e.content)
-                      for e in text_edits(before, after)]
+            edits += [
+                Edit(
+                    Location(e.location.row + shift, e.location.column),
+                    Location(e.end_location.row + shift, e.end_location.column),
+                    e.content,
+                )
+                for e in text_edits(before, after)
+            ]
         return tuple(edits)
 
     def _windows(self, new: cst.Module) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
         """The runs of statements between those `new` shares with the original: (old range, new range)."""
-        if "".join(new.code_for_node(line) for line in new.header) != self.header or \
-                "".join(new.code_for_node(line) for line in new.footer) != self.footer:
+        if (
+            "".join(new.code_for_node(line) for line in new.header) != self.header
+            or "".join(new.code_for_node(line) for line in new.footer) != self.footer
+        ):
             return None
         anchors = [(-1, -1)]
         for j, statement in enumerate(new.body):
@@ -306,8 +330,11 @@ class FixEdits:
                     return None
                 anchors.append((i, j))
         anchors.append((len(self.texts), len(new.body)))
-        windows = [((i0 + 1, i1), (j0 + 1, j1)) for (i0, j0), (i1, j1) in zip(anchors, anchors[1:])
-                   if i1 > i0 + 1 or j1 > j0 + 1]
+        windows = [
+            ((i0 + 1, i1), (j0 + 1, j1))
+            for (i0, j0), (i1, j1) in zip(anchors, anchors[1:])
+            if i1 > i0 + 1 or j1 > j0 + 1
+        ]
         if not new.has_trailing_newline and windows and windows[-1][1][1] == len(new.body):
             return None  # the module drops the last statement's newline: diff the whole of it
         return windows
@@ -326,7 +353,7 @@ def text_edits(before: str, after: str) -> tuple[Edit, ...]:
         suffix = len(_common_prefix(old_text[prefix:][::-1], new_text[prefix:][::-1]))
         start = _location(old, i1, old_text[:prefix])
         end = _location(old, i1, old_text[: len(old_text) - suffix])
-        edits.append(Edit(start, end, new_text[prefix: len(new_text) - suffix]))
+        edits.append(Edit(start, end, new_text[prefix : len(new_text) - suffix]))
     return tuple(edits)
 
 

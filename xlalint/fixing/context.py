@@ -71,8 +71,9 @@ class CstContext:
         in a function around `node`; None when no such import reaches it."""
         scopes = {id(a) for a in self.index.ancestors(node)}
         for binding in self.index.import_bindings:
-            if binding.qualified == qualified and (binding.scope is None or isinstance(binding.scope, cst.Module)
-                                                   or id(binding.scope) in scopes):
+            if binding.qualified == qualified and (
+                binding.scope is None or isinstance(binding.scope, cst.Module) or id(binding.scope) in scopes
+            ):
                 return binding.name
         return None
 
@@ -89,8 +90,12 @@ class CstContext:
 
     def span_of(self, node: ast.AST) -> Span:
         n: Any = node  # a located node (expr, stmt, arg, alias...): ast.AST itself declares no position
-        return (n.lineno, self.text.column(n.lineno, n.col_offset),
-                n.end_lineno, self.text.column(n.end_lineno, n.end_col_offset))
+        return (
+            n.lineno,
+            self.text.column(n.lineno, n.col_offset),
+            n.end_lineno,
+            self.text.column(n.end_lineno, n.end_col_offset),
+        )
 
     def locate(self, node: ast.AST, kind: type | tuple[type, ...] | None = None) -> cst.CSTNode | None:
         """The libcst node for `node`: same span, of the class `kind` (default: the class that

@@ -55,17 +55,24 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
     if existing is not None:
         return call.with_changes(args=[a.with_changes(value=value) if a is existing else a for a in call.args])
     args = list(call.args)
-    new_arg = cst.Arg(keyword=cst.Name(name), value=value,
-                      equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                            whitespace_after=cst.SimpleWhitespace("")))
+    new_arg = cst.Arg(
+        keyword=cst.Name(name),
+        value=value,
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
     if not args:
         return call.with_changes(args=[new_arg])
     last = args[-1]
     if isinstance(last.comma, cst.Comma):  # a trailing comma (a call on several lines): keep its layout
         new_arg = new_arg.with_changes(comma=last.comma)
         indent = call.whitespace_before_args
-        args[-1] = last.with_changes(comma=last.comma.with_changes(
-            whitespace_after=indent if isinstance(indent, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace(" ")))
+        args[-1] = last.with_changes(
+            comma=last.comma.with_changes(
+                whitespace_after=indent
+                if isinstance(indent, cst.ParenthesizedWhitespace)
+                else cst.SimpleWhitespace(" ")
+            )
+        )
     else:
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     return call.with_changes(args=[*args, new_arg])
