@@ -186,8 +186,9 @@ class CompiledRegions:
             for cls in self._instance_classes(target.value):
                 self._module_root(cls, options, bound, target.attr)
 
-    def _module_root(self, cls: ast.ClassDef, options: CompileOptions, bound: str | None,
-                     method: str = "forward") -> None:
+    def _module_root(
+        self, cls: ast.ClassDef, options: CompileOptions, bound: str | None, method: str = "forward"
+    ) -> None:
         forward = _method(cls, method)
         if forward is not None:
             self._root(forward, options)
@@ -424,8 +425,11 @@ def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], l
     imported: dict[str, str] = {}
     for call in regions.compile_calls:
         target, method = call.args[0], ""
-        if isinstance(target, ast.Attribute) and not isinstance(target.value, ast.Call) and \
-                not ctx.assigned_values(target):  # `torch.compile(model.generate)`: a bound method
+        if (
+            isinstance(target, ast.Attribute)
+            and not isinstance(target.value, ast.Call)
+            and not ctx.assigned_values(target)
+        ):  # `torch.compile(model.generate)`: a bound method
             target, method = target.value, f":{target.attr}"
         for value in [target, *ctx.assigned_values(target)]:
             if isinstance(value, ast.Call) and (dotted_name(value.func) or "").partition(".")[0] in ctx.index.imports:

@@ -656,8 +656,11 @@ class ProjectIndex:
             for entry, key in s.compiled_imports.items():
                 written, _, method = entry.partition(":")  # `Model`, or `Model:generate` (a bound method)
                 found = self.resolve_name(s, written)
-                forward = self.method(found[0], found[1], method or "forward") \
-                    if found and found[1] in found[0].classes else None
+                forward = (
+                    self.method(found[0], found[1], method or "forward")
+                    if found and found[1] in found[0].classes
+                    else None
+                )
                 if forward is not None:
                     seeds[forward] = (
                         seeds[forward].merge(CompileOptions.from_key(key))
