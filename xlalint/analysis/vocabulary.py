@@ -132,83 +132,15 @@ FACTORIES = {
 SIZED_FACTORIES = {"zeros", "ones", "empty", "full", "arange", "rand", "randn", "randint"}
 # `torch.<name>(x)`: a new tensor with `x`'s shape, dtype and device.
 LIKE_FACTORIES = {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
-# torch functions and tensor methods whose result is boolean, elementwise.
-BOOL_FUNCTIONS = {
-    "isnan",
-    "isinf",
-    "isfinite",
-    "isneginf",
-    "isposinf",
-    "isreal",
-    "signbit",
-    "logical_not",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-    "eq",
-    "ne",
-    "gt",
-    "ge",
-    "lt",
-    "le",
-    "greater",
-    "greater_equal",
-    "less",
-    "less_equal",
-    "not_equal",
-    "isclose",
-    "isin",
-}
-BOOL_METHODS = {
-    "isnan",
-    "isinf",
-    "isfinite",
-    "isneginf",
-    "isposinf",
-    "signbit",
-    "logical_not",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-    "eq",
-    "ne",
-    "gt",
-    "ge",
-    "lt",
-    "le",
-    "greater",
-    "greater_equal",
-    "less",
-    "less_equal",
-    "not_equal",
-    "bool",
-    "isclose",
-}
+# torch functions and tensor methods whose result is boolean, elementwise (a bool tensor of their input's shape).
+FLOAT_TESTS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit"}
+COMPARISONS = {"eq", "ne", "gt", "ge", "lt", "le", "greater", "greater_equal", "less", "less_equal", "not_equal"}
+LOGICAL_OPS = {"logical_not", "logical_and", "logical_or", "logical_xor"}
+BOOL_FUNCTIONS = FLOAT_TESTS | COMPARISONS | LOGICAL_OPS | {"isreal", "isclose", "isin"}
+BOOL_METHODS = FLOAT_TESTS | COMPARISONS | LOGICAL_OPS | {"bool", "isclose"}
 # Ops that keep the shape of their (single tensor) input, for "the mask is built from x itself".
 ELEMENTWISE_FUNCTIONS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit", "logical_not", "abs"}
-ELEMENTWISE_METHODS = {
-    "isnan",
-    "isinf",
-    "isfinite",
-    "isneginf",
-    "isposinf",
-    "signbit",
-    "logical_not",
-    "abs",
-    "bool",
-    "eq",
-    "ne",
-    "gt",
-    "ge",
-    "lt",
-    "le",
-    "greater",
-    "greater_equal",
-    "less",
-    "less_equal",
-    "not_equal",
-    "detach",
-}
+ELEMENTWISE_METHODS = FLOAT_TESTS | COMPARISONS | {"logical_not", "abs", "bool", "detach"}
 # Tensor methods whose result is a tensor when the receiver is one: evident tensor values.
 TENSOR_REDUCTIONS = {
     "any",
