@@ -17,9 +17,17 @@ NON_XLA = re.compile(
     r"deepspeed|apex|rocm|hip)($|_)",
     re.I,
 )
+# Features built on Inductor or CUDA kernels (a dispatch table's `"flex_attention": ...` entry).
+NON_XLA_FEATURES = re.compile(r"^flex_attention", re.I)
 XLA = re.compile(r"(^|_)(xla|tpu|torch_xla|xm|xr|torchax|spmd)($|_)|_xla$|^xla|is_tpu|on_tpu|use_tpu", re.I)
 
 POSITIVE, NEGATIVE, UNKNOWN = 1, -1, 0  # the branch runs on XLA / never on XLA / can't tell
+
+
+def names_non_xla_feature(key: str) -> bool:
+    """A dispatch key such as `"flash_attention_2"`, `"cuda"` or `"flex_attention"`: what it selects
+    never runs on XLA."""
+    return bool(NON_XLA.search(key) or NON_XLA_FEATURES.search(key))
 
 
 def words(node: ast.AST) -> list[str]:

@@ -362,3 +362,20 @@ def qualname(index, node: ast.AST) -> str:
         if isinstance(anc, (*FUNCTIONS, ast.ClassDef)):
             parts.append(anc.name)
     return ".".join(reversed(parts))
+
+
+def own_returns(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
+    """The `return` statements of `func` itself (not of the functions and lambdas nested in it);
+    empty for a generator, whose call returns no value of its `return`s."""
+    found: list[ast.Return] = []
+    stack: list[ast.AST] = list(func.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Return):
+            found.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return found

@@ -19,9 +19,10 @@ from functools import cached_property
 from pathlib import Path
 
 from ..source import is_file, stat_or_none
+from .guards import names_non_xla_feature
 from .index import FUNCTIONS, qualname
 from .loaders import returned_ragged_loaders, training_sources
-from .names import dotted_name, last_part, method_name
+from .names import dotted_name, last_part, method_name, receiver
 from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
 from .steps import in_loop_within, in_raise, runs_less_often, trains, unbarriered_optimizer_step
 from .vocabulary import DEVICE_LOADER, GRADIENT_REDUCERS, REPLICA_LAUNCH
@@ -321,7 +322,8 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
         and any(e in (dotted_name(a) or "") for a in call.args[:1] for e in PER_ITERATION_EVENT)
     )
     targets = [t for t in map(dotted_name, call.args) if t and (registers or _names_function(ctx, t))]
-    if not targets and not (callee and _may_resolve(summary, callee, receiver_class)):
+    dispatched = dispatch_targets(ctx, call) if callee is None or isinstance(call.func, ast.Name) else []
+    if not targets and not dispatched and not (callee and _may_resolve(summary, callee, receiver_class)):
         return  # `loss.backward()`, `len(x)`: no project function can be meant; spare the judgement
     func = index.enclosing_function(call)
     caller = qualname(index, func) if func is not None else ""
@@ -347,6 +349,45 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
             summary.calls.append(
                 CallSite(caller, target, None, hot or registers, per_step or registers, looped, call.lineno, column)
             )
+    for target in dispatched:  # each function the table may hand out runs where the call runs
+        summary.calls.append(CallSite(caller, target, None, hot, per_step, looped, call.lineno, column))
+
+
+def dispatch_targets(ctx, call: ast.Call) -> list[str]:
+    """The functions a call through a dispatch table of this module may run: `TABLE[key](...)`,
+    `fn = TABLE.get(key); fn(...)`, where `TABLE` is a dict literal of function names, or an
+    instance of a class of this module whose body holds one (a registry class)."""
+    funcs = ctx.assigned_values(call.func) if isinstance(call.func, ast.Name) else [call.func]
+    tables = [f.value for f in funcs if isinstance(f, ast.Subscript)]
+    tables += [receiver(f) for f in funcs if isinstance(f, ast.Call) and method_name(f) == "get"]
+    found: list[str] = []
+    for table in tables:
+        for mapping in _dispatch_dicts(ctx, table):
+            for key, value in zip(mapping.keys, mapping.values):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str) and names_non_xla_feature(key.value):
+                    continue  # `"flash_attention_2": flash_attention_mask` never runs on XLA
+                name = dotted_name(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+                if name and (name.split(".")[0] in ctx.index.functions or name.split(".")[0] in ctx.index.imports):
+                    found.append(name)
+    return list(dict.fromkeys(found))
+
+
+def _dispatch_dicts(ctx, table: ast.expr | None) -> list[ast.Dict]:
+    if not isinstance(table, ast.Name):
+        return []
+    found: list[ast.Dict] = []
+    for value in ctx.assigned_values(table):
+        if isinstance(value, ast.Dict):
+            found.append(value)
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            for cls in ctx.index.by_type.get(ast.ClassDef, ()):
+                if cls.name == value.func.id and isinstance(ctx.index.parent(cls), ast.Module):
+                    found += [
+                        s.value
+                        for s in cls.body
+                        if isinstance(s, (ast.Assign, ast.AnnAssign)) and isinstance(s.value, ast.Dict)
+                    ]
+    return found
 
 
 def _device_loaders(ctx, call: ast.Call) -> tuple[str, ...]:

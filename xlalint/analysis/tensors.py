@@ -12,7 +12,7 @@ import enum
 import re
 from typing import TYPE_CHECKING
 
-from .index import FUNCTIONS
+from .index import FUNCTIONS, own_returns
 from .names import (
     dotted_name,
     is_constant,
@@ -640,7 +640,18 @@ class TensorInference:
         # `self.residual(x)`, `project(h)`: a function of device tensors most likely returns one
         if any(self.kind(a).on_device for a in positional(node)):
             return Kind.TENSOR
+        if isinstance(node.func, ast.Name):
+            returned = self._returned_kind(node.func.id, node)
+            if returned is not None:
+                return returned
         return Kind.UNKNOWN
+
+    def _returned_kind(self, name: str, call: ast.Call) -> Kind | None:
+        """`def fast_all(t): return t.all()`: a function of this module whose every `return` gives a
+        tensor returns one (its returns are judged in its own scope)."""
+        values = returned_values(self.ctx, name, call)
+        kinds = [self.kind(v) for v in values]
+        return combine(*kinds) if kinds and all(k >= Kind.CPU for k in kinds) else None
 
     def _submodule(self, name: str) -> bool:
         """`self.<name>` is assigned a module instance (`nn.Linear(...)`, `Encoder(...)`) in the class."""
@@ -803,6 +814,22 @@ def _is_text(node: ast.expr) -> bool:
     return isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
 
 
+def returned_values(ctx: FileContext, name: str, call: ast.Call) -> list[ast.expr]:
+    """What the plain function `name`, defined in the module around `call`, returns: every
+    `return`'s value, or nothing when one returns no value or the function is redefined, async,
+    decorated or a generator (then its call's value is not its body's)."""
+    scope: ast.AST = ctx.index.scope_of(call)
+    while not (functions := ctx.functions_in_scope(name, scope)):
+        if isinstance(scope, ast.Module):
+            return []
+        scope = ctx.index.scope_of(scope)
+    func = functions[-1]
+    if len(functions) > 1 or not isinstance(func, ast.FunctionDef) or func.decorator_list:
+        return []
+    values = [r.value for r in own_returns(func)]
+    return [] if any(v is None for v in values) else [v for v in values if v is not None]
+
+
 def evident_device_tensor(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is a device tensor by what it computes, not only by its name.
 
@@ -837,6 +864,10 @@ def evident_device_tensor(ctx: FileContext, expr: ast.expr, depth: int = 0) -> b
             or qualified in RUNTIME_TENSOR_FUNCTIONS
         ):
             return True  # a torch (or xlalint.runtime) function that returns a tensor (kind already says which)
+        if isinstance(expr.func, ast.Name):
+            values = returned_values(ctx, expr.func.id, expr)
+            if values and all(evident_device_tensor(ctx, v, depth + 1) for v in values):
+                return True  # `fast_all(mask)` where `def fast_all(t): return t.all()`
         method = method_name(expr)
         recv = receiver(expr)
         if method in TENSOR_REDUCTIONS and recv is not None and ctx.on_device(recv):
