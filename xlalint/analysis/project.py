@@ -358,7 +358,7 @@ def dispatch_targets(ctx, call: ast.Call) -> list[str]:
     `fn = TABLE.get(key); fn(...)`, where `TABLE` is a dict literal of function names, or an
     instance of a class of this module whose body holds one (a registry class)."""
     funcs = ctx.assigned_values(call.func) if isinstance(call.func, ast.Name) else [call.func]
-    tables = [f.value for f in funcs if isinstance(f, ast.Subscript)]
+    tables: list[ast.expr | None] = [f.value for f in funcs if isinstance(f, ast.Subscript)]
     tables += [receiver(f) for f in funcs if isinstance(f, ast.Call) and method_name(f) == "get"]
     found: list[str] = []
     for table in tables:
