@@ -19,7 +19,7 @@ ORACLE = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "compi
 sys.path.insert(0, os.path.abspath(ORACLE))
 
 import score  # noqa: E402
-from capture import parse_break, parse_recompile, Paths  # noqa: E402
+from capture import parse_break, parse_recompile, Paths, restore_stack  # noqa: E402
 
 PROG = textwrap.dedent(
     """\
@@ -134,3 +134,49 @@ def test_parsers_on_log_text():
     r = parse_recompile("Recompiling function forward in /p/m.py:3\n    triggered by the following guard "
                         "failure(s):\n    - 0/0: self.training == True  # x\n", paths, [])
     assert (r["function"], r["code"], r["benign"]) == ("forward", ["m.py", 3], True)
+
+
+REPEATED = textwrap.dedent(
+    """\
+    import torch
+    from torch.autograd import Variable
+
+
+    def init_states(x):
+        h = Variable(x.new(2, 3).zero_())
+        c = Variable(x.new(2, 4).zero_())
+        w = Variable(x.new(2, 5).zero_())
+        return h.sum() + c.sum() + w.sum() + x.sum()
+
+
+    torch.compile(init_states, backend="eager")(torch.ones(3))
+    """
+)
+
+
+def test_collector_places_breaks_dynamo_logs_as_duplicates(tmp_path):
+    """Three `Variable(...)` calls break with the same GB type inside the same Dynamo polyfill frame: Dynamo
+    logs the 2nd and 3rd with their user stack suppressed. The collector restores each stack from the
+    `dynamo_graph_break_reason` artifact, so every call site is recorded."""
+    (tmp_path / "prog.py").write_text(REPEATED)
+    comp = capture(tmp_path, "compile")
+    assert comp["error"] is None
+    breaks = [b for b in comp["breaks"] if b["gb"] == "GB0007"]
+    assert [b["duplicate"] for b in breaks] == [False, True, True]  # Dynamo did suppress two stacks
+    assert [b["site"] for b in breaks] == [["prog.py", 6], ["prog.py", 7], ["prog.py", 8]]
+    assert all(b["frames"][-2][:2] == b["site"] for b in breaks)  # innermost: Dynamo's polyfill
+    assert comp["counters"]["stats"]["unique_graphs"] == 4
+
+
+def test_duplicate_restored_only_from_its_own_artifact():
+    paths = Paths("/p")
+    dup = ("Graph break (user stack suppressed due to duplicate graph break) in user code at /t/poly.py:5\n"
+           "Graph Break Reason: x\n For more details, please visit: "
+           "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0007.html\n")
+    art = ("Graph break in user code at /t/poly.py:5\nGraph Break Reason: x gb/gb0007.html\n\nUser code traceback:\n"
+           '  File "/p/m.py", line 9, in f\n  File "/t/poly.py", line 5, in g\n'
+           'Traceback (most recent call last):\n  File "/p/other.py", line 1, in h\n')
+    rec = parse_break(dup, paths)
+    assert rec["duplicate"] and rec["site"] is None
+    assert restore_stack(rec, art, paths)["site"] == ["m.py", 9]  # not Dynamo's own traceback below it
+    assert restore_stack(rec, art.replace("gb0007", "gb0124"), paths)["site"] is None  # another break

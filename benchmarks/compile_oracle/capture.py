@@ -118,6 +118,16 @@ def parse_break(msg: str, paths: Paths) -> dict:
     return rec
 
 
+def restore_stack(rec: dict, artifact: str, paths: Paths) -> dict:
+    """A duplicate break's record with frames and site taken from its structured-trace artifact (which
+    carries the full user stack). The artifact must be the same break: same GB id and innermost location."""
+    user = artifact.split("\nTraceback (most recent call last):", 1)[0]  # drop Dynamo's own exception
+    full = parse_break(user, paths)
+    if full["gb"] != rec["gb"] or full["at"] != rec["at"] or not full["frames"]:
+        return rec
+    return {**rec, "frames": full["frames"], "site": full["site"], "restored": True}
+
+
 def parse_recompile(msg: str, paths: Paths, stack_sites: list) -> dict:
     m = RECOMPILING.search(msg)
     guards = [g for _, g in GUARD.findall(msg) if not g.startswith("User stack trace")]
@@ -140,6 +150,7 @@ class Capture(logging.Handler):
 
     BREAKS = "torch._dynamo.symbolic_convert.__graph_breaks"
     RECOMPILES = "torch._dynamo.guards.__recompiles"
+    ARTIFACT = "dynamo_graph_break_reason"
 
     def __init__(self, paths: Paths):
         super().__init__(logging.DEBUG)
@@ -158,6 +169,25 @@ class Capture(logging.Handler):
             lg.handlers[:] = [self]
             lg.propagate = False
         logging.getLogger("torch._dynamo").addHandler(self)
+        self._pending: list[str] = []
+        real = torch._logging.trace_structured
+
+        def trace_structured(name, metadata_fn=dict, *, payload_fn=lambda: None, **kwargs):
+            # Dynamo logs a repeated break (same GB type, same frame chain) with its user stack
+            # suppressed, but emits the `dynamo_graph_break_reason` artifact, with the full user stack,
+            # for every break, just before the log record (torch 2.13 symbolic_convert.log_graph_break).
+            # Only that artifact's payload is computed here (within the except block that formats it).
+            if name == "artifact":
+                try:
+                    meta = metadata_fn()
+                    if isinstance(meta, dict) and meta.get("name") == self.ARTIFACT:
+                        self._pending.append(str(payload_fn()))
+                        del self._pending[:-4]
+                except Exception:
+                    pass
+            return real(name, metadata_fn, payload_fn=payload_fn, **kwargs)
+
+        torch._logging.trace_structured = trace_structured
 
     def emit(self, record):
         key = (record.name, record.created, record.lineno, record.thread)
@@ -167,7 +197,12 @@ class Capture(logging.Handler):
         try:
             msg = record.getMessage()
             if record.name == self.BREAKS:
-                self.breaks.append(parse_break(msg, self.paths))
+                rec = parse_break(msg, self.paths)
+                artifact = self._pending.pop() if self._pending else None
+                self._pending.clear()
+                if rec["duplicate"] and artifact:
+                    rec = restore_stack(rec, artifact, self.paths)
+                self.breaks.append(rec)
             elif record.name == self.RECOMPILES:
                 self.recompiles.append(parse_recompile(msg, self.paths, self._stack_sites()))
             elif "recompile_limit" in msg or "cache_size_limit" in msg:
