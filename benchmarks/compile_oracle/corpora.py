@@ -299,9 +299,10 @@ def layout_gptfast(dest: str) -> str:
 # ---------------------------------------------------------------- torchbench models (their own code)
 
 TB_MODELS = ["maml", "microbench_unbacked_tolist_sum", "pyhpc_equation_of_state", "BERT_pytorch", "dcgan",
-             "nvidia_deeprecommender", "tacotron2", "lennard_jones"]
+             "nvidia_deeprecommender", "tacotron2", "lennard_jones", "speech_transformer", "pyhpc_isoneutral_mixing",
+             "pyhpc_turbulent_kinetic_energy", "tts_angular", "llama", "soft_actor_critic", "demucs"]
 TB_STUBS = {
-    "torchbenchmark/__init__.py": "",
+    "torchbenchmark/__init__.py": "DATA_PATH = 'data'  # stand-in (oracle harness)\n",
     "torchbenchmark/models/__init__.py": "",
     "torchbenchmark/util/__init__.py": "",
     "torchbenchmark/tasks.py": (
@@ -454,13 +455,139 @@ def case_lennard_jones():
         opt.step()
 
 
+def case_speech_transformer():
+    """Speech-Transformer (kaituoxu): a training step on a padded batch (targets padded with IGNORE_ID),
+    then its beam search compiled as `model.recognize`."""
+    from torchbenchmark.models.speech_transformer.speech_transformer.transformer import Transformer
+    from torchbenchmark.models.speech_transformer.speech_transformer.transformer.decoder import Decoder
+    from torchbenchmark.models.speech_transformer.speech_transformer.transformer.encoder import Encoder
+    from torchbenchmark.models.speech_transformer.speech_transformer.transformer.loss import cal_performance
+
+    encoder = Encoder(8, 1, 2, 8, 8, 16, 32, dropout=0.1, pe_maxlen=64)
+    decoder = Decoder(1, 2, 12, 16, 1, 2, 8, 8, 16, 32, dropout=0.1, pe_maxlen=64)
+    model = Transformer(encoder, decoder)
+    compiled = torch.compile(model, backend="eager")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    padded_input, input_lengths = torch.randn(2, 12, 8), torch.tensor([12, 9])
+    padded_target = torch.tensor([[3, 4, 5, 6, 7], [3, 5, 8, -1, -1]])
+    for _ in range(2):
+        pred, gold = compiled(padded_input, input_lengths, padded_target)
+        loss, n_correct = cal_performance(pred, gold, smoothing=0.1)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    recognize = torch.compile(model.recognize, backend="eager")
+    args = Namespace(beam_size=2, nbest=1, decode_max_len=3)
+    with torch.no_grad():
+        recognize(padded_input[0], input_lengths[:1], [str(i) for i in range(12)], args)
+
+
+def case_pyhpc_isoneutral_mixing():
+    from torchbenchmark.models.pyhpc_isoneutral_mixing import IsoneutralMixing, _generate_inputs, isoneutral_pytorch
+
+    model = IsoneutralMixing()
+    inputs = isoneutral_pytorch.prepare_inputs(*_generate_inputs(64), device="cpu")
+    compiled = torch.compile(model, backend="eager")
+    for _ in range(2):
+        compiled(*inputs)
+
+
+def case_pyhpc_turbulent_kinetic_energy():
+    from torchbenchmark.models.pyhpc_turbulent_kinetic_energy import TurbulentKineticEnergy, _generate_inputs, tke_pytorch
+
+    model = TurbulentKineticEnergy("cpu")
+    inputs = tke_pytorch.prepare_inputs(*_generate_inputs(4096), device="cpu")
+    compiled = torch.compile(model, backend="eager")
+    for _ in range(2):
+        compiled(*inputs)
+
+
+def case_tts_angular():
+    """The speaker encoder: a training step, then `compute_embedding` (sliding windows) compiled."""
+    from torchbenchmark.models.tts_angular.model import SpeakerEncoder
+
+    model = SpeakerEncoder(input_dim=8, proj_dim=8, lstm_dim=16, num_lstm_layers=2)
+    compiled = torch.compile(model, backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 20, 8)
+    for _ in range(2):
+        loss = compiled(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    embed = torch.compile(model.compute_embedding, backend="eager")
+    embed(torch.randn(1, 40, 8), num_frames=16)
+
+
+def case_llama():
+    """torchbench's llama: prefill, then a decode loop passing the position as a Python int."""
+    from torchbenchmark.models.llama.model import ModelArgs, Transformer
+
+    model = Transformer(ModelArgs(dim=32, n_layers=2, n_heads=2, vocab_size=64, max_batch_size=1, max_seq_len=32))
+    compiled = torch.compile(model, backend="eager")
+    tokens = torch.randint(0, 64, (1, 4))
+    with torch.no_grad():
+        logits = compiled(tokens, 0)
+        for pos in range(4, 10):
+            tok = logits.argmax(-1, keepdim=True)
+            logits = compiled(tok, pos)
+
+
+def case_soft_actor_critic():
+    """SAC: its whole `learn_standard` update compiled (buffer sampling, three optimizers), and the
+    agent's numpy-in/numpy-out `forward` compiled."""
+    from torchbenchmark.models.soft_actor_critic import learn_standard
+    from torchbenchmark.models.soft_actor_critic.replay import ReplayBuffer
+    from torchbenchmark.models.soft_actor_critic.sac import SACAgent
+
+    agent = SACAgent(4, 2, -10, 2, "cpu", hidden_size=16)
+    target = SACAgent(4, 2, -10, 2, "cpu", hidden_size=16)
+    buffer = ReplayBuffer(32, "cpu", state_shape=(4,), action_shape=(2,))
+    for _ in range(16):
+        buffer.push(np.random.randn(4).astype(np.float32), np.random.randn(2).astype(np.float32), 1.0,
+                    np.random.randn(4).astype(np.float32), False)
+    log_alpha = torch.tensor(0.0, requires_grad=True)
+    actor_opt = torch.optim.Adam(agent.actor.parameters(), lr=1e-3)
+    critic_opt = torch.optim.Adam(list(agent.critic1.parameters()) + list(agent.critic2.parameters()), lr=1e-3)
+    alpha_opt = torch.optim.Adam([log_alpha], lr=1e-3)
+    learn = torch.compile(learn_standard, backend="eager")
+    for _ in range(2):
+        learn(buffer, target, agent, actor_opt, critic_opt, alpha_opt, -2.0, 8, log_alpha, 0.99, 1.0, 1.0,
+              update_policy=True, device="cpu")
+    act = torch.compile(agent.forward, backend="eager")
+    for _ in range(2):
+        act(np.random.randn(4).astype(np.float32))
+
+
+def case_demucs():
+    """Demucs with torchbench's augmentation chain (sign/channel flips, shift, remix), a training step."""
+    from torchbenchmark.models.demucs import DemucsWrapper
+    from torchbenchmark.models.demucs.demucs.augment import FlipChannels, FlipSign, Remix, Shift
+    from torchbenchmark.models.demucs.demucs.model import Demucs
+    from torchbenchmark.models.demucs.demucs.utils import center_trim
+
+    augment = torch.nn.Sequential(FlipSign(), FlipChannels(), Shift(64), Remix(group_size=2))
+    model = DemucsWrapper(Demucs(channels=8, depth=3, lstm_layers=1), augment)
+    compiled = torch.compile(model, backend="eager")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    streams = torch.rand(2, 5, 2, 2048)
+    for _ in range(2):
+        sources, estimates = compiled(streams)
+        loss = torch.nn.functional.l1_loss(estimates, center_trim(sources, estimates))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+
 if __name__ == "__main__":
     globals()["case_" + sys.argv[1]]()
 '''
 
 
 def layout_torchbench(dest: str) -> str:
-    prov = git_export("pytorch/benchmark", dest, [f"torchbenchmark/models/{m}" for m in TB_MODELS])
+    prov = git_export("pytorch/benchmark", dest, [f"torchbenchmark/models/{m}" for m in TB_MODELS]
+                      + ["torchbenchmark/util/distribution.py"])
     for rel, text in TB_STUBS.items():
         write(dest, rel, text)
     write(dest, DRIVER, TB_DRIVER)
@@ -479,8 +606,10 @@ def corpora() -> list[Corpus]:
                stubs=["sentencepiece", "tiktoken", "tiktoken.load"]),
         Corpus("torchbench", "github:pytorch/benchmark", layout_torchbench,
                drv(["maml", "microbench_unbacked_tolist_sum", "pyhpc_equation_of_state", "bert", "dcgan",
-                    "deeprecommender", "tacotron2", "lennard_jones"]),
-               stubs=["tqdm", "librosa", "librosa.filters", "librosa.util", "inflect", "unidecode"]),
+                    "deeprecommender", "tacotron2", "lennard_jones", "speech_transformer", "pyhpc_isoneutral_mixing",
+                    "pyhpc_turbulent_kinetic_energy", "tts_angular", "llama", "soft_actor_critic", "demucs"]),
+               stubs=["tqdm", "librosa", "librosa.filters", "librosa.util", "inflect", "unidecode", "kaldi_io",
+                      "gymnasium", "sentencepiece", "musdb", "museval", "treetable", "requests"]),
     ]
 
 
