@@ -108,6 +108,41 @@ def test_compiled_across_modules():
     assert [(d.code, d.location.row) for d in found] == [("DYN101", 4)]
 
 
+def test_an_imported_function_compiled_where_it_is_imported():
+    """`torch.compile(learn)` and `torch.compile(steps.update)` with the function defined in another
+    module: that function (and what it calls) is compiled; a compiled class stays a class."""
+    main = """
+        import torch
+        import steps
+        from steps import learn
+
+        fast_learn = torch.compile(learn)
+        fast_update = torch.compile(steps.update, dynamic=False)
+        """
+    other = """
+        import torch
+
+        def learn(x, optimizer):
+            loss = x.sum()
+            optimizer.zero_grad()
+            return loss
+
+        def update(x):
+            return x * x.sum().item()
+
+        def eager(x):
+            return x.sum().item()
+        """
+    from xlalint.engine import example_facts
+
+    facts = example_facts(decode_source(Path("steps.py"), textwrap.dedent(other).lstrip().encode()),
+                          [decode_source(Path("main.py"), textwrap.dedent(main).lstrip().encode())])
+    assert dict(facts.compiled) == {"learn": "None||0", "update": "False||0"}
+    found = lint_code(textwrap.dedent(other).lstrip(), DYN, path="steps.py",
+                      modules={"main.py": textwrap.dedent(main).lstrip()})
+    assert [(d.code, d.location.row) for d in found] == [("DYN121", 5), ("DYN101", 9)]
+
+
 @pytest.mark.parametrize("code", [
     # Python ints, strings and config values are not tensors
     "import torch\n\n@torch.compile\ndef f(x, n, mode):\n    if n > 2 and mode == 'a':\n        print\n"

@@ -335,6 +335,23 @@ from torchbenchmark.models.nvidia_deeprecommender.reco_encoder.model.model impor
 from torchbenchmark.models.pyhpc_equation_of_state import EquationOfState
 from torchbenchmark.models.lennard_jones import lennard_jones, loss_fn, make_prediction, sigma
 from torchbenchmark.models.tacotron2.model import Tacotron2
+from torchbenchmark.models.speech_transformer.speech_transformer.transformer import Transformer as SpeechTransformer
+from torchbenchmark.models.speech_transformer.speech_transformer.transformer.decoder import Decoder
+from torchbenchmark.models.speech_transformer.speech_transformer.transformer.encoder import Encoder
+from torchbenchmark.models.speech_transformer.speech_transformer.transformer.loss import cal_performance
+from torchbenchmark.models.pyhpc_isoneutral_mixing import IsoneutralMixing, isoneutral_pytorch
+from torchbenchmark.models.pyhpc_isoneutral_mixing import _generate_inputs as isoneutral_inputs
+from torchbenchmark.models.pyhpc_turbulent_kinetic_energy import TurbulentKineticEnergy, tke_pytorch
+from torchbenchmark.models.pyhpc_turbulent_kinetic_energy import _generate_inputs as tke_inputs
+from torchbenchmark.models.tts_angular.model import SpeakerEncoder
+from torchbenchmark.models.llama.model import ModelArgs as LlamaArgs, Transformer as Llama
+from torchbenchmark.models.soft_actor_critic import learn_standard
+from torchbenchmark.models.soft_actor_critic.replay import ReplayBuffer
+from torchbenchmark.models.soft_actor_critic.sac import SACAgent
+from torchbenchmark.models.demucs import DemucsWrapper
+from torchbenchmark.models.demucs.demucs.augment import FlipChannels, FlipSign, Remix, Shift
+from torchbenchmark.models.demucs.demucs.model import Demucs
+from torchbenchmark.models.demucs.demucs.utils import center_trim
 
 
 def case_maml():
@@ -458,14 +475,10 @@ def case_lennard_jones():
 def case_speech_transformer():
     """Speech-Transformer (kaituoxu): a training step on a padded batch (targets padded with IGNORE_ID),
     then its beam search compiled as `model.recognize`."""
-    from torchbenchmark.models.speech_transformer.speech_transformer.transformer import Transformer
-    from torchbenchmark.models.speech_transformer.speech_transformer.transformer.decoder import Decoder
-    from torchbenchmark.models.speech_transformer.speech_transformer.transformer.encoder import Encoder
-    from torchbenchmark.models.speech_transformer.speech_transformer.transformer.loss import cal_performance
 
     encoder = Encoder(8, 1, 2, 8, 8, 16, 32, dropout=0.1, pe_maxlen=64)
     decoder = Decoder(1, 2, 12, 16, 1, 2, 8, 8, 16, 32, dropout=0.1, pe_maxlen=64)
-    model = Transformer(encoder, decoder)
+    model = SpeechTransformer(encoder, decoder)
     compiled = torch.compile(model, backend="eager")
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     padded_input, input_lengths = torch.randn(2, 12, 8), torch.tensor([12, 9])
@@ -484,20 +497,18 @@ def case_speech_transformer():
 
 
 def case_pyhpc_isoneutral_mixing():
-    from torchbenchmark.models.pyhpc_isoneutral_mixing import IsoneutralMixing, _generate_inputs, isoneutral_pytorch
 
     model = IsoneutralMixing()
-    inputs = isoneutral_pytorch.prepare_inputs(*_generate_inputs(64), device="cpu")
+    inputs = isoneutral_pytorch.prepare_inputs(*isoneutral_inputs(64), device="cpu")
     compiled = torch.compile(model, backend="eager")
     for _ in range(2):
         compiled(*inputs)
 
 
 def case_pyhpc_turbulent_kinetic_energy():
-    from torchbenchmark.models.pyhpc_turbulent_kinetic_energy import TurbulentKineticEnergy, _generate_inputs, tke_pytorch
 
     model = TurbulentKineticEnergy("cpu")
-    inputs = tke_pytorch.prepare_inputs(*_generate_inputs(4096), device="cpu")
+    inputs = tke_pytorch.prepare_inputs(*tke_inputs(4096), device="cpu")
     compiled = torch.compile(model, backend="eager")
     for _ in range(2):
         compiled(*inputs)
@@ -505,7 +516,6 @@ def case_pyhpc_turbulent_kinetic_energy():
 
 def case_tts_angular():
     """The speaker encoder: a training step, then `compute_embedding` (sliding windows) compiled."""
-    from torchbenchmark.models.tts_angular.model import SpeakerEncoder
 
     model = SpeakerEncoder(input_dim=8, proj_dim=8, lstm_dim=16, num_lstm_layers=2)
     compiled = torch.compile(model, backend="eager")
@@ -522,9 +532,8 @@ def case_tts_angular():
 
 def case_llama():
     """torchbench's llama: prefill, then a decode loop passing the position as a Python int."""
-    from torchbenchmark.models.llama.model import ModelArgs, Transformer
 
-    model = Transformer(ModelArgs(dim=32, n_layers=2, n_heads=2, vocab_size=64, max_batch_size=1, max_seq_len=32))
+    model = Llama(LlamaArgs(dim=32, n_layers=2, n_heads=2, vocab_size=64, max_batch_size=1, max_seq_len=32))
     compiled = torch.compile(model, backend="eager")
     tokens = torch.randint(0, 64, (1, 4))
     with torch.no_grad():
@@ -537,9 +546,6 @@ def case_llama():
 def case_soft_actor_critic():
     """SAC: its whole `learn_standard` update compiled (buffer sampling, three optimizers), and the
     agent's numpy-in/numpy-out `forward` compiled."""
-    from torchbenchmark.models.soft_actor_critic import learn_standard
-    from torchbenchmark.models.soft_actor_critic.replay import ReplayBuffer
-    from torchbenchmark.models.soft_actor_critic.sac import SACAgent
 
     agent = SACAgent(4, 2, -10, 2, "cpu", hidden_size=16)
     target = SACAgent(4, 2, -10, 2, "cpu", hidden_size=16)
@@ -562,10 +568,6 @@ def case_soft_actor_critic():
 
 def case_demucs():
     """Demucs with torchbench's augmentation chain (sign/channel flips, shift, remix), a training step."""
-    from torchbenchmark.models.demucs import DemucsWrapper
-    from torchbenchmark.models.demucs.demucs.augment import FlipChannels, FlipSign, Remix, Shift
-    from torchbenchmark.models.demucs.demucs.model import Demucs
-    from torchbenchmark.models.demucs.demucs.utils import center_trim
 
     augment = torch.nn.Sequential(FlipSign(), FlipChannels(), Shift(64), Remix(group_size=2))
     model = DemucsWrapper(Demucs(channels=8, depth=3, lstm_layers=1), augment)

@@ -90,9 +90,10 @@ class UntraceableCallInCompiled(Rule):
     inside, `t.backward()` and `torch.autograd.grad` inside, `t.data_ptr()`, `Variable(...)`, packing
     sequences (`pack_padded_sequence`, `pack_sequence`, `pad_packed_sequence`), an RNN module's
     `flatten_parameters()` (Dynamo does not trace RNN, GRU or LSTM), an optimizer's `step()` (torch
-    breaks the graph around it on purpose: harmless only as the compiled function's whole body),
-    and a leftover `torch._dynamo.graph_break()`. A method is flagged on a receiver evidently built
-    from the listed class (`self.opt = optim.Adam(...)`), or on a tensor.
+    breaks the graph around it on purpose: harmless only as the compiled function's whole body) and
+    `zero_grad()` (Dynamo skips it), and a leftover `torch._dynamo.graph_break()`. A method is
+    flagged on a receiver evidently built from the listed class (`self.opt = optim.Adam(...)`), an
+    optimizer parameter by its name (`critic_optimizer`, never a scheduler or scaler), or a tensor.
 
     ## Why is this bad?
     Each call breaks the graph: Dynamo compiles the code before it and after it as separate
@@ -134,7 +135,8 @@ class UntraceableCallInCompiled(Rule):
       [GB5976](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb5976.html),
       [GB0156](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0156.html),
       [GB9186](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb9186.html),
-      [GB0014](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0014.html)
+      [GB0014](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0014.html),
+      [GB0008](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0008.html)
     """
 
     code, name, category = "DYN121", "untraceable-call-in-compiled", "other"
@@ -172,8 +174,38 @@ class UntraceableCallInCompiled(Rule):
             noisy(torch.ones(3))
             """
         ),
+        Valid(
+            """
+            import torch
+
+            model = torch.nn.Linear(3, 3)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+            @torch.compile
+            def forward_loss(x, lr_scheduler):
+                return model(x).sum() * 2  # the scheduler is passed, never stepped inside
+
+            forward_loss(torch.ones(2, 3), torch.optim.lr_scheduler.StepLR(opt, 1))
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+
+            model = torch.nn.Linear(3, 3)
+
+            @torch.compile
+            def learn(x, critic_optimizer):
+                loss = model(x).sum()
+                critic_optimizer.zero_grad()
+                return loss * 2
+
+            learn(torch.ones(2, 3), torch.optim.SGD(model.parameters(), lr=0.1))
+            """,
+            line=8,
+        ),
         Invalid(
             """
             import time
@@ -244,6 +276,10 @@ class UntraceableCallInCompiled(Rule):
         if not row.receiver:
             return is_tensor(self.ctx, receiver)
         values = self.ctx.assigned_values(receiver)
+        if not values and row.receiver_matches("torch.optim.Optimizer"):
+            # a parameter or attribute built elsewhere (`def learn(batch, critic_optimizer)`): the step
+            # model's judgement of what an optimizer is (its name, never a scheduler's or a scaler's)
+            return self.ctx.barriers.is_optimizer(receiver)
         return bool(values) and all(
             isinstance(v, ast.Call) and row.receiver_matches(self.ctx.qualified_name(v.func) or "") for v in values
         )

@@ -425,6 +425,12 @@ def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], l
     imported: dict[str, str] = {}
     for call in regions.compile_calls:
         target, method = call.args[0], ""
+        written = dotted_name(target)
+        if written and written.partition(".")[0] in ctx.index.imports and not regions.functions_named(target):
+            # `torch.compile(learn)`, `torch.compile(steps.update)`: an imported name (a function
+            # there is compiled; the project resolves it, and ignores it unless it is a function)
+            imported[written] = options_of(ctx, call).key()
+            continue
         if (
             isinstance(target, ast.Attribute)
             and not isinstance(target.value, ast.Call)

@@ -700,6 +700,8 @@ class ProjectIndex:
                 forward = (
                     self.method(found[0], found[1], method or "forward")
                     if found and found[1] in found[0].classes
+                    else (found[0].path, found[1])  # a function compiled where it is imported
+                    if found and not method and found[1] in found[0].functions
                     else None
                 )
                 if forward is not None:
