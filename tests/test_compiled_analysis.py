@@ -114,10 +114,12 @@ def test_an_imported_function_compiled_where_it_is_imported():
     main = """
         import torch
         import steps
-        from steps import learn
+        from steps import Net, learn
 
         fast_learn = torch.compile(learn)
         fast_update = torch.compile(steps.update, dynamic=False)
+        model = Net.load()
+        model = torch.compile(model)  # not the classmethod that built it
         """
     other = """
         import torch
@@ -132,12 +134,21 @@ def test_an_imported_function_compiled_where_it_is_imported():
 
         def eager(x):
             return x.sum().item()
+
+        class Net(torch.nn.Module):
+            @classmethod
+            def load(cls):
+                print("loading", eager(torch.ones(3)))
+                return cls()
+
+            def forward(self, x):
+                return x * 2
         """
     from xlalint.engine import example_facts
 
     facts = example_facts(decode_source(Path("steps.py"), textwrap.dedent(other).lstrip().encode()),
                           [decode_source(Path("main.py"), textwrap.dedent(main).lstrip().encode())])
-    assert dict(facts.compiled) == {"learn": "None||0", "update": "False||0"}
+    assert dict(facts.compiled) == {"learn": "None||0", "update": "False||0"}  # not Net.load, nor eager
     found = lint_code(textwrap.dedent(other).lstrip(), DYN, path="steps.py",
                       modules={"main.py": textwrap.dedent(main).lstrip()})
     assert [(d.code, d.location.row) for d in found] == [("DYN121", 5), ("DYN101", 9)]

@@ -416,8 +416,8 @@ def _by_qualname(ctx: FileContext, qualified: str) -> list[ast.AST]:
 def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """For the project index: this module's compiled functions (qualname -> options key), the
     classes it compiles that live elsewhere (`torch.compile(Model())` with `Model` imported: name
-    as written -> options key; `Model:generate` for `torch.compile(model.generate)`), and its
-    disabled functions."""
+    as written -> options key; `Model:generate` for `torch.compile(model.generate)`; `learn()` for
+    an imported function compiled itself, `torch.compile(learn)`), and its disabled functions."""
     from .index import qualname
 
     regions = ctx.compiled
@@ -429,7 +429,7 @@ def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], l
         if written and written.partition(".")[0] in ctx.index.imports and not regions.functions_named(target):
             # `torch.compile(learn)`, `torch.compile(steps.update)`: an imported name (a function
             # there is compiled; the project resolves it, and ignores it unless it is a function)
-            imported[written] = options_of(ctx, call).key()
+            imported[written + "()"] = options_of(ctx, call).key()
             continue
         if (
             isinstance(target, ast.Attribute)

@@ -695,15 +695,18 @@ class ProjectIndex:
             for name, key in s.compiled.items():
                 seeds[(s.path, name)] = CompileOptions.from_key(key)
             for entry, key in s.compiled_imports.items():
-                written, _, method = entry.partition(":")  # `Model`, or `Model:generate` (a bound method)
+                # `Model`, `Model:generate` (a bound method), or `learn()` (a function compiled itself)
+                itself = entry.endswith("()")
+                written, _, method = entry.removesuffix("()").partition(":")
                 found = self.resolve_name(s, written)
-                forward = (
-                    self.method(found[0], found[1], method or "forward")
-                    if found and found[1] in found[0].classes
-                    else (found[0].path, found[1])  # a function compiled where it is imported
-                    if found and not method and found[1] in found[0].functions
-                    else None
-                )
+                if itself:
+                    forward = (found[0].path, found[1]) if found and found[1] in found[0].functions else None
+                else:
+                    forward = (
+                        self.method(found[0], found[1], method or "forward")
+                        if found and found[1] in found[0].classes
+                        else None
+                    )
                 if forward is not None:
                     seeds[forward] = (
                         seeds[forward].merge(CompileOptions.from_key(key))
