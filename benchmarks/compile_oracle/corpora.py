@@ -296,6 +296,66 @@ def layout_gptfast(dest: str) -> str:
     return prov
 
 
+# ---------------------------------------------------------------- hifi-gan (a GAN vocoder's training step)
+
+HIFIGAN_DRIVER = HEADER + '''import json
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from env import AttrDict
+from models import (Generator, MultiPeriodDiscriminator, MultiScaleDiscriminator, discriminator_loss, feature_loss,
+                    generator_loss)
+
+
+def case_train():
+    """train.py's step with its three modules compiled (mel loss left out: it needs librosa's filters),
+    config_v1 made small; the losses run eagerly as train.py runs them."""
+    with open("config_v1.json") as fh:
+        h = AttrDict(json.load(fh))
+    h.update(upsample_initial_channel=32, upsample_rates=[4, 4], upsample_kernel_sizes=[8, 8],
+             resblock_kernel_sizes=[3, 5], resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5]])
+    generator = torch.compile(Generator(h))
+    mpd = torch.compile(MultiPeriodDiscriminator())
+    msd = torch.compile(MultiScaleDiscriminator())
+    optim_g = torch.optim.AdamW(generator.parameters(), h.learning_rate, betas=[h.adam_b1, h.adam_b2])
+    optim_d = torch.optim.AdamW(list(msd.parameters()) + list(mpd.parameters()), h.learning_rate,
+                                betas=[h.adam_b1, h.adam_b2])
+    x, y = torch.randn(2, 80, 16), torch.randn(2, 1, 256)
+    for _ in range(2):
+        y_g_hat = generator(x)
+        optim_d.zero_grad()
+        y_df_hat_r, y_df_hat_g, _, _ = mpd(y, y_g_hat.detach())
+        loss_disc_f, _, _ = discriminator_loss(y_df_hat_r, y_df_hat_g)
+        y_ds_hat_r, y_ds_hat_g, _, _ = msd(y, y_g_hat.detach())
+        loss_disc_s, _, _ = discriminator_loss(y_ds_hat_r, y_ds_hat_g)
+        (loss_disc_s + loss_disc_f).backward()
+        optim_d.step()
+        optim_g.zero_grad()
+        y_df_hat_r, y_df_hat_g, fmap_f_r, fmap_f_g = mpd(y, y_g_hat)
+        y_ds_hat_r, y_ds_hat_g, fmap_s_r, fmap_s_g = msd(y, y_g_hat)
+        loss_gen_f, _ = generator_loss(y_df_hat_g)
+        loss_gen_s, _ = generator_loss(y_ds_hat_g)
+        loss = loss_gen_s + loss_gen_f + feature_loss(fmap_f_r, fmap_f_g) + feature_loss(fmap_s_r, fmap_s_g)
+        loss = loss + F.l1_loss(y_g_hat, y) * 45
+        loss.backward()
+        optim_g.step()
+
+
+if __name__ == "__main__":
+    globals()["case_" + sys.argv[1]]()
+'''
+
+
+def layout_hifigan(dest: str) -> str:
+    prov = git_export("jik876/hifi-gan", dest, ["models.py", "utils.py", "env.py", "train.py", "meldataset.py",
+                                                 "inference.py", "inference_e2e.py", "config_v1.json"])
+    write(dest, DRIVER, HIFIGAN_DRIVER)
+    mark_root(dest)
+    return prov
+
+
 # ---------------------------------------------------------------- torchbench models (their own code)
 
 TB_MODELS = ["maml", "microbench_unbacked_tolist_sum", "pyhpc_equation_of_state", "BERT_pytorch", "dcgan",
@@ -606,6 +666,8 @@ def corpora() -> list[Corpus]:
                stubs=["tiktoken"]),  # sample.py imports it; with the data set's meta.pkl it is unused
         Corpus("gpt-fast", "github:pytorch-labs/gpt-fast", layout_gptfast, drv(["generate", "forward"]),
                stubs=["sentencepiece", "tiktoken", "tiktoken.load"]),
+        Corpus("hifi-gan", "github:jik876/hifi-gan", layout_hifigan, drv(["train"]),
+               stubs=["matplotlib", "matplotlib.pylab"]),  # utils.py plots spectrograms (unused here)
         Corpus("torchbench", "github:pytorch/benchmark", layout_torchbench,
                drv(["maml", "microbench_unbacked_tolist_sum", "pyhpc_equation_of_state", "bert", "dcgan",
                     "deeprecommender", "tacotron2", "lennard_jones", "speech_transformer", "pyhpc_isoneutral_mixing",
