@@ -19,7 +19,7 @@ ORACLE = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "compi
 sys.path.insert(0, os.path.abspath(ORACLE))
 
 import score  # noqa: E402
-from capture import parse_break, parse_recompile, Paths, restore_stack  # noqa: E402
+from capture import Paths, parse_break, parse_recompile, restore_stack  # noqa: E402
 
 PROG = textwrap.dedent(
     """\
