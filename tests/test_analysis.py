@@ -133,6 +133,9 @@ def test_non_xla_guards(guard, runs_off_xla_only):
         # tuple assignment binds element by element
         ("w, v = model(batch), model(batch).tolist()", Kind.NOT_TENSOR),
         ("v, w = model(batch), model(batch).tolist()", Kind.DEVICE),
+        # a tensor compared with None is a Python bool
+        ("v = model(batch) == None", Kind.NOT_TENSOR),
+        ("v = model(batch) != 0", Kind.DEVICE),
     ],
 )
 def test_tensor_kinds(statement, kind):

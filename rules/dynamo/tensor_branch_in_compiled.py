@@ -79,6 +79,19 @@ class TensorBranchInCompiled(Rule):
             checked(torch.ones(3), torch.ones(3))
             """
         ),
+        Valid(
+            """
+            import torch
+
+            @torch.compile
+            def gather_into(x, output=None):
+                if output == None:  # a tensor is never equal to None: a Python bool, no break
+                    output = torch.zeros_like(x)
+                return output.add_(x)
+
+            gather_into(torch.ones(3), torch.ones(3))
+            """
+        ),
     ]
     INVALID = [
         Invalid(

@@ -387,6 +387,8 @@ class TensorInference:
         if isinstance(node, ast.Compare):
             if all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops):
                 return Kind.NOT_TENSOR
+            if any(_is_none(o) for o in (node.left, *node.comparators)):
+                return Kind.NOT_TENSOR  # `t == None` is a Python bool (a tensor is never equal to None)
             return combine(self.kind(node.left), *(self.kind(c) for c in node.comparators))
         if isinstance(node, ast.BoolOp):
             # `a and b` evaluates truthiness of a; the value is a or b.
@@ -808,6 +810,10 @@ def _names_device(node: ast.expr) -> bool:
 
 _MASK_NAME = re.compile(r"mask", re.I)
 _MEMBERSHIP = (ast.Is, ast.IsNot, ast.In, ast.NotIn)
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 def _is_text(node: ast.expr) -> bool:
