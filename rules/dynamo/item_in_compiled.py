@@ -53,7 +53,7 @@ class ItemInCompiled(Rule):
     """
 
     code, name, category = "DYN101", "item-in-compiled", "item_sync"
-    preview = True
+    # stable: right on 25 of 26 executed lines of the real-code oracle (benchmarks/compile_oracle)
     covers = ("XLA101",)  # the same hazard, in torch_xla's words
     summary = "`.{method}()` inside a compiled function: {consequence} and a host read ({gb})"
     hint = "keep the value a tensor (a 0-d tensor broadcasts) and read it after the compiled call returns"
