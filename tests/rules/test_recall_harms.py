@@ -1,0 +1,52 @@
+"""The harm behind issue 30's recall classes, shown under torch itself: host reads counted with the
+audit's recorder (`xlalint.runtime._hostreads`, on CPU tensors: it watches `xla` tensors the same
+way), recompilations with Dynamo's `CompileCounter` and `dynamic=False` (XLA's static shapes). Each
+test runs the helper code of a rule's own example and checks the linter reports its call."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from xlalint.rules.host_sync.helper_read_in_step import HelperReadInStep  # noqa: E402
+from xlalint.runtime._hostreads import HostReadRecorder  # noqa: E402
+from xlalint.testing import lint_code  # noqa: E402
+
+
+def load(tmp_path, name: str, source: str):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reads(tmp_path, run) -> dict[tuple[int, str], int]:
+    with HostReadRecorder([tmp_path], device_types=("cpu",)) as recorder:
+        run()
+    return {(row["line"], row["kind"]): row["count"] for row in recorder.rows()}
+
+
+def test_meters_that_convert_what_they_are_given_read_it_every_call(tmp_path):
+    invalid = HelperReadInStep.INVALID[0]
+    meters = load(tmp_path, "meters.py", invalid.modules["meters.py"])
+    losses = {"loss_box": torch.tensor(0.5), "loss_cls": torch.tensor(1.5)}
+    logger, meter, lazy = meters.MetricLogger(), meters.AverageMeter(), meters.LazyMeter()
+
+    def three_steps():
+        for _ in range(3):
+            logger.update(loss=sum(losses.values()), **losses)
+            meter.update(losses["loss_box"].detach(), 8)
+            lazy.update(losses["loss_cls"])
+
+    got = reads(tmp_path, three_steps)
+    # MetricLogger: one `.item()` per value per call; AverageMeter: one `float()` per call; LazyMeter: none
+    assert got == {(10, "item"): 9, (18, "float"): 3}
+    findings = lint_code(invalid.code, [HelperReadInStep], modules=invalid.modules)
+    assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA109")]
+    assert "`**kwargs`" in findings[0].message and "meters.py:10" in findings[0].message
