@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import importlib.util
 import textwrap
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
 
+from xlalint.rules.control_flow.helper_branch_in_step import HelperBranchInStep  # noqa: E402
 from xlalint.rules.host_sync.helper_read_in_step import HelperReadInStep  # noqa: E402
+from xlalint.rules.host_sync.python_builtin_over_tensor import PythonBuiltinOverTensor  # noqa: E402
 from xlalint.runtime._hostreads import HostReadRecorder  # noqa: E402
 from xlalint.testing import lint_code  # noqa: E402
 
@@ -50,3 +54,34 @@ def test_meters_that_convert_what_they_are_given_read_it_every_call(tmp_path):
     findings = lint_code(invalid.code, [HelperReadInStep], modules=invalid.modules)
     assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA109")]
     assert "`**kwargs`" in findings[0].message and "meters.py:10" in findings[0].message
+
+
+def test_a_helper_that_hands_its_argument_to_a_branching_helper_reads_it_every_call(tmp_path):
+    invalid = HelperBranchInStep.INVALID[0]
+    audio = load(tmp_path, "audio.py", invalid.modules["audio.py"])
+    pred, target = torch.randn(4, 3), torch.randn(4, 3)
+    got = reads(tmp_path, lambda: [audio.masked_l1(pred, target, target > 0) for _ in range(3)])
+    branch = next(i for i, line in enumerate(invalid.modules["audio.py"].splitlines(), 1) if "not mask.any()" in line)
+    assert got == {(branch, "bool"): 3}  # `if not mask.any():` in masked_mean, once per call of masked_l1
+    findings = lint_code(invalid.code, [HelperBranchInStep], modules=invalid.modules)
+    assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA203")]
+    assert f"audio.py:{branch}" in findings[0].message
+
+
+def test_a_numpy_array_indexed_with_each_element_of_a_device_tensor_reads_each_one(tmp_path):
+    weights = np.array([1.0, 4.0, 2.0])
+    labels = torch.tensor([2, 0, 1, 1])
+
+    def per_element():
+        total = 0.0
+        for label in labels:
+            total += weights[label]
+        return total
+
+    with HostReadRecorder([Path(__file__).parent], device_types=("cpu",)) as recorder:
+        assert per_element() == 2.0 + 1.0 + 4.0 + 4.0
+    assert sum(row["count"] for row in recorder.rows() if row["kind"] == "index") == len(labels)
+    invalid = next(c for c in PythonBuiltinOverTensor.INVALID if "CLASS_WEIGHTS[label]" in c.code)
+    findings = lint_code(invalid.code, [PythonBuiltinOverTensor])
+    assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA107")]
+    assert "indexing a numpy array" in findings[0].message

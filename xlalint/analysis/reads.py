@@ -78,7 +78,17 @@ class ParamRead(NamedTuple):
 
 def parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
     """The host reads in `func` of values computed from its parameters, on every call: not behind
-    a gate, not off XLA, not in an error being raised (nested functions are their own)."""
+    a gate, not off XLA, not in an error being raised (nested functions are their own); also those
+    of the functions of this module it hands them to on every call (`def masked_l1(p, t, mask):
+    return _masked_mean(abs(p - t), mask)` branches on `mask` where `_masked_mean` does)."""
+    cache = ctx.param_reads_cache
+    if func not in cache:
+        cache[func] = []  # a recursive call adds nothing
+        cache[func] = _parameter_reads(ctx, func)
+    return cache[func]
+
+
+def _parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
     params = [*func.args.posonlyargs, *func.args.args]
     if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
         params = params[1:]
@@ -124,6 +134,35 @@ def parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
                     ",".join(named) if origin in stars else "",
                 )
             )
+    found += _forwarded_reads(ctx, func, origins, positions)
+    return found
+
+
+def _forwarded_reads(ctx: FileContext, func: ast.FunctionDef, origins: _Origins, positions: dict[str, int]):
+    """The reads of the functions of this module `func` calls on every call, of values computed
+    from `func`'s parameters that it passes them (each read at its own line)."""
+    found: list[ParamRead] = []
+    for call in ctx.calls_within(func):
+        callees = list(local_callees_of(ctx, call))
+        if len(callees) != 1 or callees[0] is func:
+            continue
+        reads = [r for r in parameter_reads(ctx, callees[0]) if not (r.star or r.option or r.unless)]
+        if not reads or in_raise(ctx, call) or ctx.in_non_xla_code(call) or runs_less_often(ctx, call, func):
+            continue
+        for read in reads:
+            value = argument(call, read.position, read.param)
+            if value is None or moved_to_device_later(ctx, value, call):
+                continue
+            for name in _uses(value):
+                origin = origins.of(name)
+                if origin is None or origin[0] not in origins.params or origin[0] in origins.stars:
+                    continue
+                returned = read.returned and _returned(ctx, call)
+                through = read.through or _through(value, origin[1])
+                found.append(
+                    ParamRead(origin[0], positions.get(origin[0]), read.line, read.what, through, returned=returned)
+                )
+                break
     return found
 
 
