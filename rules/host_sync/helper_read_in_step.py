@@ -314,9 +314,10 @@ class HelperReadInStep(Rule):
         for helper, where, read, value in argument_reads(self.ctx, node, through=""):
             if holds_device_tensors(self.ctx, value) and self.ctx.runs_hot(node):
                 self.report(
-                    node, self.summary.format(
+                    node,
+                    self.summary.format(
                         helper=helper, param=read.star + read.param, what=f"`{read.what}`", where=where
-                    )
+                    ),
                 )
                 return
         for helper, path, detail in self.ctx.helper_calls(node, "reads_state"):

@@ -85,3 +85,57 @@ def test_a_numpy_array_indexed_with_each_element_of_a_device_tensor_reads_each_o
     findings = lint_code(invalid.code, [PythonBuiltinOverTensor])
     assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA107")]
     assert "indexing a numpy array" in findings[0].message
+
+
+def compiles(step, inputs) -> int:
+    """Graphs Dynamo compiles for `step` over `inputs` with static shapes (what XLA does)."""
+    from tests.rules.dynamo_helpers import dynamo_usable, observe
+
+    if not dynamo_usable():
+        pytest.skip("Dynamo cannot compile in this process (torchax took the accelerator slot)")
+
+    def body(backend):
+        compiled = torch.compile(step, backend=backend, dynamic=False)
+        for args in inputs:
+            compiled(*args)
+
+    return observe(body).graphs
+
+
+def test_concatenated_per_sample_targets_compile_once_per_number_of_objects():
+    from xlalint.rules.varying_shapes.per_sample_targets_concatenated import PerSampleTargetsConcatenated
+
+    def match(pred_logits, targets):  # the example's matcher, without its module
+        out_prob = pred_logits.flatten(0, 1).softmax(-1)
+        tgt_ids = torch.cat([v["labels"] for v in targets])
+        return -out_prob[:, tgt_ids]
+
+    def batch(*objects):
+        return torch.randn(2, 10, 5), [{"labels": torch.randint(0, 5, (n,))} for n in objects]
+
+    assert compiles(match, [batch(2, 3), batch(4, 3), batch(1, 3)]) == 3  # 5, 7, 4 objects
+    assert compiles(match, [batch(2, 3), batch(2, 3), batch(2, 3)]) == 1  # the same objects per image
+    invalid = PerSampleTargetsConcatenated.INVALID[0]
+    assert "torch.cat([v[\"labels\"] for v in targets])" in invalid.code
+    findings = lint_code(invalid.code, [PerSampleTargetsConcatenated])
+    assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA314")]
+
+
+def test_a_chunk_clipped_against_the_data_left_compiles_once_more_for_the_last_one():
+    from xlalint.rules.varying_shapes.shorter_last_chunk import ShorterLastChunk
+
+    weight = torch.randn(4, 4)
+    source = torch.randn(35, 4)  # 35 rows: chunks of 8 leave a last one of 2 (34 - 32)
+
+    def step(data, target):
+        return ((data @ weight - target) ** 2).mean()
+
+    def get_batch(i, bptt=8):  # the example's get_batch
+        seq_len = min(bptt, len(source) - 1 - i)
+        return source[i : i + seq_len], source[i + 1 : i + 1 + seq_len]
+
+    assert compiles(step, [get_batch(i) for i in range(0, source.size(0) - 1, 8)]) == 2
+    assert compiles(step, [get_batch(i) for i in range(0, source.size(0) - 1 - 8, 8)]) == 1  # remainder dropped
+    invalid = ShorterLastChunk.INVALID[0]
+    findings = lint_code(invalid.code, [ShorterLastChunk])
+    assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA315")]
