@@ -19,7 +19,8 @@ class PerSampleTargetsConcatenated(Rule):
     Flags, on a per-step path (a loss, a matcher's `forward`, the training loop), `torch.cat` of a
     field of each sample of a list of per-sample records: `torch.cat([v["labels"] for v in targets])`,
     `torch.cat([t["boxes"][i] for t, (_, i) in zip(targets, indices)])`, the targets of detection
-    matchers and losses.
+    matchers and losses. One finding per function: its other concatenations of the same samples are
+    named in the message.
 
     ## Why is this bad?
     A batch that reaches the step as a list of per-sample dicts was left uncollated because its
@@ -99,7 +100,8 @@ class PerSampleTargetsConcatenated(Rule):
                 def forward(self, outputs, targets):
                     out_prob = outputs["pred_logits"].flatten(0, 1).softmax(-1)
                     tgt_ids = torch.cat([v["labels"] for v in targets])
-                    return -out_prob[:, tgt_ids]
+                    tgt_bbox = torch.cat([v["boxes"] for v in targets])  # the same cause: named in the message
+                    return -out_prob[:, tgt_ids] + torch.cdist(outputs["pred_boxes"].flatten(0, 1), tgt_bbox)
             """,
             line=7,
         ),
@@ -118,6 +120,10 @@ class PerSampleTargetsConcatenated(Rule):
         ),
     ]
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._found: dict[ast.AST | None, list[ast.Call]] = {}  # per function: one cause, one finding
+
     def visit_Call(self, node: ast.Call) -> None:
         if self.ctx.qualified_name(node.func) not in _CONCATENATIONS or not node.args:
             return
@@ -125,8 +131,16 @@ class PerSampleTargetsConcatenated(Rule):
         if parts is None or not _per_sample_field(parts.elt, _bound(parts)):
             return
         if self.ctx.runs_hot(node) and not self.ctx.in_non_xla_code(node):
-            what = self.ctx.code(node)
-            self.report(node, self.summary.format(what=what if len(what) <= 60 else what[:57] + "..."))
+            self._found.setdefault(self.ctx.index.enclosing_function(node), []).append(node)
+
+    def finish(self) -> None:
+        for calls in self._found.values():
+            first, *others = sorted(calls, key=lambda c: self.ctx.index.order[c])
+            what = self.ctx.code(first)
+            message = self.summary.format(what=what if len(what) <= 60 else what[:57] + "...")
+            if others:
+                message += f" (so do line{'s' if len(others) > 1 else ''} {', '.join(str(c.lineno) for c in others)})"
+            self.report(first, message)
 
 
 def _comprehension(ctx, expr: ast.expr, depth: int = 0) -> ast.ListComp | ast.GeneratorExp | None:
