@@ -122,6 +122,8 @@ class ShorterLastChunk(Rule):
         if (lengths[0] is None) == (lengths[1] is None):
             return  # both or neither clip against a length
         source = lengths[0] or lengths[1]
+        if source is None:
+            return
         offset_side = node.args[0] if lengths[0] is None else node.args[1]
         length_side = node.args[1] if lengths[0] is None else node.args[0]
         if not (_has_name(length_side, exclude=source) or _has_name(offset_side, exclude=source)):
