@@ -507,9 +507,9 @@ class PadToLongestInBatch(Rule):
         self.report(node.value, self.summary.format(what=f"`{target} = {self.ctx.code(node.value)}`"))
 
 
-# `len(x)`, `x.size(0)`, `x.shape[0]`, `x.numel()`, of an element or of one of its fields
-# (`len(t["boxes"])`, `t.boxes.shape[0]`: the number of objects of each target)
-_ELEMENT = r"\w+(\[[\"'][\w ]+[\"']\]|\.\w+)?"
+# `len(x)`, `x.size(0)`, `x.shape[0]`, `x.numel()`, of an element or of a string-keyed field of it
+# (`len(t["boxes"])`: the number of objects of each target dict)
+_ELEMENT = r"\w+(\[[\"'][\w ]+[\"']\])?"
 _LEN_OF = re.compile(
     rf"^(len\({_ELEMENT}\)|{_ELEMENT}\.size\((0|dim=0)?\)|{_ELEMENT}\.shape\[0\]|{_ELEMENT}\.numel\(\))$"
 )
