@@ -54,7 +54,7 @@ class PerSampleTargetsConcatenated(Rule):
 
     code, name, category = "XLA314", "per-sample-targets-concatenated", "varying_shape"
     xla_only = True
-    summary = "`{what}` concatenates a field of each sample on a per-step path: its length is the batch's number of objects, a new shape (and compilation) per batch"
+    summary = "`{what}` joins a field of each sample per step: one row per object, a new shape per batch"
     hint = "pad the targets to a fixed number of objects per sample in the collate function and carry a validity mask"
 
     VALID = [
@@ -137,9 +137,10 @@ class PerSampleTargetsConcatenated(Rule):
         for calls in self._found.values():
             first, *others = sorted(calls, key=lambda c: self.ctx.index.order[c])
             what = self.ctx.code(first)
-            message = self.summary.format(what=what if len(what) <= 60 else what[:57] + "...")
+            message = self.summary.format(what=what if len(what) <= 45 else what[:42] + "...")
             if others:
-                message += f" (so do line{'s' if len(others) > 1 else ''} {', '.join(str(c.lineno) for c in others)})"
+                lines = ", ".join(str(c.lineno) for c in others[:3]) + (", ..." if len(others) > 3 else "")
+                message += f" (also line{'s' if len(others) > 1 else ''} {lines})"
             self.report(first, message)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 
 from xlalint.analysis.names import dotted_name, method_name, receiver
+from xlalint.analysis.tensors import Kind
 from xlalint.rule import Invalid, Rule, Valid
 
 
@@ -45,7 +46,7 @@ class ShorterLastChunk(Rule):
 
     code, name, category = "XLA315", "shorter-last-chunk", "varying_shape"
     xla_only = True
-    summary = "`{clip}` clips the chunk of `{source}` against what is left of it: the last chunk is shorter, one more shape (and compilation) per pass over the data"
+    summary = "`{clip}` clips the chunk of `{source}` to what is left: a shorter last chunk, one more shape (and compilation) per pass"
     hint = "drop the remainder (end the range `bptt` before the end) or pad the last chunk to the full length"
 
     VALID = [
@@ -65,7 +66,14 @@ class ShorterLastChunk(Rule):
         ),
         Valid(
             """
+            import numpy as np
             import torch_xla
+
+            def predictions(images, bs):  # numpy batches for another framework's session
+                inps = [np.expand_dims(img, 0) for img in images]
+                for i in range(math.ceil(len(inps) / bs)):
+                    inp = np.concatenate(inps[i * bs : min((i + 1) * bs, len(inps))], 0)
+                    preds.append(sess.run(softmax, {"input:0": inp}))
 
             class Windows(torch.utils.data.Dataset):
                 def __getitem__(self, i):  # a sample on the host, not a step
@@ -128,10 +136,12 @@ class ShorterLastChunk(Rule):
         length_side = node.args[1] if lengths[0] is None else node.args[0]
         if not (_has_name(length_side, exclude=source) or _has_name(offset_side, exclude=source)):
             return  # `min(max_len, x.size(1))`: clipped against a shape, the same every step
-        if not any(dotted_name(s.value) == source for s in self._slices_using(node)):
-            return
+        sliced = [s for s in self._slices_using(node) if dotted_name(s.value) == source]
+        if not sliced or all(self.ctx.tensor_kind(s.value) == Kind.NOT_TENSOR for s in sliced):
+            return  # a list of numpy arrays cut into batches for another framework: no XLA graph
         if self.ctx.runs_hot(node) and not self.ctx.in_non_xla_code(node):
-            self.report(node, self.summary.format(clip=self.ctx.code(node), source=source))
+            clip = self.ctx.code(node)
+            self.report(node, self.summary.format(clip=clip if len(clip) <= 40 else clip[:37] + "...", source=source))
 
     def _slices_using(self, clip: ast.Call):
         """The subscripts whose slice bounds use `clip`, inline or through the name it is assigned."""

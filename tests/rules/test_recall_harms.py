@@ -119,7 +119,7 @@ def test_concatenated_per_sample_targets_compile_once_per_number_of_objects():
     assert "torch.cat([v[\"labels\"] for v in targets])" in invalid.code
     findings = lint_code(invalid.code, [PerSampleTargetsConcatenated])
     assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA314")]
-    assert findings[0].message.endswith(f"(so do line {invalid.line + 1})")  # one finding per function
+    assert findings[0].message.endswith(f"(also line {invalid.line + 1})")  # one finding per function
 
 
 def test_a_chunk_clipped_against_the_data_left_compiles_once_more_for_the_last_one():
