@@ -15,7 +15,8 @@ class HelperBranchInStep(Rule):
     Flags a per-step call of a function of another module of the project that branches on a
     reduction of the device tensor it is given, on every call: `if torch.min(y) < -1.:`,
     `if mask.any():`, `while err.abs().max() > tol:` (a range check of audio, a guard for an
-    empty mask, a convergence loop). A helper in the same module is per step itself, and its branch
+    empty mask, a convergence loop), itself or in a function of its module it hands the tensor to
+    on every call (`masked_l1(pred, y, valid)` passing `valid` on to `masked_mean`). A helper in the same module is per step itself, and its branch
     is reported where it is, by XLA201.
 
     ## Why is this bad?
@@ -76,6 +77,9 @@ class HelperBranchInStep(Rule):
             if not mask.any():
                 return x.new_zeros(())
             return x[mask].mean()
+
+        def masked_l1(pred, target, valid):
+            return masked_mean((pred - target).abs(), valid.bool())
         """
     }
 
@@ -136,6 +140,18 @@ class HelperBranchInStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            from audio import masked_l1
+
+            for x, y, valid in pl.MpDeviceLoader(loader, device):
+                loss = masked_l1(model(x), y, valid)  # hands `valid` to `masked_mean`, which branches on it
+                loss.backward()
+                xm.optimizer_step(optimizer)
+            """,
+            line=4,
+            modules=AUDIO,
+        ),
         Invalid(
             """
             from audio import mel_spectrogram

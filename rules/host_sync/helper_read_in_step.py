@@ -8,6 +8,7 @@ import ast
 import os
 
 from xlalint.analysis.reads import argument_reads
+from xlalint.analysis.tensors import holds_device_tensors
 from xlalint.rule import Invalid, Rule, Valid
 
 
@@ -15,7 +16,10 @@ class HelperReadInStep(Rule):
     """## What it does
     Flags a per-step call of a function of another module of the project that reads the device
     tensor it is given to the host (`.item()`, `.tolist()`, `.cpu()`, `.numpy()`, `float(t.sum())`)
-    on every call: an input check, a metric or a logging helper. A helper in the same module is
+    on every call: an input check, a metric or a logging helper, a meter or logger object whose
+    `update` converts what it is given (`metric_logger.update(**losses)` reading each value of its
+    `**kwargs`, `meter.update(loss)` doing `float(val)`), resolved through the class of the receiver
+    where the project creates the instance. A helper in the same module is
     per step itself, and its read is reported where it is, by XLA101-XLA103; its calls are reported
     too when it returns what it read (`sizes = grid_sizes(coords)` hands host numbers back, like a
     `.tolist()` at the call). A read in the branch of a string option (`if reduction == "mean":`)
@@ -101,7 +105,55 @@ class HelperReadInStep(Rule):
         """
     }
 
+    METERS = {
+        "meters.py": """
+        import torch
+
+        class MetricLogger:
+            def __init__(self, delimiter="  "):
+                self.meters = {}
+
+            def update(self, **kwargs):
+                for k, v in kwargs.items():
+                    if isinstance(v, torch.Tensor):
+                        v = v.item()
+                    self.meters.setdefault(k, []).append(v)
+
+        class AverageMeter:
+            def __init__(self):
+                self.sum, self.count = 0.0, 0
+
+            def update(self, val, n=1):
+                self.sum += float(val) * n
+                self.count += n
+
+        class LazyMeter:
+            def update(self, val, n=1):
+                if not torch.is_tensor(val):
+                    val = float(val)  # only numbers are converted; tensors stay on the device
+                self.last = val
+        """
+    }
+
     VALID = [
+        Valid(
+            """
+            import torch_xla
+            from meters import AverageMeter, LazyMeter, MetricLogger
+
+            metric_logger, meter, lazy = MetricLogger(), AverageMeter(), LazyMeter()
+            for step, (x, y) in enumerate(pl.MpDeviceLoader(loader, torch_xla.device())):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                xm.optimizer_step(optimizer)
+                metric_logger.update(lr=optimizer.param_groups[0]["lr"], step=step)  # host numbers
+                meter.update(x.shape[0])
+                lazy.update(loss)  # kept as a tensor
+                if step % 100 == 0:
+                    metric_logger.update(loss=loss)  # every N steps
+            """,
+            modules=METERS,
+        ),
         Valid(
             """
             from fp16_util import MixedPrecisionTrainer
@@ -186,6 +238,41 @@ class HelperReadInStep(Rule):
         Invalid(
             """
             import torch_xla
+            import meters
+
+            metric_logger = meters.MetricLogger(delimiter="  ")
+            for images, targets in pl.MpDeviceLoader(loader, torch_xla.device()):
+                loss_dict = model(images, targets)
+                losses = sum(loss for loss in loss_dict.values())
+                losses.backward()
+                xm.optimizer_step(optimizer)
+                metric_logger.update(loss=losses, **loss_dict)
+            """,
+            line=10,
+            modules=METERS,
+        ),
+        Invalid(
+            """
+            import torch_xla
+            from meters import AverageMeter
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model
+                    self.losses = AverageMeter()
+
+                def train_step(self, x, y):
+                    loss = loss_fn(self.model(x), y)
+                    loss.backward()
+                    self.losses.update(loss.detach(), x.size(0))
+                    return loss
+            """,
+            line=12,
+            modules=METERS,
+        ),
+        Invalid(
+            """
+            import torch_xla
             from fp16_util import MixedPrecisionTrainer
 
             mp_trainer = MixedPrecisionTrainer(model)
@@ -225,9 +312,12 @@ class HelperReadInStep(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         for helper, where, read, value in argument_reads(self.ctx, node, through=""):
-            if self.ctx.on_device(value) and self.ctx.runs_hot(node):
+            if holds_device_tensors(self.ctx, value) and self.ctx.runs_hot(node):
                 self.report(
-                    node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`", where=where)
+                    node,
+                    self.summary.format(
+                        helper=helper, param=read.star + read.param, what=f"`{read.what}`", where=where
+                    ),
                 )
                 return
         for helper, path, detail in self.ctx.helper_calls(node, "reads_state"):

@@ -16,7 +16,8 @@ class PythonBuiltinOverTensor(Rule):
     `any(t)`, `all(t)`, `max(t)`, `min(t)` and `sum(t)` with a single argument that is a device tensor
     (or, for `any`/`all`/`max`/`min`, a list or generator of device tensor values, as in
     `any(torch.isinf(p.grad).any() for p in params)`), and indexing a Python list, tuple, string or
-    range with a device tensor (`classes[logits.argmax()]`). Also a `for` loop over a device tensor
+    range, or a numpy array, with a device tensor (`classes[logits.argmax()]`, `weights[label]` for
+    each `label` of a device tensor). Also a `for` loop over a device tensor
     whose length depends on its values (`for e in hits.nonzero():`, the eager mixture-of-experts loop).
 
     ## Why is this bad?
@@ -26,7 +27,9 @@ class PythonBuiltinOverTensor(Rule):
     device-to-host read (`aten::_local_scalar_dense`), and on XLA each executes the pending graph.
     `sum(t)` reads nothing but traces one slice and one add per element, where `t.sum(0)` is one op.
     A Python sequence indexed with a tensor calls `Tensor.__index__`, which reads the value on the
-    host. Measured with torch 2.13 (host reads): `any` over 5 elements 2 (until the first true),
+    host; so does a numpy array indexed with a 0-d tensor (any other tensor is copied to the host
+    whole, through `Tensor.__array__`).
+    Measured with torch 2.13 (host reads): `any` over 5 elements 2 (until the first true),
     `max` over 5 elements 4, `any(isinf(g).any() for g in 4 grads)` 4, `classes[logits.argmax()]` 1.
 
     A loop over `t.nonzero()` first needs the number of rows, which only the data knows: one read
@@ -86,6 +89,19 @@ class PythonBuiltinOverTensor(Rule):
     }
 
     VALID = [
+        Valid(
+            """
+            import numpy as np
+
+            CLASS_WEIGHTS = np.array([1.0, 4.0, 2.0])
+
+            for x, y in loader:  # a plain DataLoader: host tensors
+                weights = torch.as_tensor(CLASS_WEIGHTS[y.numpy()]).to(device)
+                loss = (loss_fn(model(x.to(device)), y.to(device)) * weights).mean()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(
             """
             for x, y in loader:
@@ -183,6 +199,21 @@ class PythonBuiltinOverTensor(Rule):
         ),
         Invalid(
             """
+            import numpy as np
+
+            CLASS_WEIGHTS = np.array([1.0, 4.0, 2.0])
+
+            def training_step(self, batch, batch_idx):
+                logits = self.model(batch["x"])
+                weight = 0.0
+                for label in logits.argmax(-1):  # the weight of each predicted class
+                    weight += CLASS_WEIGHTS[label]
+                return self.loss(logits, batch["y"]) * weight
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
             def forward(self, x):
                 scores = self.classifier(x)
                 labels = ["neg", "pos"]
@@ -237,7 +268,11 @@ class PythonBuiltinOverTensor(Rule):
         container = self._host_sequence(node.value)
         if container is not None and self.ctx.runs_hot(node):
             self.report(
-                node, self.summary.format(detail=f"indexing a Python {container} with a device tensor (`__index__`)")
+                node,
+                self.summary.format(
+                    detail=f"indexing a {'' if container == 'numpy array' else 'Python '}{container} with a device "
+                    "tensor (`__index__`)"
+                ),
             )
 
     def visit_For(self, node: ast.For) -> None:
@@ -344,6 +379,10 @@ class PythonBuiltinOverTensor(Rule):
             return {"list": "list", "sorted": "list", "tuple": "tuple", "range": "range", "str": "string"}.get(
                 expr.func.id
             )
+        if isinstance(expr, ast.Call):
+            qualified = self.ctx.qualified_name(expr.func) or ""
+            if qualified.split(".")[0] == "numpy" and last_part(qualified) in _NUMPY_ARRAYS:
+                return "numpy array"  # `__index__` for a 0-d tensor, `__array__` (a copy to the host) otherwise
         if isinstance(expr, (ast.Name, ast.Attribute)) and depth < 3:
             found = {
                 None if _unpacked(self.ctx, v) else self._host_sequence(v, depth + 1)
@@ -390,6 +429,8 @@ _TUPLE_OPS = {
     "unique_consecutive",
 }
 _TUPLE_WITH_DIM = {"max", "min", "median", "nanmedian", "mode", "where", "nonzero", "unique"}
+# numpy functions that build an array on the host
+_NUMPY_ARRAYS = {"array", "asarray", "zeros", "ones", "full", "arange", "linspace", "load", "empty", "eye"}
 # ops whose result has as many rows as the data says, and methods that keep the number of rows
 _DATA_SIZED = {"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select"}
 _LENGTH_KEEPING = {"squeeze", "flatten", "view", "reshape", "long", "int", "to", "detach", "contiguous", "clone"}

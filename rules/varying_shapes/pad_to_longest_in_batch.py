@@ -166,8 +166,10 @@ class PadToLongestInBatch(Rule):
     collator classes whose `padding` defaults to `True`/`"longest"` (with no `pad_to_multiple_of`
     default), `DataCollatorWithPadding(...)`-style constructions without `padding="max_length"` or
     `pad_to_multiple_of`, tokenizer calls with `padding=True`/`"longest"`, `pad_sequence(...)` (or a
-    pad-to-longest function such as `batch_pad_right`) in a collate path, and
-    `max_len = max(len(x) for x in batch)` used to size a padded torch tensor.
+    pad-to-longest function such as `batch_pad_right`) in a collate path, torchtext's
+    `BucketIterator` (unless its `Field`s have a `fix_length`), and
+    `max_len = max(len(x) for x in batch)` (or `max(len(t["boxes"]) for t in targets)`) used to size
+    a padded torch tensor.
 
     ## Why is this bad?
     The sequence length of the batch then changes from step to step. XLA compiles one program per
@@ -247,6 +249,14 @@ class PadToLongestInBatch(Rule):
         ),
         Valid(
             """
+            from torchtext.legacy import data
+
+            TEXT = data.Field(tokenize="spacy", fix_length=256)  # every batch padded to 256 tokens
+            train_iter = data.BucketIterator(train, batch_size=64, sort_key=lambda e: len(e.text))
+            """
+        ),
+        Valid(
+            """
             def encode(texts, limit):
                 ids = tokenizer(texts, padding="max_length", max_length=limit, return_tensors="pt").input_ids
                 # padded to the longest only to see what truncation drops: measured and decoded, never run
@@ -319,6 +329,26 @@ class PadToLongestInBatch(Rule):
                 for i, x in enumerate(examples):
                     out[i, : x.size(0)] = x
                 return out
+            """,
+            line=2,
+        ),
+        Invalid(
+            """
+            from torchtext.legacy import data
+
+            TEXT = data.Field(tokenize="spacy", include_lengths=True)
+            train_iter, valid_iter = data.BucketIterator.splits((train, valid), batch_size=64, device=device)
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            def forward(self, outputs, targets):
+                max_objects = max(len(t["boxes"]) for t in targets)
+                boxes = outputs["pred_boxes"].new_zeros(len(targets), max_objects, 4)
+                for i, t in enumerate(targets):
+                    boxes[i, : len(t["boxes"])] = t["boxes"]
+                return self.loss(outputs, boxes)
             """,
             line=2,
         ),
@@ -420,6 +450,8 @@ class PadToLongestInBatch(Rule):
             if padding is not None and not _longest_padding(padding.value):
                 return None
             return f"`{callee}(...)`"
+        if (callee == "BucketIterator" or name.endswith("BucketIterator.splits")) and not self._fixed_fields():
+            return f"`{name}(...)`"  # torchtext's iterator pads each batch to its longest `Field`
         func = self._pad_function(node.func)
         if func == "pad_sequence" and _in_collate_path(self.ctx, node) and not _fixed_padding(node):
             return "`pad_sequence(...)` in a collate function"
@@ -436,6 +468,13 @@ class PadToLongestInBatch(Rule):
         ):
             return f"`padding={self.ctx.code(padding.value)}`"
         return None
+
+    def _fixed_fields(self) -> bool:
+        """A torchtext `Field(..., fix_length=N)` in the module: its batches have a fixed length."""
+        return any(
+            last_part(dotted_name(c.func)) == "Field" and keyword(c, "fix_length") is not None
+            for c in self.ctx.index.calls
+        )
 
     def _runs_once(self, node: ast.Call) -> bool:
         """Module-level code outside any loop: one call, one shape, one compilation."""
@@ -468,7 +507,12 @@ class PadToLongestInBatch(Rule):
         self.report(node.value, self.summary.format(what=f"`{target} = {self.ctx.code(node.value)}`"))
 
 
-_LEN_OF = re.compile(r"^(len\(\w+\)|\w+\.size\((0|dim=0)?\)|\w+\.shape\[0\]|\w+\.numel\(\))$")
+# `len(x)`, `x.size(0)`, `x.shape[0]`, `x.numel()`, of an element or of a string-keyed field of it
+# (`len(t["boxes"])`: the number of objects of each target dict)
+_ELEMENT = r"\w+(\[[\"'][\w ]+[\"']\])?"
+_LEN_OF = re.compile(
+    rf"^(len\({_ELEMENT}\)|{_ELEMENT}\.size\((0|dim=0)?\)|{_ELEMENT}\.shape\[0\]|{_ELEMENT}\.numel\(\))$"
+)
 
 
 def _batch_max(ctx, value: ast.expr) -> bool:

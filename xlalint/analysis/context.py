@@ -59,6 +59,7 @@ class FileContext:
         self.jitted_cache: dict[ast.AST, JittedCallable] = {}  # see jax_tracing._decorated
         self.if_gate_cache: dict[tuple[ast.AST, str | None], bool] = {}  # see steps.gated_by
         self.loop_counter_cache: dict[ast.AST, frozenset[str]] = {}  # see steps._loop_counters
+        self.param_reads_cache: dict[ast.AST, list] = {}  # see reads.parameter_reads
         # (scope, name) -> the source positions of the values assigned to it, when they come in
         # source order (else None): a use finds the last one before it by bisection
         self._value_positions: dict[tuple[ast.AST, str], list[int] | None] = {}

@@ -220,7 +220,7 @@ def summarize(ctx, name: str) -> ModuleSummary:
     index = ctx.index
     package = name if Path(str(ctx.path)).name == "__init__.py" else name.rpartition(".")[0]
     summary = ModuleSummary(str(ctx.path), name)
-    has_reads = any(host_read(c)[0] or method_name(c) in REDUCTIONS for c in index.calls)
+    has_reads = any(host_read(c, given=True)[0] or method_name(c) in REDUCTIONS for c in index.calls)
     for binding in index.import_bindings:
         summary.imports.setdefault(binding.name, binding.qualified)
     for node in index.by_type.get(ast.ImportFrom, ()):

@@ -69,21 +69,40 @@ class ParamRead(NamedTuple):
     option_position: int | None = None
     option_value: str = ""  # repr() of the constant
     option_default: bool = False
+    # "*" / "**": the parameter is `*args` / `**kwargs` (`metric_logger.update(**losses)` reads every
+    # value it is given); `position` is then where the extra positional arguments start, and `named`
+    # the function's named parameters (comma-separated: a keyword naming one is not in `**kwargs`)
+    star: str = ""
+    named: str = ""
 
 
 def parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
     """The host reads in `func` of values computed from its parameters, on every call: not behind
-    a gate, not off XLA, not in an error being raised (nested functions are their own)."""
+    a gate, not off XLA, not in an error being raised (nested functions are their own); also those
+    of the functions of this module it hands them to on every call (`def masked_l1(p, t, mask):
+    return _masked_mean(abs(p - t), mask)` branches on `mask` where `_masked_mean` does)."""
+    cache = ctx.param_reads_cache
+    if func not in cache:
+        cache[func] = []  # a recursive call adds nothing
+        cache[func] = _parameter_reads(ctx, func)
+    return cache[func]
+
+
+def _parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
     params = [*func.args.posonlyargs, *func.args.args]
     if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
         params = params[1:]
     positions = {p.arg: i for i, p in enumerate(params)}
-    names = [p.arg for p in (*params, *func.args.kwonlyargs)]
+    named = [p.arg for p in (*params, *func.args.kwonlyargs)]
+    stars = {a.arg: star for a, star in ((func.args.vararg, "*"), (func.args.kwarg, "**")) if a is not None}
+    names = [*named, *stars]
     if not names:
         return []
-    origins = _Origins(ctx, set(names))
+    if func.args.vararg is not None:
+        positions[func.args.vararg.arg] = len(params)
+    origins = _Origins(ctx, set(names), set(stars))
     found: list[ParamRead] = []
-    reads = [(call, *host_read(call)) for call in ctx.calls_within(func)]
+    reads = [(call, *host_read(call, given=True)) for call in ctx.calls_within(func)]
     reads += [(test, what, operand) for test, what, operand in branch_reads(ctx, func)]
     for call, what, operand in reads:
         if what is None:
@@ -91,6 +110,8 @@ def parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
         sources = [o for o in map(origins.of, _uses(operand)) if o is not None]
         if not sources or in_raise(ctx, call) or ctx.in_non_xla_code(call) or runs_less_often(ctx, call, func):
             continue
+        if isinstance(operand, ast.Name) and ctx.tensors.narrowed_to_host(operand):
+            continue  # `if not torch.is_tensor(v): v = float(v)`: read only when no tensor is given
         unless = only_without(ctx, call, func, names)
         option, value = _only_with_option(ctx, call, func, names)
         returned = what not in BRANCHES.values() and _returned(ctx, call)
@@ -109,8 +130,39 @@ def parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
                     positions.get(option) if option else None,
                     repr(value) if option else "",
                     bool(option) and _default_is(func, option, value),
+                    stars.get(origin, ""),
+                    ",".join(named) if origin in stars else "",
                 )
             )
+    found += _forwarded_reads(ctx, func, origins, positions)
+    return found
+
+
+def _forwarded_reads(ctx: FileContext, func: ast.FunctionDef, origins: _Origins, positions: dict[str, int]):
+    """The reads of the functions of this module `func` calls on every call, of values computed
+    from `func`'s parameters that it passes them (each read at its own line)."""
+    found: list[ParamRead] = []
+    for call in ctx.calls_within(func):
+        callees = list(local_callees_of(ctx, call))
+        if len(callees) != 1 or callees[0] is func:
+            continue
+        reads = [r for r in parameter_reads(ctx, callees[0]) if not (r.star or r.option or r.unless)]
+        if not reads or in_raise(ctx, call) or ctx.in_non_xla_code(call) or runs_less_often(ctx, call, func):
+            continue
+        for read in reads:
+            value = argument(call, read.position, read.param)
+            if value is None or moved_to_device_later(ctx, value, call):
+                continue
+            for name in _uses(value):
+                origin = origins.of(name)
+                if origin is None or origin[0] not in origins.params or origin[0] in origins.stars:
+                    continue
+                returned = read.returned and _returned(ctx, call)
+                through = read.through or _through(value, origin[1])
+                found.append(
+                    ParamRead(origin[0], positions.get(origin[0]), read.line, read.what, through, returned=returned)
+                )
+                break
     return found
 
 
@@ -237,8 +289,11 @@ def _default_is(func: ast.FunctionDef, param: str, value: object) -> bool:
     return isinstance(default, ast.Constant) and default.value == value
 
 
-def host_read(call: ast.Call) -> tuple[str | None, ast.expr | None]:
-    """(".item()", receiver) for a host read, else (None, None)."""
+def host_read(call: ast.Call, *, given: bool = False) -> tuple[str | None, ast.expr | None]:
+    """(".item()", receiver) for a host read, else (None, None). `given`: also `float(v)` of a
+    plain name (`self.sum += float(val) * n` in a meter's `update`): a read where the value passed
+    is a device tensor, which only the call site can tell (elsewhere `float(v)` is mostly of a
+    number)."""
     method = method_name(call)
     if method in READ_METHODS and not call.args and not call.keywords:
         return READ_METHODS[method], receiver(call)
@@ -246,6 +301,8 @@ def host_read(call: ast.Call) -> tuple[str | None, ast.expr | None]:
     if name in ("float", "int", "bool") and len(call.args) == 1 and not call.keywords:
         operand = call.args[0]
         if isinstance(operand, ast.Call) and method_name(operand) in TENSOR_RESULTS:
+            return f"{name}()", operand
+        if given and name == "float" and isinstance(operand, ast.Name):
             return f"{name}()", operand
     return None, None
 
@@ -255,9 +312,10 @@ class _Origins:
     reach the use (`n = sum(...); n = torch.as_tensor(n); n.item()` reads the second). Values
     converted to Python on the way (`n = int(t.max().item())`) are not followed: they are numbers."""
 
-    def __init__(self, ctx: FileContext, params: set[str]) -> None:
+    def __init__(self, ctx: FileContext, params: set[str], stars: frozenset[str] | set[str] = frozenset()) -> None:
         self.ctx = ctx
         self.params = params
+        self.stars = stars  # `*args`, `**kwargs`: parameters `FileContext.parameter` does not list
         self.memo: dict[ast.Name, tuple[str, str] | None] = {}
 
     def of(self, name: ast.Name, depth: int = 0) -> tuple[str, str] | None:
@@ -275,6 +333,10 @@ class _Origins:
         if not values:
             values = self.ctx.loop_iterables(name)
         if not values:
+            if name.id in self.stars:
+                func = self.ctx.index.enclosing_function(name)
+                star = [a for a in (func.args.vararg, func.args.kwarg) if a is not None] if func is not None else []
+                return (name.id, "") if any(a.arg == name.id for a in star) else None
             return (name.id, "") if name.id in self.params and self.ctx.parameter(name) is not None else None
         for value in values:
             if _converted(value):
@@ -399,9 +461,20 @@ def argument_reads(ctx: FileContext, call: ast.Call, *, through: str, branches: 
                 continue
             if isinstance(given, ast.Constant) and repr(given.value) != read.option_value:
                 continue  # `compute_top_k(..., reduction="none")`: the reading branch is not taken
-        value = argument(call, read.position, read.param)
-        if read.through == through and value is not None and not moved_to_device_later(ctx, value, call):
-            yield helper, f"{os.path.relpath(path, os.path.dirname(here))}:{read.line}", read, value
+        values = _star_arguments(call, read) if read.star else [argument(call, read.position, read.param)]
+        for value in values:
+            if read.through == through and value is not None and not moved_to_device_later(ctx, value, call):
+                yield helper, f"{os.path.relpath(path, os.path.dirname(here))}:{read.line}", read, value
+
+
+def _star_arguments(call: ast.Call, read: ParamRead) -> list[ast.expr]:
+    """What `call` passes into the `*args` / `**kwargs` parameter `read` is of: the extra positional
+    arguments and `*seq` (for `*`), the keywords naming no other parameter and `**mapping` (for `**`)."""
+    if read.star == "*":
+        start = read.position or 0
+        return [a.value if isinstance(a, ast.Starred) else a for a in call.args[start:]]
+    named = set(read.named.split(","))
+    return [kw.value for kw in call.keywords if kw.arg not in named]
 
 
 def moved_to_device_later(ctx: FileContext, value: ast.expr, call: ast.Call) -> bool:

@@ -413,7 +413,7 @@ class TensorInference:
 
     def _name(self, node: ast.Name) -> Kind:
         name = node.id
-        if self._narrowed_to_host(node):
+        if self.narrowed_to_host(node):
             return Kind.NOT_TENSOR
         values = self.ctx.reaching_values(node)
         if values:
@@ -437,7 +437,7 @@ class TensorInference:
             return Kind.TENSOR
         return Kind.UNKNOWN
 
-    def _narrowed_to_host(self, node: ast.Name) -> bool:
+    def narrowed_to_host(self, node: ast.Name) -> bool:
         """`node` is read where `isinstance(node, np.ndarray)` (or a Python scalar or container
         type) holds: in that `if`'s body or that conditional expression's value."""
         child = node
@@ -701,6 +701,8 @@ class TensorInference:
             found = self._dict_values(recv)
             if found is not None:
                 return found  # `{"box": loss_box}.values()`
+            if self.kind(recv) == Kind.DEVICE:
+                return Kind.DEVICE  # `model(images, targets).values()`: a detection model's dict of losses
         if method in HOST_METHODS:
             return Kind.NOT_TENSOR
         if method == "cpu":
@@ -880,6 +882,15 @@ def evident_device_tensor(ctx: FileContext, expr: ast.expr, depth: int = 0) -> b
             return True
         return method is not None and recv is not None and evident_device_tensor(ctx, recv, depth + 1)
     return False
+
+
+def holds_device_tensors(ctx: FileContext, expr: ast.expr) -> bool:
+    """`expr` is a device tensor, or a dict whose values are (`{"loss": loss}`, a name assigned a
+    dict comprehension of them): what a logger's `update(**losses)` or `log(metrics)` is handed."""
+    if ctx.on_device(expr):
+        return True
+    kind = ctx.tensors._dict_values(expr)
+    return kind is not None and kind.on_device
 
 
 def is_torch(ctx: FileContext, call: ast.Call, names: set[str]) -> str | None:
