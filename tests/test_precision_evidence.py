@@ -106,3 +106,102 @@ def test_integer_masks_are_gathers_under_the_rules(run_cli, project):
     """
     # one finding: the `nonzero` (XLA301); no XLA302/303 for the integer indices named like masks
     assert findings(run_cli, project, {"model.py": code}) == [("model.py", 8, "XLA301")]
+
+
+# -- class 6: one finding per root cause ---------------------------------------------------------------
+
+GRID = """\
+import torch.nn as nn
+
+
+def grid_sizes(coords):
+    return [int(n.item()) for n in coords.amax(dim=1) + 1]
+
+
+class PosEmbed(nn.Module):
+    def forward(self, x, coords):
+        sizes = grid_sizes(coords){noqa}
+        return x + self.interpolate(sizes)
+
+
+class Rope(nn.Module):
+    def forward(self, x, coords):
+        return self.build(x, grid_sizes(coords))
+"""
+
+
+def test_a_same_module_helper_read_is_reported_once_naming_its_calls(run_cli, project):
+    project.write("model.py", GRID.format(noqa=""))
+    out = json.loads(run_cli("check", "--no-cache", "--output-format", "json", cwd=project)[1])
+    assert [(d["code"], d["location"]["row"]) for d in out] == [("XLA101", 5)]
+    assert out[0]["message"].endswith("(per step through the calls at lines 10, 16)")
+    assert [r["row"] for r in out[0]["related"]] == [10, 16]
+    sarif = json.loads(run_cli("check", "--no-cache", "--output-format", "sarif", cwd=project)[1])
+    (result,) = sarif["runs"][0]["results"]
+    assert [r["physicalLocation"]["region"]["startLine"] for r in result["relatedLocations"]] == [10, 16]
+
+
+def test_noqa_works_with_the_merged_finding(run_cli, project):
+    # a call's own `noqa` keeps it out of the merged finding, and the comment still counts as used
+    project.write("model.py", GRID.format(noqa="  # noqa: XLA109"))
+    args = ("check", "--no-cache", "--output-format", "json", "--extend-select", "XLA901")
+    out = json.loads(run_cli(*args, cwd=project)[1])
+    assert [(d["code"], d["location"]["row"]) for d in out] == [("XLA101", 5)]
+    assert [r["row"] for r in out[0]["related"]] == [16]
+    # the read's own `noqa` suppresses the cause, calls included
+    project.write("model.py", GRID.format(noqa="").replace("n.item())", "n.item())  # noqa: XLA101"))
+    assert json.loads(run_cli(*args, cwd=project)[1]) == []
+
+
+BASE = """\
+import torch
+
+
+class BaseLoss(torch.nn.Module):
+    def forward(self, outputs, targets):
+        num = torch.clamp(torch.as_tensor([1.0], device=outputs.device), min=1).item()
+        return outputs.sum() / num
+"""
+
+CHILD = """\
+from base import BaseLoss
+
+
+class ChildLoss(BaseLoss):
+    def forward(self, outputs, targets):
+        if self.dense:
+            return super().forward(outputs, targets)
+        return outputs.mean()
+"""
+
+CHECKS = """\
+def check_targets(targets, num_classes):
+    if targets.max().item() >= num_classes:
+        raise ValueError("label out of range")
+"""
+
+TRAIN = """\
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.parallel_loader as pl
+from checks import check_targets
+
+
+def train(model, loader, device, optimizer, loss_fn, num_classes):
+    for x, y in pl.MpDeviceLoader(loader, device):
+        check_targets(y, num_classes)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        xm.optimizer_step(optimizer)
+"""
+
+
+def test_one_call_one_cause_one_finding(run_cli, project):
+    # `super().forward(...)` starts where its `super()` does: the fact about the call is reported once
+    found = findings(run_cli, project, {"base.py": BASE, "child.py": CHILD}, "--assume-xla")
+    assert [f for f in found if f[0] == "child.py"] == [("child.py", 7, "XLA109")]
+
+
+def test_a_read_inside_a_branch_is_one_finding_at_the_call(run_cli, project):
+    # `if targets.max().item() >= n:` is a read and a branch: XLA109 and XLA203 name the same cause
+    found = findings(run_cli, project, {"checks.py": CHECKS, "train.py": TRAIN})
+    assert [f for f in found if f[0] == "train.py"] == [("train.py", 8, "XLA109")]

@@ -103,6 +103,8 @@ class _Found:
     fix: Fix | None = None
     fix_spans: tuple[tuple[Location, Location], ...] = ()
     hint: str | None = None
+    cause: tuple[str, int] | None = None  # see `Report.cause`
+    related: list[_Found] = field(default_factory=list)  # findings of the same cause merged into this one
 
 
 def _location(ctx: FileContext, node: ast.AST) -> tuple[Location, Location]:
@@ -131,9 +133,66 @@ def _run_rules(ctx: FileContext, rules: list[type[Rule]]) -> list[_Found]:
     for rule in active:
         for report in rule.reports:
             start, end = _location(ctx, report.node)
-            found.append(_Found(type(rule), report.node, report.message, report.fix, start, end))
+            found.append(_Found(type(rule), report.node, report.message, report.fix, start, end, cause=report.cause))
     found.sort(key=lambda f: (f.start, f.rule.code))
-    return _in_compiled_regions(ctx, found)
+    return _one_per_cause(_in_compiled_regions(ctx, found))
+
+
+# codes whose finding at a host read is the read itself (the cause other findings point to)
+_READ_CATEGORIES = ("item_sync", "control_flow_on_tensor")
+_MAX_NAMED = 4  # places named in a merged finding's message
+
+
+def _one_per_cause(found: list[_Found]) -> list[_Found]:
+    """One finding per root cause. A finding at a call that is there because the helper it calls
+    reads a device tensor (`Report.cause`) gives way to the finding at that read when this file
+    reports it (a same-module helper: the read is where the code changes), which then names the
+    calls; two findings of one call for the same read (an `.item()` inside an `if`) are one.
+    Findings with a fix are never merged away."""
+    if not any(item.cause for item in found):
+        return found
+    kept: list[_Found] = []
+    seen: dict[tuple[Location, tuple[str, int]], _Found] = {}
+    for item in found:
+        if item.cause is None or item.builder is not None:
+            kept.append(item)
+            continue
+        path, line = item.cause
+        read = (
+            next(
+                (
+                    other
+                    for other in found
+                    if other.cause is None
+                    and other.rule.category in _READ_CATEGORIES
+                    and other.start.row <= line <= other.end.row
+                ),
+                None,
+            )
+            if not path
+            else None
+        )
+        if read is not None:
+            read.related.append(item)
+            continue
+        twin = seen.get((item.start, item.cause))
+        if twin is not None:
+            twin.related.append(item)  # the same call, the same read: one finding
+            continue
+        seen[(item.start, item.cause)] = item
+        kept.append(item)
+    return kept
+
+
+def _name_related(item: _Found) -> None:
+    """Name the other places of `item`'s cause (the calls merged into it) in its message."""
+    rows = sorted({r.start.row for r in item.related if r.start.row != item.start.row})
+    if not rows:
+        return
+    named = ", ".join(map(str, rows[:_MAX_NAMED])) + (", ..." if len(rows) > _MAX_NAMED else "")
+    item.message += (
+        f" (per step through the call{'s' if len(rows) > 1 else ''} at line{'s' if len(rows) > 1 else ''} {named})"
+    )
 
 
 def _in_compiled_regions(ctx: FileContext, found: list[_Found]) -> list[_Found]:
@@ -177,8 +236,13 @@ def _keep(
     for item in found:
         key = (item.rule.code, item.start, item.end)
         if key in seen or noqa.suppresses(item.rule.code, item.start.row, item.end.row):
+            for other in item.related:  # a suppressed cause: its calls go with it (their noqa counts)
+                noqa.suppresses(other.rule.code, other.start.row, other.end.row)
             continue
         seen.add(key)
+        # a call whose own `noqa` suppresses it is not named (as before the merge, it is not reported)
+        item.related = [r for r in item.related if not noqa.suppresses(r.rule.code, r.start.row, r.end.row)]
+        _name_related(item)
         kept.append(item)
     judge = next((r for r in rules if getattr(r, "judges_noqa", False)), None)
     if judge is not None and noqa.comments and ctx is not None:
@@ -249,6 +313,7 @@ def _diagnostic(source: SourceFile, item: _Found) -> Diagnostic:
         item.fix,
         noqa_row=item.start.row,
         hint=item.hint,
+        related=tuple(sorted({r.start for r in item.related if r.start.row != item.start.row})),
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import os
 
-from xlalint.analysis.reads import argument_reads
+from xlalint.analysis.reads import argument_reads, read_cause
 from xlalint.rule import Invalid, Rule, Valid
 
 
@@ -18,7 +18,8 @@ class HelperReadInStep(Rule):
     on every call: an input check, a metric or a logging helper. A helper in the same module is
     per step itself, and its read is reported where it is, by XLA101-XLA103; its calls are reported
     too when it returns what it read (`sizes = grid_sizes(coords)` hands host numbers back, like a
-    `.tolist()` at the call). A read in the branch of a string option (`if reduction == "mean":`)
+    `.tolist()` at the call), unless the read itself is reported: then that one finding names the
+    calls (one finding per cause; SARIF related locations). A read in the branch of a string option (`if reduction == "mean":`)
     counts only at calls that select it. A call of a method that reads device tensors of its own
     object on every call (`mp_trainer.optimize(opt)` computing the gradient norm with a
     `.item()` per parameter) is reported in code that runs on XLA.
@@ -227,7 +228,9 @@ class HelperReadInStep(Rule):
         for helper, where, read, value in argument_reads(self.ctx, node, through=""):
             if self.ctx.on_device(value) and self.ctx.runs_hot(node):
                 self.report(
-                    node, self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`", where=where)
+                    node,
+                    self.summary.format(helper=helper, param=read.param, what=f"`{read.what}`", where=where),
+                    cause=read_cause(self.ctx, node, read),
                 )
                 return
         for helper, path, detail in self.ctx.helper_calls(node, "reads_state"):

@@ -14,7 +14,7 @@ from .barriers import StepBarriers
 from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, qualname, target_names
 from .loaders import TrainingSources
 from .names import argument, dotted_name, function_params, last_part, positional
-from .project import NO_PROJECT, ProjectFacts
+from .project import NO_PROJECT, ProjectFacts, written_callee
 from .reads import ParamRead
 from .tensors import Kind, TensorInference
 
@@ -255,7 +255,8 @@ class FileContext:
         project function that reads an argument to the host on every call (see `reads`)."""
         if not self.project.helper_reads:
             return None
-        return self.project.reads_at((call.lineno, self.text.column(call.lineno, call.col_offset)))
+        found = self.project.reads_at((call.lineno, self.text.column(call.lineno, call.col_offset)))
+        return found if found is not None and self._runs_helper(call, found[0]) else None
 
     def helper_calls(self, call: ast.Call, kind: str) -> list[tuple[str, str, str]]:
         """(the function as called, its file, a detail) for each fact of `kind` the project index
@@ -264,8 +265,17 @@ class FileContext:
             return []
         at = (call.lineno, self.text.column(call.lineno, call.col_offset))
         return [
-            (helper, path, detail) for where, k, helper, path, detail in self._helper_calls.get(at, ()) if k == kind
+            (helper, path, detail)
+            for where, k, helper, path, detail in self._helper_calls.get(at, ())
+            if k == kind and self._runs_helper(call, helper)
         ]
+
+    @staticmethod
+    def _runs_helper(call: ast.Call, helper: str) -> bool:
+        """The project's facts name calls by where they start, and `super().forward(x)` starts
+        where its `super()` does (`helper(x).item()` where `helper(x)` does): the fact is this
+        call's when it names this callee (or a function this call registers, passed by name)."""
+        return written_callee(call) == helper or any(dotted_name(a) == helper for a in call.args)
 
     @cached_property
     def _helper_calls(self) -> dict[tuple[int, int], list[tuple]]:

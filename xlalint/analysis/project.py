@@ -452,6 +452,14 @@ def _names_function(ctx, target: str) -> bool:
     return False
 
 
+def written_callee(call: ast.Call) -> str | None:
+    """The callee as written, as the project's call sites name it: "f", "self.m", "super().m"."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and dotted_name(func.value.func) == "super":
+        return f"super().{func.attr}"
+    return dotted_name(func)
+
+
 def _callee(ctx, call: ast.Call) -> tuple[str | None, str | None]:
     func = call.func
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and dotted_name(func.value.func) == "super":
