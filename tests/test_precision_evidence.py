@@ -205,3 +205,54 @@ def test_a_read_inside_a_branch_is_one_finding_at_the_call(run_cli, project):
     # `if targets.max().item() >= n:` is a read and a branch: XLA109 and XLA203 name the same cause
     found = findings(run_cli, project, {"checks.py": CHECKS, "train.py": TRAIN})
     assert [f for f in found if f[0] == "train.py"] == [("train.py", 8, "XLA109")]
+
+
+# -- class 7: values already on the host ----------------------------------------------------------------
+
+PLOTTING = """\
+import torch_xla
+import torch_xla.core.xla_model as xm
+from torch.utils.data import DataLoader, RandomSampler
+
+
+def plot_batch(images):
+    for img in images:
+        print(img.permute(1, 2, 0).numpy().shape)
+
+
+def main(model, dataset, optimizer, loss_fn, steps, bs):
+    device = torch_xla.device()
+    vis_loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    images, labels = next(iter(vis_loader))
+    plot_batch(images)
+    loader = DataLoader(dataset, batch_size=32, shuffle=True, drop_last=True)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+        xm.mark_step()
+    for x, y in vis_loader:
+        plot_batch(x)
+    whole = DataLoader(dataset, batch_size=bs, sampler=RandomSampler(dataset, num_samples=steps * bs))
+    endless = DataLoader(dataset, batch_size=bs, sampler=InfiniteSampler(dataset))
+    ragged = DataLoader(dataset, batch_size=bs, shuffle=True)
+    for source in (whole, endless, ragged):
+        for x, y in source:
+            x, y = x.to(device), y.to(device)
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+            xm.mark_step()
+"""
+
+
+def test_loaders_drawn_once_or_never_partial_have_no_ragged_last_batch(run_cli, project):
+    found = findings(run_cli, project, {"train.py": PLOTTING}, "--select", "XLA311,XLA109,XLA103")
+    assert found == [("train.py", 26, "XLA311")]  # `vis_loader`, `whole`, `endless` are not
+
+
+def test_a_loop_target_rebinds_a_name_an_earlier_loop_moved_to_the_device():
+    ctx = context(PLOTTING)
+    later = [n for n in ast.walk(ctx.tree) if isinstance(n, ast.Name) and n.id == "x" and n.lineno == 23]
+    assert ctx.reaching_values(later[0]) == []
+    assert [ast.unparse(v) for v in ctx.loop_iterables(later[0])] == ["vis_loader"]
+    assert ctx.tensor_kind(later[0]).name == "CPU"

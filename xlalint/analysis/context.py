@@ -419,6 +419,11 @@ class FileContext:
             # a parameter, or the target of a loop around the use, is the reaching definition;
             # otherwise a loop may carry a later assignment round
             return [] if self.parameter(name) is not None or self._loop_target(name, scope) else values
+        loop = self._binding_loop(name, scope)
+        if loop is not None and loop not in self.index.ancestors(reaching[0]):
+            # `x = x.to(device)` in an earlier loop, then `for x, y in plot_loader:`: the loop
+            # around the use binds it after that assignment
+            return []
         return reaching
 
     def _positions_of(self, scope: ast.AST, name: str, values: list[ast.expr]) -> list[int] | None:
@@ -519,18 +524,22 @@ class FileContext:
 
     def _loop_target(self, name: ast.Name, scope: ast.AST) -> bool:
         """A `for` loop around `name` (within its scope) binds it at every iteration."""
+        return self._binding_loop(name, scope) is not None
+
+    def _binding_loop(self, name: ast.Name, scope: ast.AST) -> ast.For | ast.AsyncFor | None:
+        """The innermost `for` loop around `name` (within its scope) whose target binds it."""
         child: ast.AST = name
         for anc in self.index.ancestors(name):
             if anc is scope:
-                return False
+                return None
             if (
                 isinstance(anc, (ast.For, ast.AsyncFor))
                 and self.index.field_of(child) != "iter"
                 and name.id in target_names(anc.target)
             ):
-                return True
+                return anc
             child = anc
-        return False
+        return None
 
     def _scope_values(self, scope: ast.AST, name: str) -> list[ast.expr]:
         per_scope = self.index.assignments.get(scope)
@@ -546,6 +555,9 @@ class FileContext:
             elif isinstance(anc, (*FUNCTIONS, ast.Lambda)):
                 break
         scope = self.index.scope_of(name)
+        loop = self._binding_loop(name, scope)
+        if loop is not None:  # the loop around the use, not another loop of the scope binding the name
+            return [it for n, it in loop_bindings(loop.target, loop.iter) if n == name.id]
         per_scope = self.index.loop_targets.get(scope)
         return per_scope.get(name.id, []) if per_scope else []
 
