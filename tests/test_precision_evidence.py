@@ -256,3 +256,89 @@ def test_a_loop_target_rebinds_a_name_an_earlier_loop_moved_to_the_device():
     assert ctx.reaching_values(later[0]) == []
     assert [ast.unparse(v) for v in ctx.loop_iterables(later[0])] == ["vis_loader"]
     assert ctx.tensor_kind(later[0]).name == "CPU"
+
+
+# -- class 8: per step by evidence, not by name -----------------------------------------------------
+
+METER = """\
+class Meter:
+    def __init__(self):
+        self.total = 0.0
+
+    def update(self, loss):
+        self.total += loss.item()
+
+    def on_batch_end(self, outputs):
+        if outputs.sum() > 0:
+            print(outputs.max().item())
+"""
+
+LOOP = """\
+import torch_xla
+from meters import Meter
+
+
+def train(model, loader, opt):
+    device = torch_xla.device()
+    meter, stats = Meter(), {{}}
+    for x in loader:
+        loss = model(x.to(device)).sum()
+        loss.backward()
+        opt.step()
+        torch_xla.sync()
+        stats.update(step=1)
+        {call}
+"""
+
+
+@pytest.mark.parametrize(
+    "call, reported",
+    [
+        ("pass", []),  # nothing calls the hooks (a dict's `update` is no call of them)
+        ("meter.update(loss)", [("meters.py", 6, "XLA101"), ("train.py", 14, "XLA109")]),
+        ("meters[0].update(loss)", [("meters.py", 6, "XLA101")]),  # a receiver of unknown class
+    ],
+)
+def test_hooks_are_per_step_when_something_calls_them(run_cli, project, call, reported):
+    found = findings(run_cli, project, {"meters.py": METER, "train.py": LOOP.format(call=call)})
+    assert found == reported
+
+
+def test_a_framework_base_calls_its_hooks():
+    ctx = context("from torchmetrics import Metric\n\n" + METER.replace("class Meter:", "class Meter(Metric):"))
+    update = ctx.index.functions["update"][0]
+    assert ctx.is_step_function(update)
+
+
+CHECK_SCRIPT = """\
+import torch
+import torch_xla
+
+
+def main(model, loader, opt, expected):
+    device = torch_xla.device()
+    for x in loader:
+        out = model(x.to(device))
+        loss = out.sum()
+        loss.backward()
+        opt.step()
+        torch_xla.sync()
+        assert loss.item() < 10
+        assert torch.allclose(out, expected), out.abs().max().item()
+        if not torch.allclose(out, expected):
+            raise AssertionError("mismatch")
+        print(loss.item())
+"""
+
+
+@pytest.mark.parametrize(
+    "path, reported",
+    [
+        ("scripts/test_train.py", [17]),  # the checks are no training code; the logging still is
+        ("pkg/test_utils/scripts/check.py", [17]),
+        ("train.py", [13, 14, 15, 17]),
+    ],
+)
+def test_checks_of_verification_scripts_are_not_training_code(run_cli, project, path, reported):
+    found = findings(run_cli, project, {path: CHECK_SCRIPT})
+    assert sorted({row for _, row, _ in found}) == reported

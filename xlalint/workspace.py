@@ -580,6 +580,7 @@ def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
             f.xla_device,
             f.replicas,
             sorted(f.device_loader_params),
+            sorted(f.hook_calls),
         ]
         for path, f in facts.items()
         if f != NO_PROJECT
@@ -602,6 +603,7 @@ def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
             bool(xla_device),
             bool(replicas),
             frozenset(tuple(p) for p in device_loader_params),
+            frozenset(hook_calls),
         )
         for path, (
             steps,
@@ -614,6 +616,7 @@ def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
             xla_device,
             replicas,
             device_loader_params,
+            hook_calls,
         ) in data.items()
     }
 

@@ -14,7 +14,7 @@ from .barriers import StepBarriers
 from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, qualname, target_names
 from .loaders import TrainingSources
 from .names import argument, dotted_name, function_params, last_part, positional
-from .project import NO_PROJECT, ProjectFacts, written_callee
+from .project import NO_PROJECT, ProjectFacts, hook_names_used, written_callee
 from .reads import ParamRead
 from .tensors import Kind, TensorInference
 
@@ -333,6 +333,16 @@ class FileContext:
     @cached_property
     def per_call_functions(self) -> set[ast.AST]:
         return steps.compute_per_call_functions(self)
+
+    @cached_property
+    def hook_names_used(self) -> set[str]:
+        """Hook-like method names this module calls or hands on (see `project.hook_names_used`)."""
+        return hook_names_used(self)
+
+    @cached_property
+    def verification_module(self) -> bool:
+        """A script that checks results (`test_*.py`, a package's `test_utils/`): see `steps.verification_check`."""
+        return steps.is_verification_module(self.path)
 
     def runs_hot(self, node: ast.AST) -> bool:
         """Runs every step (or on every call of a loss/metric check), and may run on XLA."""

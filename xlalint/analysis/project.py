@@ -24,7 +24,15 @@ from .index import FUNCTIONS, qualname
 from .loaders import returned_ragged_loaders, training_sources
 from .names import dotted_name, last_part, method_name, receiver
 from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
-from .steps import in_loop_within, in_raise, runs_less_often, trains, unbarriered_optimizer_step
+from .steps import (
+    HOOK_NAME,
+    in_loop_within,
+    in_raise,
+    other_update,
+    runs_less_often,
+    trains,
+    unbarriered_optimizer_step,
+)
 from .vocabulary import DEVICE_LOADER, GRADIENT_REDUCERS, REPLICA_LAUNCH
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -92,6 +100,8 @@ class ProjectFacts:
     replicas: bool = False
     # its functions' parameters that a call elsewhere passes a device loader: (qualname, "0" / "k:name")
     device_loader_params: frozenset[tuple[str, str]] = frozenset()
+    # hook-like method names some module of the project calls (`steps.uncalled_hook`)
+    hook_calls: frozenset[str] = frozenset()
 
     def key(self) -> str:
         return repr(
@@ -106,6 +116,7 @@ class ProjectFacts:
                 self.xla_device,
                 self.replicas,
                 sorted(self.device_loader_params),
+                sorted(self.hook_calls),
             )
         )
 
@@ -135,6 +146,7 @@ class ProjectFacts:
             self.xla_device,
             self.replicas,
             self.device_loader_params,
+            self.hook_calls,
         )
 
 
@@ -179,6 +191,8 @@ class ModuleSummary:
     optimizer_steps: dict[str, int] = field(default_factory=dict)  # qualname -> line of an unbarriered step
     state_reads: dict[str, list[list]] = field(default_factory=dict)  # qualname -> [line, read] (reads.state_reads)
     launches_replicas: bool = False  # see `launches_replicas`
+    # hook-like method names (`update`, `on_batch_end`) it calls or hands on (`steps.HOOK_NAME`)
+    hook_calls: list[str] = field(default_factory=list)
 
 
 # -- where a file belongs ----------------------------------------------------------------------------
@@ -248,6 +262,7 @@ def summarize(ctx, name: str) -> ModuleSummary:
     for call in index.calls:
         _summarize_call(ctx, summary, call)
     _summarize_helpers(ctx, summary)
+    summary.hook_calls = sorted(hook_names_used(ctx))
     if ctx.imports_jax:
         for key, target in ctx.jax_jitted.items():
             if key.startswith("self.") and target.filtered:
@@ -300,6 +315,19 @@ def launches_replicas(ctx) -> bool:
             launched = launched or qualified in REPLICA_LAUNCH
             owned = owned or last_part(qualified) in GRADIENT_REDUCERS
     return launched and not owned
+
+
+def hook_names_used(ctx) -> set[str]:
+    """Hook-like method names (`steps.HOOK_NAME`) this module calls or hands on as attributes
+    (`meter.update(loss)`, `callbacks=[self.on_batch_end]`), not counting dicts' and progress
+    bars' own `update`."""
+    found = set()
+    for node in ctx.index.by_type.get(ast.Attribute, ()):
+        if HOOK_NAME.match(node.attr):
+            call = ctx.parent(node)
+            if not (isinstance(call, ast.Call) and call.func is node and other_update(ctx, call)):
+                found.add(node.attr)
+    return found
 
 
 def returns_xla_device(ctx, func: ast.AST) -> bool:
@@ -677,6 +705,7 @@ class ProjectIndex:
                     overridden.update((f"*.{call.callee[5:]}", arg) for arg in call.device_loaders)
         for path in self.summaries:
             device_loaders[path] |= overridden
+        hooks = frozenset(name for summary in self.summaries.values() for name in summary.hook_calls)
         return {
             path: ProjectFacts(
                 frozenset(steps[path]),
@@ -689,6 +718,7 @@ class ProjectIndex:
                 path in xla_device,
                 path in replicas,
                 frozenset(device_loaders[path]),
+                hooks,
             )
             for path in self.summaries
         }
@@ -870,6 +900,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
         "optimizer_steps": s.optimizer_steps,
         "launches_replicas": s.launches_replicas,
         "state_reads": s.state_reads,
+        "hook_calls": s.hook_calls,
     }
 
 
@@ -895,4 +926,5 @@ def summary_from_json(data: dict) -> ModuleSummary:
         optimizer_steps=dict(data.get("optimizer_steps", {})),
         launches_replicas=bool(data.get("launches_replicas")),
         state_reads={k: [list(r) for r in v] for k, v in data.get("state_reads", {}).items()},
+        hook_calls=list(data.get("hook_calls", [])),
     )
