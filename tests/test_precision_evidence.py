@@ -342,3 +342,31 @@ def main(model, loader, opt, expected):
 def test_checks_of_verification_scripts_are_not_training_code(run_cli, project, path, reported):
     found = findings(run_cli, project, {path: CHECK_SCRIPT})
     assert sorted({row for _, row, _ in found}) == reported
+
+
+COLLATES = """\
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
+
+MAX_LEN = 64
+
+
+def collate(batch):
+    tokens = pad_sequence([t for t, _ in batch], batch_first=True)
+    tokens = F.pad(tokens, (0, MAX_LEN - tokens.shape[1]))
+    return tokens
+
+
+def collate_blocks(batch, block_size=128):
+    seqs = [b["ids"][s : s + block_size] for b, s in batch]
+    return pad_sequence(seqs, batch_first=True)
+
+
+def collate_longest(batch):
+    tokens = pad_sequence([t for t, _ in batch], batch_first=True)
+    return F.pad(tokens, (0, 8))  # a constant margin: still the batch's own length
+"""
+
+
+def test_a_collate_that_cuts_every_example_to_a_block_does_not_vary_the_shape(run_cli, project):
+    assert findings(run_cli, project, {"data.py": COLLATES}, "--select", "XLA312") == [("data.py", 19, "XLA312")]

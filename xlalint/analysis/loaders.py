@@ -329,6 +329,67 @@ def returned_ragged_loaders(ctx: FileContext, func: ast.AST) -> list[tuple[int, 
     return found
 
 
+# -- batches of one length -------------------------------------------------------------------------------
+
+
+def padded_to_fixed_length(ctx: FileContext, call: ast.Call) -> bool:
+    """The batch a collate function pads with `pad_sequence(seqs)` has one length every time: each
+    example is cut to a fixed block (`[x[i : i + block] for i in starts]`), or the padded batch is
+    padded again to a constant length (`F.pad(t, (0, MAX_LEN - t.shape[1]))`)."""
+    seqs = call.args[0] if call.args else None
+    if isinstance(seqs, ast.Name):
+        values = ctx.reaching_values(seqs)
+        seqs = values[0] if len(values) == 1 else None
+    if isinstance(seqs, (ast.ListComp, ast.GeneratorExp)) and _fixed_window(ctx, seqs.elt):
+        return True
+    parent = ctx.parent(call)
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+        return False
+    name = parent.targets[0].id
+    func = ctx.index.enclosing_function(call)
+    order = ctx.index.order
+    return any(
+        order.get(later, 0) > order[call] and _pads_to_constant(later, name)
+        for later in (ctx.calls_within(func) if func is not None else ())
+    )
+
+
+def _fixed_window(ctx: FileContext, expr: ast.expr) -> bool:
+    """`x[i : i + block]` (or `x[:, i : i + block]`): a slice of a fixed length."""
+    if not isinstance(expr, ast.Subscript):
+        return False
+    parts = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+    window = parts[-1]
+    return (
+        isinstance(window, ast.Slice)
+        and window.lower is not None
+        and isinstance(window.upper, ast.BinOp)
+        and isinstance(window.upper.op, ast.Add)
+        and ctx.code(window.upper.left) == ctx.code(window.lower)
+        and window.step is None
+    )
+
+
+def _pads_to_constant(call: ast.Call, name: str) -> bool:
+    """`F.pad(name, (0, LENGTH - name.shape[1]))`: padded up to a length that does not depend on it."""
+    if last_part(dotted_name(call.func)) != "pad" or not call.args or dotted_name(call.args[0]) != name:
+        return False
+    widths = call.args[1] if len(call.args) > 1 else keyword_value(call, "pad")
+    if not isinstance(widths, (ast.Tuple, ast.List)):
+        return False
+    for width in widths.elts:
+        if isinstance(width, ast.BinOp) and isinstance(width.op, ast.Sub):
+            right = width.right
+            measured = right.value if isinstance(right, ast.Subscript) else right
+            if isinstance(measured, ast.Call):
+                measured = measured.func
+            if isinstance(measured, ast.Attribute) and measured.attr in ("shape", "size"):
+                return dotted_name(measured.value) == name and name not in {
+                    n.id for n in ast.walk(width.left) if isinstance(n, ast.Name)
+                }
+    return False
+
+
 # -- batches moved by hand -------------------------------------------------------------------------------
 
 DEVICE_WORDS = re.compile(r"device|\bdev\b|xla|tpu", re.I)
