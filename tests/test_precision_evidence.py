@@ -370,3 +370,43 @@ def collate_longest(batch):
 
 def test_a_collate_that_cuts_every_example_to_a_block_does_not_vary_the_shape(run_cli, project):
     assert findings(run_cli, project, {"data.py": COLLATES}, "--select", "XLA312") == [("data.py", 19, "XLA312")]
+
+
+SUMMARIZE = """\
+def summarize(preds, targets):
+    return (preds.argmax(-1) == targets).float().mean().item()
+"""
+
+CALLER = """\
+import torch_xla
+import torch_xla.core.xla_model as xm
+from stats import summarize
+
+
+def train(model, loader, optimizer, loss_fn):
+    device = torch_xla.device()
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        out = model(x)
+        loss_fn(out, y).backward()
+        xm.optimizer_step(optimizer, barrier=True)
+        acc = summarize({preds}, y.cpu())
+"""
+
+
+@pytest.mark.parametrize(
+    "preds, reported",
+    [
+        ("out.detach().cpu()", []),  # every call passes host tensors: the helper reads host values
+        ("out", [("stats.py", 2, "XLA101"), ("train.py", 13, "XLA109")]),
+    ],
+)
+def test_a_helper_whose_callers_pass_host_values_reads_no_device_tensor(run_cli, project, preds, reported):
+    files = {"stats.py": SUMMARIZE, "train.py": CALLER.format(preds=preds)}
+    found = [f for f in findings(run_cli, project, files) if f[2] != "XLA102"]
+    assert found == reported
+    # the facts come back from the cache as they went in
+    run_cli("check", "--output-format", "json", cwd=project)
+    out = run_cli("check", "--output-format", "json", cwd=project)[1]
+    warm = sorted((d["filename"], d["location"]["row"], d["code"]) for d in json.loads(out) if d["code"] != "XLA102")
+    assert warm == reported

@@ -581,6 +581,7 @@ def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
             f.replicas,
             sorted(f.device_loader_params),
             sorted(f.hook_calls),
+            sorted(f.host_params),
         ]
         for path, f in facts.items()
         if f != NO_PROJECT
@@ -604,6 +605,7 @@ def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
             bool(replicas),
             frozenset(tuple(p) for p in device_loader_params),
             frozenset(hook_calls),
+            frozenset(tuple(p) for p in host_params),
         )
         for path, (
             steps,
@@ -617,6 +619,7 @@ def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
             replicas,
             device_loader_params,
             hook_calls,
+            host_params,
         ) in data.items()
     }
 

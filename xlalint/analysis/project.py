@@ -61,6 +61,8 @@ class CallSite:
     column: int  # 0-based, in characters
     # the arguments it passes that are evidently device loaders (`MpDeviceLoader(...)`): "0", "k:loader"
     device_loaders: tuple[str, ...] = ()
+    # the arguments it passes that are evidently on the host (`t.cpu()`, `loss.item()`), keyed alike
+    host_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ class ProjectFacts:
     device_loader_params: frozenset[tuple[str, str]] = frozenset()
     # hook-like method names some module of the project calls (`steps.uncalled_hook`)
     hook_calls: frozenset[str] = frozenset()
+    # its functions' parameters that every call in the project passes a host value: (qualname, "0" / "k:name")
+    host_params: frozenset[tuple[str, str]] = frozenset()
 
     def key(self) -> str:
         return repr(
@@ -117,6 +121,7 @@ class ProjectFacts:
                 self.replicas,
                 sorted(self.device_loader_params),
                 sorted(self.hook_calls),
+                sorted(self.host_params),
             )
         )
 
@@ -147,6 +152,7 @@ class ProjectFacts:
             self.replicas,
             self.device_loader_params,
             self.hook_calls,
+            self.host_params,
         )
 
 
@@ -369,7 +375,16 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     if callee:
         summary.calls.append(
             CallSite(
-                caller, callee, receiver_class, hot, per_step, looped, call.lineno, column, _device_loaders(ctx, call)
+                caller,
+                callee,
+                receiver_class,
+                hot,
+                per_step,
+                looped,
+                call.lineno,
+                column,
+                _device_loaders(ctx, call),
+                _host_args(ctx, call),
             )
         )
     for target in targets:
@@ -428,6 +443,19 @@ def _device_loaders(ctx, call: ast.Call) -> tuple[str, ...]:
     for kw in call.keywords:
         if kw.arg and _device_loader(ctx, kw.value):
             found.append(f"k:{kw.arg}")
+    return tuple(found)
+
+
+def _host_args(ctx, call: ast.Call) -> tuple[str, ...]:
+    """The arguments of `call` evidently on the host (a `.cpu()` tensor, a Python number), keyed as
+    in `_device_loaders`."""
+    from .tensors import Kind
+
+    host = (Kind.CPU, Kind.NOT_TENSOR)
+    found = [
+        str(i) for i, arg in enumerate(call.args) if not isinstance(arg, ast.Starred) and ctx.tensor_kind(arg) in host
+    ]
+    found += [f"k:{kw.arg}" for kw in call.keywords if kw.arg and ctx.tensor_kind(kw.value) in host]
     return tuple(found)
 
 
@@ -706,6 +734,7 @@ class ProjectIndex:
         for path in self.summaries:
             device_loaders[path] |= overridden
         hooks = frozenset(name for summary in self.summaries.values() for name in summary.hook_calls)
+        host_params = self._host_params(resolved)
         return {
             path: ProjectFacts(
                 frozenset(steps[path]),
@@ -719,9 +748,21 @@ class ProjectIndex:
                 path in replicas,
                 frozenset(device_loaders[path]),
                 hooks,
+                frozenset(host_params[path]),
             )
             for path in self.summaries
         }
+
+    def _host_params(self, resolved) -> dict[str, set[tuple[str, str]]]:
+        """Module path -> (qualname, argument key) of its functions' parameters that every call the
+        project makes of them passes a value evidently on the host."""
+        passed: dict[FunctionRef, set[str]] = {}
+        for _summary, call, target in resolved:
+            passed[target] = passed[target] & set(call.host_args) if target in passed else set(call.host_args)
+        found: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        for (path, name), keys in passed.items():
+            found[path].update((name, key) for key in keys)
+        return found
 
     def _compiled(self, resolved) -> dict[str, dict[str, str]]:
         """Module path -> its functions torch.compile traces because of other modules (qualname ->
@@ -885,6 +926,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
                 c.line,
                 c.column,
                 list(c.device_loaders),
+                list(c.host_args),
             ]
             for c in s.calls
         ],
@@ -913,7 +955,7 @@ def summary_from_json(data: dict) -> ModuleSummary:
         dict(data["functions"]),
         set(data["step_functions"]),
         set(data["trains"]),
-        [CallSite(*c[:8], tuple(c[8]) if len(c) > 8 else ()) for c in data["calls"]],
+        [CallSite(*c[:8], *(tuple(extra) for extra in c[8:10])) for c in data["calls"]],
         {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()},
         {name: [list(p), list(st)] for name, (p, st) in data.get("static_jitted", {}).items()},
         dict(data.get("compiled", {})),

@@ -12,7 +12,7 @@ import enum
 import re
 from typing import TYPE_CHECKING
 
-from .index import FUNCTIONS, own_returns
+from .index import FUNCTIONS, own_returns, qualname
 from .names import (
     dotted_name,
     is_constant,
@@ -522,7 +522,23 @@ class TensorInference:
             passed = (combine(*(self.ctx.tensor_kind(v) for v in values)) if values else None) or Kind.UNKNOWN
         if passed >= Kind.CPU or passed == Kind.NOT_TENSOR:
             return passed  # what the module's own callers pass
+        if isinstance(func, FUNCTIONS) and self._host_everywhere(func, param):
+            return Kind.CPU  # every call in the project passes a host value (`summarize(out.cpu())`)
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
+
+    def _host_everywhere(self, func: ast.AST, param: ast.arg) -> bool:
+        """Every call of `func` the project makes passes a host value for `param`
+        (`ProjectFacts.host_params`)."""
+        facts = self.ctx.project.host_params
+        if not facts:
+            return False
+        params = [*func.args.posonlyargs, *func.args.args]
+        if params and params[0].arg in ("self", "cls") and isinstance(self.ctx.index.parent(func), ast.ClassDef):
+            params = params[1:]
+        qualified = qualname(self.ctx.index, func)
+        return (qualified, f"k:{param.arg}") in facts or (
+            param in params and (qualified, str(params.index(param))) in facts
+        )
 
     def _passed(self, param: ast.arg) -> Kind:
         """The kind of what this module's calls pass for `param`; UNKNOWN without calls."""
