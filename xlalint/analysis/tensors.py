@@ -526,7 +526,7 @@ class TensorInference:
             return Kind.CPU  # every call in the project passes a host value (`summarize(out.cpu())`)
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
 
-    def _host_everywhere(self, func: ast.AST, param: ast.arg) -> bool:
+    def _host_everywhere(self, func: ast.FunctionDef | ast.AsyncFunctionDef, param: ast.arg) -> bool:
         """Every call of `func` the project makes passes a host value for `param`
         (`ProjectFacts.host_params`)."""
         facts = self.ctx.project.host_params
