@@ -254,7 +254,7 @@ def test_a_loop_target_rebinds_a_name_an_earlier_loop_moved_to_the_device():
     ctx = context(PLOTTING)
     later = [n for n in ast.walk(ctx.tree) if isinstance(n, ast.Name) and n.id == "x" and n.lineno == 23]
     assert ctx.reaching_values(later[0]) == []
-    assert [ast.unparse(v) for v in ctx.loop_iterables(later[0])] == ["vis_loader"]
+    assert "vis_loader" in [ast.unparse(v) for v in ctx.loop_iterables(later[0])]
     assert ctx.tensor_kind(later[0]).name == "CPU"
 
 

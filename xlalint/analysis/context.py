@@ -565,9 +565,8 @@ class FileContext:
             elif isinstance(anc, (*FUNCTIONS, ast.Lambda)):
                 break
         scope = self.index.scope_of(name)
-        loop = self._binding_loop(name, scope)
-        if loop is not None:  # the loop around the use, not another loop of the scope binding the name
-            return [it for n, it in loop_bindings(loop.target, loop.iter) if n == name.id]
+        # every loop of the scope binding the name: a value carried from one loop into the next
+        # (`for bi, k in enumerate(sizes): d.setdefault(k, ...)`, then `for k, v in d.items():`) counts
         per_scope = self.index.loop_targets.get(scope)
         return per_scope.get(name.id, []) if per_scope else []
 

@@ -61,7 +61,8 @@ class CallSite:
     column: int  # 0-based, in characters
     # the arguments it passes that are evidently device loaders (`MpDeviceLoader(...)`): "0", "k:loader"
     device_loaders: tuple[str, ...] = ()
-    # the arguments it passes that are evidently on the host (`t.cpu()`, `loss.item()`), keyed alike
+    # the arguments it passes that are evidently on the host, keyed alike with what they are: "0=cpu"
+    # (a tensor on the host, `t.cpu()`), "k:x=py" (a Python or NumPy value, `loss.item()`)
     host_args: tuple[str, ...] = ()
 
 
@@ -104,8 +105,9 @@ class ProjectFacts:
     device_loader_params: frozenset[tuple[str, str]] = frozenset()
     # hook-like method names some module of the project calls (`steps.uncalled_hook`)
     hook_calls: frozenset[str] = frozenset()
-    # its functions' parameters that every call in the project passes a host value: (qualname, "0" / "k:name")
-    host_params: frozenset[tuple[str, str]] = frozenset()
+    # its functions' parameters that every call in the project passes a host value: (qualname, "0" /
+    # "k:name", "cpu" when one of them is a host tensor, else "py")
+    host_params: frozenset[tuple[str, str, str]] = frozenset()
 
     def key(self) -> str:
         return repr(
@@ -451,12 +453,11 @@ def _host_args(ctx, call: ast.Call) -> tuple[str, ...]:
     in `_device_loaders`."""
     from .tensors import Kind
 
-    host = (Kind.CPU, Kind.NOT_TENSOR)
-    found = [
-        str(i) for i, arg in enumerate(call.args) if not isinstance(arg, ast.Starred) and ctx.tensor_kind(arg) in host
-    ]
-    found += [f"k:{kw.arg}" for kw in call.keywords if kw.arg and ctx.tensor_kind(kw.value) in host]
-    return tuple(found)
+    host = {Kind.CPU: "cpu", Kind.NOT_TENSOR: "py"}
+    passed = [(str(i), arg) for i, arg in enumerate(call.args) if not isinstance(arg, ast.Starred)]
+    passed += [(f"k:{kw.arg}", kw.value) for kw in call.keywords if kw.arg]
+    kinds = [(key, host.get(ctx.tensor_kind(value))) for key, value in passed]
+    return tuple(f"{key}={kind}" for key, kind in kinds if kind)
 
 
 def _device_loader(ctx, value: ast.expr) -> bool:
@@ -753,15 +754,17 @@ class ProjectIndex:
             for path in self.summaries
         }
 
-    def _host_params(self, resolved) -> dict[str, set[tuple[str, str]]]:
-        """Module path -> (qualname, argument key) of its functions' parameters that every call the
-        project makes of them passes a value evidently on the host."""
-        passed: dict[FunctionRef, set[str]] = {}
+    def _host_params(self, resolved) -> dict[str, set[tuple[str, str, str]]]:
+        """Module path -> (qualname, argument key, "cpu"/"py") of its functions' parameters that
+        every call the project makes of them passes a value evidently on the host."""
+        passed: dict[FunctionRef, dict[str, str]] = {}
         for _summary, call, target in resolved:
-            passed[target] = passed[target] & set(call.host_args) if target in passed else set(call.host_args)
-        found: dict[str, set[tuple[str, str]]] = defaultdict(set)
+            here = dict(entry.rpartition("=")[::2] for entry in call.host_args)
+            before = passed.get(target, here)
+            passed[target] = {k: "cpu" if "cpu" in (before[k], here[k]) else "py" for k in before.keys() & here.keys()}
+        found: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
         for (path, name), keys in passed.items():
-            found[path].update((name, key) for key in keys)
+            found[path].update((name, key, kind) for key, kind in keys.items())
         return found
 
     def _compiled(self, resolved) -> dict[str, dict[str, str]]:

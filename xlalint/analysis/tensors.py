@@ -522,23 +522,26 @@ class TensorInference:
             passed = (combine(*(self.ctx.tensor_kind(v) for v in values)) if values else None) or Kind.UNKNOWN
         if passed >= Kind.CPU or passed == Kind.NOT_TENSOR:
             return passed  # what the module's own callers pass
-        if isinstance(func, FUNCTIONS) and self._host_everywhere(func, param):
-            return Kind.CPU  # every call in the project passes a host value (`summarize(out.cpu())`)
+        host = self._host_everywhere(func, param) if isinstance(func, FUNCTIONS) else None
+        if host is not None:
+            return host  # every call in the project passes a host value (`summarize(out.cpu())`)
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
 
-    def _host_everywhere(self, func: ast.FunctionDef | ast.AsyncFunctionDef, param: ast.arg) -> bool:
-        """Every call of `func` the project makes passes a host value for `param`
-        (`ProjectFacts.host_params`)."""
+    def _host_everywhere(self, func: ast.FunctionDef | ast.AsyncFunctionDef, param: ast.arg) -> Kind | None:
+        """CPU (a host tensor) or NOT_TENSOR (a Python value) when every call of `func` the project
+        makes passes a host value for `param` (`ProjectFacts.host_params`); None otherwise."""
         facts = self.ctx.project.host_params
         if not facts:
-            return False
+            return None
         params = [*func.args.posonlyargs, *func.args.args]
         if params and params[0].arg in ("self", "cls") and isinstance(self.ctx.index.parent(func), ast.ClassDef):
             params = params[1:]
         qualified = qualname(self.ctx.index, func)
-        return (qualified, f"k:{param.arg}") in facts or (
-            param in params and (qualified, str(params.index(param))) in facts
-        )
+        keys = [f"k:{param.arg}", *([str(params.index(param))] if param in params else [])]
+        for kind, value in (("cpu", Kind.CPU), ("py", Kind.NOT_TENSOR)):
+            if any((qualified, key, kind) in facts for key in keys):
+                return value
+        return None
 
     def _passed(self, param: ast.arg) -> Kind:
         """The kind of what this module's calls pass for `param`; UNKNOWN without calls."""
