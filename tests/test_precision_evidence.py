@@ -304,10 +304,16 @@ def test_hooks_are_per_step_when_something_calls_them(run_cli, project, call, re
     assert found == reported
 
 
-def test_a_framework_base_calls_its_hooks():
-    ctx = context("from torchmetrics import Metric\n\n" + METER.replace("class Meter:", "class Meter(Metric):"))
-    update = ctx.index.functions["update"][0]
-    assert ctx.is_step_function(update)
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from torchmetrics import Metric\n\n" + METER.replace("class Meter:", "class Meter(Metric):"),
+        METER + "\ntrainer = Trainer(callbacks=[Meter()])\n",  # handed to a framework that runs it
+    ],
+)
+def test_a_framework_calls_its_hooks(code):
+    ctx = context(code)
+    assert ctx.is_step_function(ctx.index.functions["update"][0])
 
 
 CHECK_SCRIPT = """\

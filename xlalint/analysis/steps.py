@@ -164,7 +164,18 @@ def uncalled_hook(ctx: FileContext, func: ast.AST) -> bool:
         return False
     if ctx.externally_called(func) or func.name in ctx.project.hook_calls:
         return False
-    return func.name not in ctx.hook_names_used
+    return func.name not in ctx.hook_names_used and not _handed_on(ctx, cls)
+
+
+def _handed_on(ctx: FileContext, cls: ast.ClassDef) -> bool:
+    """An instance of `cls` is handed to other code (`Trainer(callbacks=[Checkpoint()])`), which
+    may call its hooks by their names."""
+    for call in ctx.index.calls:
+        if dotted_name(call.func) == cls.name:
+            parent = ctx.parent(call)
+            if isinstance(parent, (ast.Call, ast.keyword, ast.List, ast.Tuple, ast.Set, ast.Dict)):
+                return True
+    return False
 
 
 def _plain_class(ctx: FileContext, cls: ast.ClassDef, depth: int) -> bool:
