@@ -130,27 +130,37 @@ class Rope(nn.Module):
 """
 
 
-def test_a_same_module_helper_read_is_reported_once_naming_its_calls(run_cli, project):
+def test_a_same_module_helper_read_it_returns_is_reported_at_its_calls_only(run_cli, project):
+    # the host value enters the step where `grid_sizes(...)` is called: the read is their related location
     project.write("model.py", GRID.format(noqa=""))
+    out = json.loads(run_cli("check", "--no-cache", "--output-format", "json", cwd=project)[1])
+    assert [(d["code"], d["location"]["row"]) for d in out] == [("XLA109", 10), ("XLA109", 16)]
+    assert all("`.item()` at model.py:5" in d["message"] for d in out)
+    assert [[r["row"] for r in d["related"]] for d in out] == [[5], [5]]
+    sarif = json.loads(run_cli("check", "--no-cache", "--output-format", "sarif", cwd=project)[1])
+    related = [r["relatedLocations"] for r in sarif["runs"][0]["results"]]
+    assert [[loc["physicalLocation"]["region"]["startLine"] for loc in r] for r in related] == [[5], [5]]
+
+
+def test_a_helper_per_step_by_its_own_name_is_reported_at_the_read_naming_its_calls(run_cli, project):
+    code = GRID.format(noqa="").replace("grid_sizes", "size_loss")
+    project.write("model.py", code)
     out = json.loads(run_cli("check", "--no-cache", "--output-format", "json", cwd=project)[1])
     assert [(d["code"], d["location"]["row"]) for d in out] == [("XLA101", 5)]
     assert out[0]["message"].endswith("(per step through the calls at lines 10, 16)")
-    assert [r["row"] for r in out[0]["related"]] == [10, 16]
-    sarif = json.loads(run_cli("check", "--no-cache", "--output-format", "sarif", cwd=project)[1])
-    (result,) = sarif["runs"][0]["results"]
-    assert [r["physicalLocation"]["region"]["startLine"] for r in result["relatedLocations"]] == [10, 16]
 
 
 def test_noqa_works_with_the_merged_finding(run_cli, project):
-    # a call's own `noqa` keeps it out of the merged finding, and the comment still counts as used
-    project.write("model.py", GRID.format(noqa="  # noqa: XLA109"))
     args = ("check", "--no-cache", "--output-format", "json", "--extend-select", "XLA901")
+    # a call's own `noqa` suppresses that call; the other is still reported
+    project.write("model.py", GRID.format(noqa="  # noqa: XLA109"))
     out = json.loads(run_cli(*args, cwd=project)[1])
-    assert [(d["code"], d["location"]["row"]) for d in out] == [("XLA101", 5)]
-    assert [r["row"] for r in out[0]["related"]] == [16]
-    # the read's own `noqa` suppresses the cause, calls included
-    project.write("model.py", GRID.format(noqa="").replace("n.item())", "n.item())  # noqa: XLA101"))
-    assert json.loads(run_cli(*args, cwd=project)[1]) == []
+    assert [(d["code"], d["location"]["row"]) for d in out] == [("XLA109", 16)]
+    # the read's own `noqa` still counts as used (no XLA901), and the calls are reported as before
+    project.write("model.py", GRID.format(noqa="").replace("+ 1]", "+ 1]  # noqa: XLA101"))
+    out = json.loads(run_cli(*args, cwd=project)[1])
+    assert [(d["code"], d["location"]["row"]) for d in out] == [("XLA109", 10), ("XLA109", 16)]
+    assert all("related" not in d for d in out)
 
 
 BASE = """\

@@ -101,7 +101,7 @@ def _result(d: Diagnostic, index: dict[str, int], root: Path) -> dict:
                     "artifactLocation": artifact,
                     "region": {"startLine": r.row, "startColumn": r.column},
                 },
-                "message": {"text": "a per-step call that leads here"},
+                "message": {"text": "another place of the same cause"},
             }
             for i, r in enumerate(d.related)
         ]

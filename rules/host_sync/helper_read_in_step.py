@@ -18,8 +18,9 @@ class HelperReadInStep(Rule):
     on every call: an input check, a metric or a logging helper. A helper in the same module is
     per step itself, and its read is reported where it is, by XLA101-XLA103; its calls are reported
     too when it returns what it read (`sizes = grid_sizes(coords)` hands host numbers back, like a
-    `.tolist()` at the call), unless the read itself is reported: then that one finding names the
-    calls (one finding per cause; SARIF related locations). A read in the branch of a string option (`if reduction == "mean":`)
+    `.tolist()` at the call); the read is then their related location (SARIF), not a finding of
+    its own, unless the helper runs every step by its own name (a loss): then the read is the one
+    finding and names the calls. A read in the branch of a string option (`if reduction == "mean":`)
     counts only at calls that select it. A call of a method that reads device tensors of its own
     object on every call (`mp_trainer.optimize(opt)` computing the gradient norm with a
     `.item()` per parameter) is reported in code that runs on XLA.
