@@ -133,6 +133,8 @@ class Diagnostic:
     noqa_row: int | None = None
     cell: int | None = None  # in a notebook: the cell (from 1), and rows count in that cell
     hint: str | None = None  # what to do instead, where the context changes the rule's own hint
+    # other places of the same cause in this file (the per-step calls of a helper whose read this is)
+    related: tuple[Location, ...] = ()
 
     @property
     def url(self) -> str:
@@ -162,6 +164,7 @@ class Diagnostic:
             "severity": "error",
             "url": self.url,
             **({"hint": self.hint} if self.hint else {}),
+            **({"related": [r.to_json() for r in self.related]} if self.related else {}),
         }
 
     @classmethod
@@ -178,4 +181,5 @@ class Diagnostic:
             data["noqa_row"],
             data.get("cell"),
             data.get("hint"),
+            tuple(Location.from_json(r) for r in data.get("related", ())),
         )

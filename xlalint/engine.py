@@ -103,6 +103,8 @@ class _Found:
     fix: Fix | None = None
     fix_spans: tuple[tuple[Location, Location], ...] = ()
     hint: str | None = None
+    cause: tuple[str, int] | None = None  # see `Report.cause`
+    related: list[_Found] = field(default_factory=list)  # findings of the same cause merged into this one
 
 
 def _location(ctx: FileContext, node: ast.AST) -> tuple[Location, Location]:
@@ -131,9 +133,69 @@ def _run_rules(ctx: FileContext, rules: list[type[Rule]]) -> list[_Found]:
     for rule in active:
         for report in rule.reports:
             start, end = _location(ctx, report.node)
-            found.append(_Found(type(rule), report.node, report.message, report.fix, start, end))
+            found.append(_Found(type(rule), report.node, report.message, report.fix, start, end, cause=report.cause))
     found.sort(key=lambda f: (f.start, f.rule.code))
-    return _in_compiled_regions(ctx, found)
+    return _one_per_cause(ctx, _in_compiled_regions(ctx, found))
+
+
+# codes whose finding at a host read is the read itself (the cause other findings point to)
+_READ_CATEGORIES = ("item_sync", "control_flow_on_tensor")
+_MAX_NAMED = 4  # places named in a merged finding's message
+
+
+def _one_per_cause(ctx: FileContext, found: list[_Found]) -> list[_Found]:
+    """One finding per root cause, where the code changes. A finding at a call that is there
+    because the helper it calls (in this module) reads a device tensor and returns what it read
+    (`Report.cause`: `sizes = grid_sizes(coords)`) is where the host value enters the step: the
+    finding at the read itself then gives way to it, as a related location, unless the helper runs
+    every step by its own name (a loss), where the read is reported and names the calls. Two
+    findings of one call for one read (an `.item()` inside an `if`) are one. Findings with a fix
+    are never merged away."""
+    if not any(item.cause for item in found):
+        return found
+    from .analysis.steps import is_named_step
+
+    absorbed: set[int] = set()
+    seen: dict[tuple[Location, tuple[str, int]], _Found] = {}
+    for item in found:
+        if item.cause is None or item.builder is not None:
+            continue
+        twin = seen.get((item.start, item.cause))
+        if twin is not None:
+            twin.related.append(item)  # the same call, the same read: one finding
+            absorbed.add(id(item))
+            continue
+        seen[(item.start, item.cause)] = item
+        path, line = item.cause
+        if path:
+            continue
+        for read in found:
+            if (
+                read.cause is None
+                and read.builder is None
+                and read.rule.category in _READ_CATEGORIES
+                and read.start.row <= line <= read.end.row
+            ):
+                func = ctx.index.enclosing_function(read.node) if read.node is not None else None
+                if func is not None and is_named_step(ctx, func):
+                    read.related.append(item)  # per step by itself: the read names its calls
+                    absorbed.add(id(item))
+                    break
+                item.related.append(read)
+                absorbed.add(id(read))
+    return [item for item in found if id(item) not in absorbed]
+
+
+def _name_related(item: _Found) -> None:
+    """Name the calls merged into a finding at a read (see `_one_per_cause`) in its message."""
+    if item.cause is not None:
+        return  # a call: its message names the read already
+    rows = sorted({r.start.row for r in item.related if r.start.row != item.start.row})
+    if not rows:
+        return
+    named = ", ".join(map(str, rows[:_MAX_NAMED])) + (", ..." if len(rows) > _MAX_NAMED else "")
+    plural = "s" if len(rows) > 1 else ""
+    item.message += f" (per step through the call{plural} at line{plural} {named})"
 
 
 def _in_compiled_regions(ctx: FileContext, found: list[_Found]) -> list[_Found]:
@@ -177,8 +239,13 @@ def _keep(
     for item in found:
         key = (item.rule.code, item.start, item.end)
         if key in seen or noqa.suppresses(item.rule.code, item.start.row, item.end.row):
+            for other in item.related:  # a suppressed cause: its calls go with it (their noqa counts)
+                noqa.suppresses(other.rule.code, other.start.row, other.end.row)
             continue
         seen.add(key)
+        # a call whose own `noqa` suppresses it is not named (as before the merge, it is not reported)
+        item.related = [r for r in item.related if not noqa.suppresses(r.rule.code, r.start.row, r.end.row)]
+        _name_related(item)
         kept.append(item)
     judge = next((r for r in rules if getattr(r, "judges_noqa", False)), None)
     if judge is not None and noqa.comments and ctx is not None:
@@ -249,6 +316,7 @@ def _diagnostic(source: SourceFile, item: _Found) -> Diagnostic:
         item.fix,
         noqa_row=item.start.row,
         hint=item.hint,
+        related=tuple(sorted({r.start for r in item.related if r.start.row != item.start.row})),
     )
 
 

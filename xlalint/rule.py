@@ -72,6 +72,9 @@ class Report:
     node: ast.AST
     message: str
     fix: FixBuilder | None
+    # the host read this finding is a consequence of: (its file, "" for this one; its line). The
+    # engine reports one finding per cause (see `engine._one_per_cause`).
+    cause: tuple[str, int] | None = None
 
 
 class Rule:
@@ -123,8 +126,15 @@ class Rule:
         """Whether to run on this file at all (XLA-only rules need a file that uses XLA)."""
         return ctx.uses_xla or not cls.xla_only
 
-    def report(self, node: ast.AST, message: str | None = None, *, fix: FixBuilder | None = None) -> None:
-        self.reports.append(Report(node, message or self.summary, fix))
+    def report(
+        self,
+        node: ast.AST,
+        message: str | None = None,
+        *,
+        fix: FixBuilder | None = None,
+        cause: tuple[str, int] | None = None,
+    ) -> None:
+        self.reports.append(Report(node, message or self.summary, fix, cause))
 
     def finish(self) -> None:
         """Called after every node was visited (for findings that need the whole file)."""

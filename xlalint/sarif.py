@@ -93,6 +93,18 @@ def _result(d: Diagnostic, index: dict[str, int], root: Path) -> dict:
     }
     if d.code in index:
         result["ruleIndex"] = index[d.code]
+    if d.related:  # the other places of the same cause (SARIF 2.1.0, 3.27.22)
+        result["relatedLocations"] = [
+            {
+                "id": i,
+                "physicalLocation": {
+                    "artifactLocation": artifact,
+                    "region": {"startLine": r.row, "startColumn": r.column},
+                },
+                "message": {"text": "another place of the same cause"},
+            }
+            for i, r in enumerate(d.related)
+        ]
     if d.fix is not None and d.fix.edits:
         result["fixes"] = [_fix(d.fix, artifact)]
     return result

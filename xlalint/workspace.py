@@ -580,6 +580,8 @@ def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
             f.xla_device,
             f.replicas,
             sorted(f.device_loader_params),
+            sorted(f.hook_calls),
+            sorted(f.host_params),
         ]
         for path, f in facts.items()
         if f != NO_PROJECT
@@ -602,6 +604,8 @@ def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
             bool(xla_device),
             bool(replicas),
             frozenset(tuple(p) for p in device_loader_params),
+            frozenset(hook_calls),
+            frozenset(tuple(p) for p in host_params),
         )
         for path, (
             steps,
@@ -614,6 +618,8 @@ def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
             xla_device,
             replicas,
             device_loader_params,
+            hook_calls,
+            host_params,
         ) in data.items()
     }
 

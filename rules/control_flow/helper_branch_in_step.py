@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from xlalint.analysis.reads import argument_reads
+from xlalint.analysis.reads import argument_reads, read_cause
 from xlalint.rule import Invalid, Rule, Valid
 
 
@@ -183,5 +183,9 @@ class HelperBranchInStep(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         for helper, where, read, value in argument_reads(self.ctx, node, through="", branches=True):
             if self.ctx.on_device(value) and self.ctx.runs_hot(node):
-                self.report(node, self.summary.format(helper=helper, param=read.param, what=read.what, where=where))
+                self.report(
+                    node,
+                    self.summary.format(helper=helper, param=read.param, what=read.what, where=where),
+                    cause=read_cause(self.ctx, node, read),
+                )
                 return

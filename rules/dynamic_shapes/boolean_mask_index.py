@@ -33,7 +33,9 @@ class BooleanMaskIndex(Rule):
     """## What it does
     Flags reading a device tensor through a boolean mask, `y = x[mask]`, on a per-step path, where
     the index is evidently a bool tensor: a comparison of tensors, `~m`, `m & n`, `torch.isnan(...)`,
-    `.bool()`, a name assigned from one of those, or a tensor named like a mask.
+    `.bool()`, `dtype=torch.bool`, a name assigned from one of those, or a tensor named like a mask
+    that nothing shows to hold integer indices (`argmax`, `arange`, `topk(...).indices`, `.long()`,
+    `nonzero`, `torch.where(c)`: a gather of static size; a `nonzero` is XLA301's).
 
     ## Why is this bad?
     The result has as many elements as the mask has `True` values, which only the data knows.
@@ -118,6 +120,14 @@ class BooleanMaskIndex(Rule):
             def prepare(dataset):
                 labels = torch.tensor(dataset.labels)
                 return labels[labels >= 0]  # once, on CPU
+            """
+        ),
+        Valid(
+            """
+            def forward(self, x):
+                h = self.encoder(x)
+                keep_mask = h.norm(dim=-1).topk(16).indices  # integer indices, whatever the name
+                return h[keep_mask]
             """
         ),
     ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import os
 
-from xlalint.analysis.reads import argument_reads
+from xlalint.analysis.reads import argument_reads, read_cause
 from xlalint.analysis.tensors import holds_device_tensors
 from xlalint.rule import Invalid, Rule, Valid
 
@@ -22,7 +22,9 @@ class HelperReadInStep(Rule):
     where the project creates the instance. A helper in the same module is
     per step itself, and its read is reported where it is, by XLA101-XLA103; its calls are reported
     too when it returns what it read (`sizes = grid_sizes(coords)` hands host numbers back, like a
-    `.tolist()` at the call). A read in the branch of a string option (`if reduction == "mean":`)
+    `.tolist()` at the call); the read is then their related location (SARIF), not a finding of
+    its own, unless the helper runs every step by its own name (a loss): then the read is the one
+    finding and names the calls. A read in the branch of a string option (`if reduction == "mean":`)
     counts only at calls that select it. A call of a method that reads device tensors of its own
     object on every call (`mp_trainer.optimize(opt)` computing the gradient norm with a
     `.item()` per parameter) is reported in code that runs on XLA.
@@ -318,6 +320,7 @@ class HelperReadInStep(Rule):
                     self.summary.format(
                         helper=helper, param=read.star + read.param, what=f"`{read.what}`", where=where
                     ),
+                    cause=read_cause(self.ctx, node, read),
                 )
                 return
         for helper, path, detail in self.ctx.helper_calls(node, "reads_state"):

@@ -7,6 +7,7 @@ import ast
 import re
 
 from xlalint.analysis.index import COMPREHENSIONS, FUNCTIONS, LOOPS
+from xlalint.analysis.loaders import padded_to_fixed_length
 from xlalint.analysis.names import (
     dotted_name,
     is_constant,
@@ -201,6 +202,19 @@ class PadToLongestInBatch(Rule):
     hint = 'pad to a fixed length (`padding="max_length", max_length=L`) or to a few buckets (`pad_to_multiple_of=N`)'
 
     VALID = [
+        Valid(
+            """
+            def collate(batch):
+                tokens = pad_sequence([t for t, _ in batch], batch_first=True)
+                return F.pad(tokens, (0, MAX_LEN - tokens.shape[1]))  # one length for every batch
+            """
+        ),
+        Valid(
+            """
+            def collate_blocks(batch, block_size=128):
+                return pad_sequence([ids[s : s + block_size] for ids, s in batch])  # fixed blocks
+            """
+        ),
         Valid(
             """
             # module level, outside any loop: one call, one padded shape, one compilation
@@ -453,7 +467,12 @@ class PadToLongestInBatch(Rule):
         if (callee == "BucketIterator" or name.endswith("BucketIterator.splits")) and not self._fixed_fields():
             return f"`{name}(...)`"  # torchtext's iterator pads each batch to its longest `Field`
         func = self._pad_function(node.func)
-        if func == "pad_sequence" and _in_collate_path(self.ctx, node) and not _fixed_padding(node):
+        if (
+            func == "pad_sequence"
+            and _in_collate_path(self.ctx, node)
+            and not _fixed_padding(node)
+            and not padded_to_fixed_length(self.ctx, node)
+        ):
             return "`pad_sequence(...)` in a collate function"
         if func == "batch_pad_right" and _in_collate_path(self.ctx, node):
             return "`batch_pad_right(...)` in a collate function"

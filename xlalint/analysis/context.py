@@ -14,7 +14,7 @@ from .barriers import StepBarriers
 from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, qualname, target_names
 from .loaders import TrainingSources
 from .names import argument, dotted_name, function_params, last_part, positional
-from .project import NO_PROJECT, ProjectFacts
+from .project import NO_PROJECT, ProjectFacts, hook_names_used, written_callee
 from .reads import ParamRead
 from .tensors import Kind, TensorInference
 
@@ -256,7 +256,8 @@ class FileContext:
         project function that reads an argument to the host on every call (see `reads`)."""
         if not self.project.helper_reads:
             return None
-        return self.project.reads_at((call.lineno, self.text.column(call.lineno, call.col_offset)))
+        found = self.project.reads_at((call.lineno, self.text.column(call.lineno, call.col_offset)))
+        return found if found is not None and self._runs_helper(call, found[0]) else None
 
     def helper_calls(self, call: ast.Call, kind: str) -> list[tuple[str, str, str]]:
         """(the function as called, its file, a detail) for each fact of `kind` the project index
@@ -265,8 +266,17 @@ class FileContext:
             return []
         at = (call.lineno, self.text.column(call.lineno, call.col_offset))
         return [
-            (helper, path, detail) for where, k, helper, path, detail in self._helper_calls.get(at, ()) if k == kind
+            (helper, path, detail)
+            for where, k, helper, path, detail in self._helper_calls.get(at, ())
+            if k == kind and self._runs_helper(call, helper)
         ]
+
+    @staticmethod
+    def _runs_helper(call: ast.Call, helper: str) -> bool:
+        """The project's facts name calls by where they start, and `super().forward(x)` starts
+        where its `super()` does (`helper(x).item()` where `helper(x)` does): the fact is this
+        call's when it names this callee (or a function this call registers, passed by name)."""
+        return written_callee(call) == helper or any(dotted_name(a) == helper for a in call.args)
 
     @cached_property
     def _helper_calls(self) -> dict[tuple[int, int], list[tuple]]:
@@ -324,6 +334,16 @@ class FileContext:
     @cached_property
     def per_call_functions(self) -> set[ast.AST]:
         return steps.compute_per_call_functions(self)
+
+    @cached_property
+    def hook_names_used(self) -> set[str]:
+        """Hook-like method names this module calls or hands on (see `project.hook_names_used`)."""
+        return hook_names_used(self)
+
+    @cached_property
+    def verification_module(self) -> bool:
+        """A script that checks results (`test_*.py`, a package's `test_utils/`): see `steps.verification_check`."""
+        return steps.is_verification_module(self.path)
 
     def runs_hot(self, node: ast.AST) -> bool:
         """Runs every step (or on every call of a loss/metric check), and may run on XLA."""
@@ -410,6 +430,11 @@ class FileContext:
             # a parameter, or the target of a loop around the use, is the reaching definition;
             # otherwise a loop may carry a later assignment round
             return [] if self.parameter(name) is not None or self._loop_target(name, scope) else values
+        loop = self._binding_loop(name, scope)
+        if loop is not None and loop not in self.index.ancestors(reaching[0]):
+            # `x = x.to(device)` in an earlier loop, then `for x, y in plot_loader:`: the loop
+            # around the use binds it after that assignment
+            return []
         return reaching
 
     def _positions_of(self, scope: ast.AST, name: str, values: list[ast.expr]) -> list[int] | None:
@@ -510,18 +535,22 @@ class FileContext:
 
     def _loop_target(self, name: ast.Name, scope: ast.AST) -> bool:
         """A `for` loop around `name` (within its scope) binds it at every iteration."""
+        return self._binding_loop(name, scope) is not None
+
+    def _binding_loop(self, name: ast.Name, scope: ast.AST) -> ast.For | ast.AsyncFor | None:
+        """The innermost `for` loop around `name` (within its scope) whose target binds it."""
         child: ast.AST = name
         for anc in self.index.ancestors(name):
             if anc is scope:
-                return False
+                return None
             if (
                 isinstance(anc, (ast.For, ast.AsyncFor))
                 and self.index.field_of(child) != "iter"
                 and name.id in target_names(anc.target)
             ):
-                return True
+                return anc
             child = anc
-        return False
+        return None
 
     def _scope_values(self, scope: ast.AST, name: str) -> list[ast.expr]:
         per_scope = self.index.assignments.get(scope)
@@ -537,6 +566,8 @@ class FileContext:
             elif isinstance(anc, (*FUNCTIONS, ast.Lambda)):
                 break
         scope = self.index.scope_of(name)
+        # every loop of the scope binding the name: a value carried from one loop into the next
+        # (`for bi, k in enumerate(sizes): d.setdefault(k, ...)`, then `for k, v in d.items():`) counts
         per_scope = self.index.loop_targets.get(scope)
         return per_scope.get(name.id, []) if per_scope else []
 

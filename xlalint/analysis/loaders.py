@@ -76,10 +76,87 @@ def ragged_loader(ctx: FileContext, call: ast.Call) -> bool:
 
 def ragged_training_loader(ctx: FileContext, call: ast.Call) -> bool:
     """`ragged_loader`, and it feeds training (see the module's docstring)."""
-    if not ragged_loader(ctx, call):
+    if not ragged_loader(ctx, call) or never_partial(ctx, call) or used_outside_training(ctx, call):
         return False
     named = _named_for_training(ctx, call)
     return named if named is not None else feeds_training(ctx, call)
+
+
+# Samplers that never end an epoch (or end it on a whole batch): no last, smaller batch.
+ENDLESS_SAMPLER = re.compile(r"Infinite|Endless|Repeat|Forever", re.I)
+
+
+def never_partial(ctx: FileContext, call: ast.Call) -> bool:
+    """The loader's sampler never yields a partial batch: an endless sampler (`InfiniteSampler`,
+    `RepeatSampler`), or a `RandomSampler(..., num_samples=k * batch_size)` of whole batches."""
+    sampler = keyword_value(call, "sampler")
+    if sampler is None:
+        return False
+    values = ctx.reaching_values(sampler) if isinstance(sampler, ast.Name) else [sampler]
+    if not values:
+        return bool(ENDLESS_SAMPLER.search(ctx.code(sampler)))
+    batch = keyword_value(call, "batch_size")
+    for value in values:
+        if not isinstance(value, ast.Call):
+            return False
+        if ENDLESS_SAMPLER.search(last_part(dotted_name(value.func))):
+            continue
+        samples = keyword_value(value, "num_samples")
+        if not (samples is not None and batch is not None and _multiple_of(ctx, samples, batch)):
+            return False
+    return True
+
+
+def _multiple_of(ctx: FileContext, total: ast.expr, batch: ast.expr) -> bool:
+    """`steps * batch_size` (or `batch_size * steps`) for the loader's `batch_size`."""
+    return (
+        isinstance(total, ast.BinOp)
+        and isinstance(total.op, ast.Mult)
+        and any(ctx.code(side) == ctx.code(batch) for side in (total.left, total.right))
+    )
+
+
+def used_outside_training(ctx: FileContext, call: ast.Call) -> bool:
+    """The loader (assigned to a name) is only drawn from once (`next(iter(loader))`: one sample
+    batch, for a plot or a shape check) or iterated by loops that do not train: no last batch of a
+    training epoch. Any other use (passed on, returned, stored) keeps it a candidate."""
+    target = _target(ctx, call)
+    if not isinstance(target, ast.Name):
+        return False
+    scope = ctx.index.scope_of(call)
+    uses = [
+        n
+        for n in ast.walk(scope)
+        if isinstance(n, ast.Name)
+        and n.id == target.id
+        and isinstance(n.ctx, ast.Load)
+        and ctx.index.scope_of(n) is scope
+        and call in ctx.reaching_values(n)
+    ]
+    return bool(uses) and all(_drawn_once(ctx, use) or _iterated_without_training(ctx, use) for use in uses)
+
+
+def _drawn_once(ctx: FileContext, use: ast.Name) -> bool:
+    """`next(iter(loader))`, `len(loader)`."""
+    parent = ctx.parent(use)
+    if isinstance(parent, ast.Call) and dotted_name(parent.func) == "len":
+        return True
+    grand = ctx.parent(parent)
+    return (
+        isinstance(parent, ast.Call)
+        and dotted_name(parent.func) == "iter"
+        and isinstance(grand, ast.Call)
+        and dotted_name(grand.func) == "next"
+    )
+
+
+def _iterated_without_training(ctx: FileContext, use: ast.Name) -> bool:
+    """`for batch in loader:` (through `enumerate`, `tqdm`...) in a loop that does not train."""
+    node: ast.AST = use
+    parent = ctx.parent(node)
+    while isinstance(parent, ast.Call) and last_part(dotted_name(parent.func)) in WRAPPERS and node in parent.args:
+        node, parent = parent, ctx.parent(parent)
+    return isinstance(parent, (ast.For, ast.AsyncFor)) and parent.iter is node and not loop_trains(ctx, parent)
 
 
 def _named_for_training(ctx: FileContext, call: ast.Call) -> bool | None:
@@ -250,6 +327,67 @@ def returned_ragged_loaders(ctx: FileContext, func: ast.AST) -> list[tuple[int, 
                     found.append((value.lineno, index))
                     break
     return found
+
+
+# -- batches of one length -------------------------------------------------------------------------------
+
+
+def padded_to_fixed_length(ctx: FileContext, call: ast.Call) -> bool:
+    """The batch a collate function pads with `pad_sequence(seqs)` has one length every time: each
+    example is cut to a fixed block (`[x[i : i + block] for i in starts]`), or the padded batch is
+    padded again to a constant length (`F.pad(t, (0, MAX_LEN - t.shape[1]))`)."""
+    seqs = call.args[0] if call.args else None
+    if isinstance(seqs, ast.Name):
+        values = ctx.reaching_values(seqs)
+        seqs = values[0] if len(values) == 1 else None
+    if isinstance(seqs, (ast.ListComp, ast.GeneratorExp)) and _fixed_window(ctx, seqs.elt):
+        return True
+    parent = ctx.parent(call)
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+        return False
+    name = parent.targets[0].id
+    func = ctx.index.enclosing_function(call)
+    order = ctx.index.order
+    return any(
+        order.get(later, 0) > order[call] and _pads_to_constant(later, name)
+        for later in (ctx.calls_within(func) if func is not None else ())
+    )
+
+
+def _fixed_window(ctx: FileContext, expr: ast.expr) -> bool:
+    """`x[i : i + block]` (or `x[:, i : i + block]`): a slice of a fixed length."""
+    if not isinstance(expr, ast.Subscript):
+        return False
+    parts = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+    window = parts[-1]
+    return (
+        isinstance(window, ast.Slice)
+        and window.lower is not None
+        and isinstance(window.upper, ast.BinOp)
+        and isinstance(window.upper.op, ast.Add)
+        and ctx.code(window.upper.left) == ctx.code(window.lower)
+        and window.step is None
+    )
+
+
+def _pads_to_constant(call: ast.Call, name: str) -> bool:
+    """`F.pad(name, (0, LENGTH - name.shape[1]))`: padded up to a length that does not depend on it."""
+    if last_part(dotted_name(call.func)) != "pad" or not call.args or dotted_name(call.args[0]) != name:
+        return False
+    widths = call.args[1] if len(call.args) > 1 else keyword_value(call, "pad")
+    if not isinstance(widths, (ast.Tuple, ast.List)):
+        return False
+    for width in widths.elts:
+        if isinstance(width, ast.BinOp) and isinstance(width.op, ast.Sub):
+            right = width.right
+            measured = right.value if isinstance(right, ast.Subscript) else right
+            if isinstance(measured, ast.Call):
+                measured = measured.func
+            if isinstance(measured, ast.Attribute) and measured.attr in ("shape", "size"):
+                return dotted_name(measured.value) == name and name not in {
+                    n.id for n in ast.walk(width.left) if isinstance(n, ast.Name)
+                }
+    return False
 
 
 # -- batches moved by hand -------------------------------------------------------------------------------

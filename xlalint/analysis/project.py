@@ -24,7 +24,15 @@ from .index import FUNCTIONS, qualname
 from .loaders import returned_ragged_loaders, training_sources
 from .names import dotted_name, last_part, method_name, receiver
 from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
-from .steps import in_loop_within, in_raise, runs_less_often, trains, unbarriered_optimizer_step
+from .steps import (
+    HOOK_NAME,
+    in_loop_within,
+    in_raise,
+    other_update,
+    runs_less_often,
+    trains,
+    unbarriered_optimizer_step,
+)
 from .vocabulary import DEVICE_LOADER, GRADIENT_REDUCERS, REPLICA_LAUNCH
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -53,6 +61,9 @@ class CallSite:
     column: int  # 0-based, in characters
     # the arguments it passes that are evidently device loaders (`MpDeviceLoader(...)`): "0", "k:loader"
     device_loaders: tuple[str, ...] = ()
+    # the arguments it passes that are evidently on the host, keyed alike with what they are: "0=cpu"
+    # (a tensor on the host, `t.cpu()`), "k:x=py" (a Python or NumPy value, `loss.item()`)
+    host_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,11 @@ class ProjectFacts:
     replicas: bool = False
     # its functions' parameters that a call elsewhere passes a device loader: (qualname, "0" / "k:name")
     device_loader_params: frozenset[tuple[str, str]] = frozenset()
+    # hook-like method names some module of the project calls (`steps.uncalled_hook`)
+    hook_calls: frozenset[str] = frozenset()
+    # its functions' parameters that every call in the project passes a host value: (qualname, "0" /
+    # "k:name", "cpu" when one of them is a host tensor, else "py")
+    host_params: frozenset[tuple[str, str, str]] = frozenset()
 
     def key(self) -> str:
         return repr(
@@ -106,6 +122,8 @@ class ProjectFacts:
                 self.xla_device,
                 self.replicas,
                 sorted(self.device_loader_params),
+                sorted(self.hook_calls),
+                sorted(self.host_params),
             )
         )
 
@@ -135,6 +153,8 @@ class ProjectFacts:
             self.xla_device,
             self.replicas,
             self.device_loader_params,
+            self.hook_calls,
+            self.host_params,
         )
 
 
@@ -179,6 +199,8 @@ class ModuleSummary:
     optimizer_steps: dict[str, int] = field(default_factory=dict)  # qualname -> line of an unbarriered step
     state_reads: dict[str, list[list]] = field(default_factory=dict)  # qualname -> [line, read] (reads.state_reads)
     launches_replicas: bool = False  # see `launches_replicas`
+    # hook-like method names (`update`, `on_batch_end`) it calls or hands on (`steps.HOOK_NAME`)
+    hook_calls: list[str] = field(default_factory=list)
 
 
 # -- where a file belongs ----------------------------------------------------------------------------
@@ -248,6 +270,7 @@ def summarize(ctx, name: str) -> ModuleSummary:
     for call in index.calls:
         _summarize_call(ctx, summary, call)
     _summarize_helpers(ctx, summary)
+    summary.hook_calls = sorted(hook_names_used(ctx))
     if ctx.imports_jax:
         for key, target in ctx.jax_jitted.items():
             if key.startswith("self.") and target.filtered:
@@ -302,6 +325,19 @@ def launches_replicas(ctx) -> bool:
     return launched and not owned
 
 
+def hook_names_used(ctx) -> set[str]:
+    """Hook-like method names (`steps.HOOK_NAME`) this module calls or hands on as attributes
+    (`meter.update(loss)`, `callbacks=[self.on_batch_end]`), not counting dicts' and progress
+    bars' own `update`."""
+    found = set()
+    for node in ctx.index.by_type.get(ast.Attribute, ()):
+        if HOOK_NAME.match(node.attr):
+            call = ctx.parent(node)
+            if not (isinstance(call, ast.Call) and call.func is node and other_update(ctx, call)):
+                found.add(node.attr)
+    return found
+
+
 def returns_xla_device(ctx, func: ast.AST) -> bool:
     """`def get_device(): return xm.xla_device()`: code that takes its device from here runs on XLA."""
     for node in ast.walk(func):
@@ -341,7 +377,16 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     if callee:
         summary.calls.append(
             CallSite(
-                caller, callee, receiver_class, hot, per_step, looped, call.lineno, column, _device_loaders(ctx, call)
+                caller,
+                callee,
+                receiver_class,
+                hot,
+                per_step,
+                looped,
+                call.lineno,
+                column,
+                _device_loaders(ctx, call),
+                _host_args(ctx, call),
             )
         )
     for target in targets:
@@ -403,6 +448,18 @@ def _device_loaders(ctx, call: ast.Call) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _host_args(ctx, call: ast.Call) -> tuple[str, ...]:
+    """The arguments of `call` evidently on the host (a `.cpu()` tensor, a Python number), keyed as
+    in `_device_loaders`."""
+    from .tensors import Kind
+
+    host = {Kind.CPU: "cpu", Kind.NOT_TENSOR: "py"}
+    passed = [(str(i), arg) for i, arg in enumerate(call.args) if not isinstance(arg, ast.Starred)]
+    passed += [(f"k:{kw.arg}", kw.value) for kw in call.keywords if kw.arg]
+    kinds = [(key, host.get(ctx.tensor_kind(value))) for key, value in passed]
+    return tuple(f"{key}={kind}" for key, kind in kinds if kind)
+
+
 def _device_loader(ctx, value: ast.expr) -> bool:
     values = ctx.assigned_values(value) if isinstance(value, (ast.Name, ast.Attribute)) else [value]
     return any(isinstance(v, ast.Call) and DEVICE_LOADER.match(last_part(dotted_name(v.func))) for v in values)
@@ -450,6 +507,14 @@ def _names_function(ctx, target: str) -> bool:
     if len(parts) == 2 and parts[0] in ("self", "cls") or len(parts) == 1:
         return parts[-1] in ctx.index.functions
     return False
+
+
+def written_callee(call: ast.Call) -> str | None:
+    """The callee as written, as the project's call sites name it: "f", "self.m", "super().m"."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and dotted_name(func.value.func) == "super":
+        return f"super().{func.attr}"
+    return dotted_name(func)
 
 
 def _callee(ctx, call: ast.Call) -> tuple[str | None, str | None]:
@@ -669,6 +734,8 @@ class ProjectIndex:
                     overridden.update((f"*.{call.callee[5:]}", arg) for arg in call.device_loaders)
         for path in self.summaries:
             device_loaders[path] |= overridden
+        hooks = frozenset(name for summary in self.summaries.values() for name in summary.hook_calls)
+        host_params = self._host_params(resolved)
         return {
             path: ProjectFacts(
                 frozenset(steps[path]),
@@ -681,9 +748,24 @@ class ProjectIndex:
                 path in xla_device,
                 path in replicas,
                 frozenset(device_loaders[path]),
+                hooks,
+                frozenset(host_params[path]),
             )
             for path in self.summaries
         }
+
+    def _host_params(self, resolved) -> dict[str, set[tuple[str, str, str]]]:
+        """Module path -> (qualname, argument key, "cpu"/"py") of its functions' parameters that
+        every call the project makes of them passes a value evidently on the host."""
+        passed: dict[FunctionRef, dict[str, str]] = {}
+        for _summary, call, target in resolved:
+            here = dict(entry.rpartition("=")[::2] for entry in call.host_args)
+            before = passed.get(target, here)
+            passed[target] = {k: "cpu" if "cpu" in (before[k], here[k]) else "py" for k in before.keys() & here.keys()}
+        found: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
+        for (path, name), keys in passed.items():
+            found[path].update((name, key, kind) for key, kind in keys.items())
+        return found
 
     def _compiled(self, resolved) -> dict[str, dict[str, str]]:
         """Module path -> its functions torch.compile traces because of other modules (qualname ->
@@ -847,6 +929,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
                 c.line,
                 c.column,
                 list(c.device_loaders),
+                list(c.host_args),
             ]
             for c in s.calls
         ],
@@ -862,6 +945,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
         "optimizer_steps": s.optimizer_steps,
         "launches_replicas": s.launches_replicas,
         "state_reads": s.state_reads,
+        "hook_calls": s.hook_calls,
     }
 
 
@@ -874,7 +958,7 @@ def summary_from_json(data: dict) -> ModuleSummary:
         dict(data["functions"]),
         set(data["step_functions"]),
         set(data["trains"]),
-        [CallSite(*c[:8], tuple(c[8]) if len(c) > 8 else ()) for c in data["calls"]],
+        [CallSite(*c[:8], *(tuple(extra) for extra in c[8:10])) for c in data["calls"]],
         {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()},
         {name: [list(p), list(st)] for name, (p, st) in data.get("static_jitted", {}).items()},
         dict(data.get("compiled", {})),
@@ -887,4 +971,5 @@ def summary_from_json(data: dict) -> ModuleSummary:
         optimizer_steps=dict(data.get("optimizer_steps", {})),
         launches_replicas=bool(data.get("launches_replicas")),
         state_reads={k: [list(r) for r in v] for k, v in data.get("state_reads", {}).items()},
+        hook_calls=list(data.get("hook_calls", [])),
     )

@@ -477,6 +477,17 @@ def _star_arguments(call: ast.Call, read: ParamRead) -> list[ast.expr]:
     return [kw.value for kw in call.keywords if kw.arg not in named]
 
 
+def read_cause(ctx: FileContext, call: ast.Call, read: ParamRead) -> tuple[str, int] | None:
+    """The cause of a finding at `call` for `read` (see `Rule.report`): the read's file ("" for
+    this one) and line."""
+    found = ctx.helper_reads(call)
+    if found is None:
+        return None
+    path = found[1]
+    same = os.path.abspath(path) == os.path.abspath(str(ctx.path))
+    return ("" if same else path, read.line)
+
+
 def moved_to_device_later(ctx: FileContext, value: ast.expr, call: ast.Call) -> bool:
     """`value` is a name that its scope later rebinds to itself moved to a device (`y = y.to(d)`)."""
     if not isinstance(value, ast.Name):

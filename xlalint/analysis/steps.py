@@ -139,7 +139,78 @@ def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
         return False
     if not STEP_FUNCTION.match(name):
         return overrides_model_hook(ctx, func)
-    return not owns_loader_loop(ctx, func)
+    return not owns_loader_loop(ctx, func) and not uncalled_hook(ctx, func)
+
+
+# Names of per-batch hooks that some caller must run (a framework's base class, or the project's
+# own loop): `update`, `on_batch_end`, `after_step`.
+HOOK_NAME = re.compile(
+    r"^(update|on_\w+|(after|before)_\w+|\w*(batch|step|iter|iteration)_(end|start|begin|completed|started))$"
+)
+# Bases that call none of their subclasses' hooks (a `torch.nn.Module` calls `forward` only).
+PLAIN_BASES = {"object", "Module", "nn.Module", "torch.nn.Module", "ABC", "abc.ABC"}
+# Receivers of an `update(...)` that is no hook: dicts, sets, progress bars, the environment.
+OTHER_UPDATE = re.compile(r"(^|\.)(__dict__|environ|kwargs|\w*config|\w*cfg|\w*args|\w*dict|pbar|\w*_bar|bar|state)$")
+
+
+def uncalled_hook(ctx: FileContext, func: ast.AST) -> bool:
+    """A method named like a per-batch hook (`update`, `on_batch_end`) of a class no framework
+    calls it from (no base but `object`/`nn.Module`, or classes of this module with none), which
+    nothing in the project calls or hands on: its name is no evidence that it runs every step."""
+    cls = ctx.index.enclosing_class(func)
+    if cls is None or ctx.index.parent(func) is not cls or not HOOK_NAME.match(func.name):
+        return False
+    if not _plain_class(ctx, cls, 0):
+        return False
+    if ctx.externally_called(func) or func.name in ctx.project.hook_calls:
+        return False
+    return func.name not in ctx.hook_names_used and not _handed_on(ctx, cls)
+
+
+def _handed_on(ctx: FileContext, cls: ast.ClassDef) -> bool:
+    """An instance of `cls` is handed to other code (`Trainer(callbacks=[Checkpoint()])`), which
+    may call its hooks by their names."""
+    for call in ctx.index.calls:
+        if dotted_name(call.func) == cls.name:
+            parent = ctx.parent(call)
+            if isinstance(parent, (ast.Call, ast.keyword, ast.List, ast.Tuple, ast.Set, ast.Dict)):
+                return True
+    return False
+
+
+def _plain_class(ctx: FileContext, cls: ast.ClassDef, depth: int) -> bool:
+    for base in cls.bases:
+        written = dotted_name(base) or ""
+        if written in PLAIN_BASES:
+            continue
+        local = [c for c in ctx.index.by_type.get(ast.ClassDef, ()) if c.name == written]
+        if depth < 3 and len(local) == 1 and local[0] is not cls and _plain_class(ctx, local[0], depth + 1):
+            continue
+        return False
+    return not cls.keywords  # `metaclass=...`: anything may call it
+
+
+def other_update(ctx: FileContext, call: ast.Call) -> bool:
+    """`d.update(...)` of a dict, set or progress bar (`{}`, `dict(...)`, `tqdm(...)`, `os.environ`,
+    `self.__dict__`, `kwargs`): no call of a project hook."""
+    if method_name(call) != "update":
+        return False
+    recv = receiver(call)
+    name = dotted_name(recv) or ""
+    if OTHER_UPDATE.search(name):
+        return True
+    values = ctx.assigned_values(recv) if isinstance(recv, (ast.Name, ast.Attribute)) and name else []
+    if isinstance(recv, ast.Name) and not values:
+        param = ctx.parameter(recv)
+        return param is not None and ctx.index.field_of(param) == "kwarg"
+    return bool(values) and all(
+        isinstance(v, (ast.Dict, ast.DictComp, ast.Set, ast.SetComp))
+        or (
+            isinstance(v, ast.Call)
+            and last_part(dotted_name(v.func)) in ("dict", "set", "defaultdict", "OrderedDict", "Counter", "tqdm")
+        )
+        for v in values
+    )
 
 
 # Model libraries whose models call overridable methods of their own from `forward`.
@@ -886,10 +957,46 @@ def _in_step_loop_within(ctx: FileContext, node: ast.AST, func: ast.AST) -> bool
 
 
 def _excluded_here(ctx: FileContext, node: ast.AST) -> bool:
-    """Never on XLA, or building an error being raised (runs once, when failing)."""
+    """Never on XLA, building an error being raised (runs once, when failing), or a check of a
+    verification script."""
     if ctx.in_non_xla_code(node):
         return True
-    return in_raise(ctx, node)
+    return in_raise(ctx, node) or verification_check(ctx, node)
+
+
+# Comparisons a verification script checks results with (`torch.allclose`, `torch.testing.assert_close`).
+CHECK_CALLS = {"allclose", "equal", "assert_close", "assert_allclose", "assert_equal", "assert_array_equal"}
+# Folders of a package that hold its verification scripts (`accelerate/test_utils/scripts/...`).
+VERIFICATION_FOLDERS = {"test_utils", "testing_utils", "test_scripts"}
+
+
+def is_verification_module(path) -> bool:
+    """A script that verifies rather than trains: `test_*.py`, `*_test.py`, or a module under a
+    package's `test_utils/` (by the file's own name and its folders', not by a `tests` folder far up
+    the path, which may hold a whole project)."""
+    parts = PurePath(str(path)).parts
+    name = parts[-1] if parts else ""
+    return name.startswith("test_") or name.endswith("_test.py") or bool(VERIFICATION_FOLDERS & set(parts[:-1]))
+
+
+def verification_check(ctx: FileContext, node: ast.AST) -> bool:
+    """In a verification script, `node` is part of a check of results: an `assert`'s test, a
+    comparison such as `torch.allclose(a, b)`, or the test of an `if` that holds one
+    (`if not torch.allclose(out, ref): raise ...`). It runs to check, not to train."""
+    if not ctx.verification_module:
+        return False
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, ast.Assert):
+            return True
+        if isinstance(anc, ast.Call) and last_part(dotted_name(anc.func)) in CHECK_CALLS:
+            return True
+        if isinstance(anc, (ast.If, ast.While)):
+            return any(
+                isinstance(n, ast.Call) and last_part(dotted_name(n.func)) in CHECK_CALLS for n in ast.walk(anc.test)
+            ) and any(n is node for n in ast.walk(anc.test))
+        if isinstance(anc, ast.stmt):
+            return False
+    return False
 
 
 def in_raise(ctx: FileContext, node: ast.AST) -> bool:
@@ -912,7 +1019,7 @@ def _site_excluded(ctx: FileContext, node: ast.AST) -> bool:
     function."""
     if ctx.in_non_xla_code(node):
         return True
-    if in_raise(ctx, node):
+    if in_raise(ctx, node) or verification_check(ctx, node):
         return True
     child = node
     for anc in ctx.index.ancestors(node):

@@ -12,7 +12,7 @@ import enum
 import re
 from typing import TYPE_CHECKING
 
-from .index import FUNCTIONS, own_returns
+from .index import FUNCTIONS, own_returns, qualname
 from .names import (
     dotted_name,
     is_constant,
@@ -33,6 +33,10 @@ from .vocabulary import (
     ELEMENTWISE_FUNCTIONS,
     ELEMENTWISE_METHODS,
     FACTORIES,
+    INDEX_FUNCTIONS,
+    INDEX_METHODS,
+    INDEXED_RESULTS,
+    INTEGER_DTYPES,
     LIKE_FACTORIES,
     TENSOR_REDUCTIONS,
 )
@@ -518,7 +522,26 @@ class TensorInference:
             passed = (combine(*(self.ctx.tensor_kind(v) for v in values)) if values else None) or Kind.UNKNOWN
         if passed >= Kind.CPU or passed == Kind.NOT_TENSOR:
             return passed  # what the module's own callers pass
+        host = self._host_everywhere(func, param) if isinstance(func, FUNCTIONS) else None
+        if host is not None:
+            return host  # every call in the project passes a host value (`summarize(out.cpu())`)
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
+
+    def _host_everywhere(self, func: ast.FunctionDef | ast.AsyncFunctionDef, param: ast.arg) -> Kind | None:
+        """CPU (a host tensor) or NOT_TENSOR (a Python value) when every call of `func` the project
+        makes passes a host value for `param` (`ProjectFacts.host_params`); None otherwise."""
+        facts = self.ctx.project.host_params
+        if not facts:
+            return None
+        params = [*func.args.posonlyargs, *func.args.args]
+        if params and params[0].arg in ("self", "cls") and isinstance(self.ctx.index.parent(func), ast.ClassDef):
+            params = params[1:]
+        qualified = qualname(self.ctx.index, func)
+        keys = [f"k:{param.arg}", *([str(params.index(param))] if param in params else [])]
+        for kind, value in (("cpu", Kind.CPU), ("py", Kind.NOT_TENSOR)):
+            if any((qualified, key, kind) in facts for key in keys):
+                return value
+        return None
 
     def _passed(self, param: ast.arg) -> Kind:
         """The kind of what this module's calls pass for `param`; UNKNOWN without calls."""
@@ -903,7 +926,8 @@ def is_torch(ctx: FileContext, call: ast.Call, names: set[str]) -> str | None:
 
 def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is evidently a boolean device tensor: a comparison of tensors, `~m`, `m & n`,
-    `torch.isnan(x)`, `.bool()`, a name assigned from one of those, or a tensor named like a mask."""
+    `torch.isnan(x)`, `.bool()`, `dtype=torch.bool`, a name assigned from one of those, or a tensor
+    named like a mask that nothing shows to hold integer indices (see `integer_index`)."""
     if depth > MAX_DEPTH or not ctx.on_device(expr):
         return False
     if isinstance(expr, ast.Compare):
@@ -918,10 +942,12 @@ def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
         method = method_name(expr)
         if method in BOOL_METHODS and not is_torch(ctx, expr, BOOL_FUNCTIONS | {"bool"}):
             return True
-        if method == "to" and any(
-            dotted_name(a) in ("torch.bool", "bool") for a in (*expr.args, *(k.value for k in expr.keywords))
+        if method in ("to", "type") and any(
+            _names_dtype(ctx, a, {"bool"}) for a in (*expr.args, *(k.value for k in expr.keywords))
         ):
             return True
+        if _names_dtype(ctx, keyword_value(expr, "dtype"), {"bool"}):
+            return True  # `torch.zeros(n, dtype=torch.bool, device=d)`, `torch.ones_like(x, dtype=torch.bool)`
         if method in ("any", "all") and (expr.args or expr.keywords) and ctx.on_device(receiver(expr)):
             return True  # a reduction over a dimension: still a mask
         if is_torch(ctx, expr, {"any", "all"}) and (len(expr.args) > 1 or keyword(expr, "dim") is not None):
@@ -938,6 +964,8 @@ def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
 
 
 def _mask_named(ctx: FileContext, expr: ast.expr) -> bool:
+    """Named like a mask, and nothing in how it was built says it holds integer indices (a name is
+    no evidence of a dtype: `keep_mask = logits.topk(k).indices` is a gather of static size)."""
     name = dotted_name(expr)
     return (
         bool(name)
@@ -945,7 +973,95 @@ def _mask_named(ctx: FileContext, expr: ast.expr) -> bool:
         and ctx.on_device(expr)
         and "attention_mask" not in name
         and "padding_mask" not in name
+        and not integer_index(ctx, expr)
     )
+
+
+def integer_index(ctx: FileContext, expr: ast.expr | None, depth: int = 0) -> bool:
+    """`expr` evidently holds integer indices, by how it was built: `argmax`, `arange`, `randperm`,
+    `nonzero` (a tensor, or its `as_tuple=True` tuple), one-argument `torch.where(c)`,
+    `x.topk(k).indices`, `x.max(1)[1]`, `.long()`, `dtype=torch.long`, or a name, attribute or
+    parameter (what this module's calls pass) bound to one. Indexing with it gathers: a static size."""
+    if expr is None or depth > MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Call):
+        if is_torch(ctx, expr, INDEX_FUNCTIONS):
+            return True
+        if is_torch(ctx, expr, {"where"}) and len(expr.args) == 1 and not expr.keywords:
+            return True  # `torch.where(c)`: the tuple of `c.nonzero(as_tuple=True)`
+        method = method_name(expr)
+        if method in INDEX_METHODS and (method not in ("long", "int") or not expr.args):
+            return True
+        dtypes = [keyword_value(expr, "dtype")]
+        if method in ("to", "type"):
+            dtypes += positional(expr)
+        if any(_names_dtype(ctx, d, INTEGER_DTYPES) for d in dtypes):
+            return True
+        if is_torch(ctx, expr, {"tensor", "as_tensor", "LongTensor"}) and expr.args:
+            return _int_literals(expr.args[0])
+        return False
+    if isinstance(expr, ast.Attribute):
+        if expr.attr == "indices" and _indexed_result(expr.value):
+            return True
+        values = ctx.attribute_values(dotted_name(expr) or "") if dotted_name(expr) else []
+        return any(integer_index(ctx, v, depth + 1) for v in values)
+    if isinstance(expr, ast.Subscript):
+        index = expr.slice
+        if _indexed_result(expr.value) and isinstance(index, ast.Constant) and index.value == 1:
+            return True  # `x.max(dim=1)[1]`, `x.topk(k)[1]`
+        return integer_index(ctx, expr.value, depth + 1)  # `perm[:k]`, `nz[0]`
+    if isinstance(expr, ast.Name):
+        values = ctx.reaching_values(expr)
+        if values:
+            return any(integer_index(ctx, v, depth + 1) for v in values)
+        param = ctx.parameter(expr)
+        passed = ctx.arguments_for(param) if param is not None else []
+        return any(integer_index(ctx, v, depth + 1) for v in passed if v is not None)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)):
+        sides = (expr.left, expr.right)
+        return any(integer_index(ctx, s, depth + 1) for s in sides) and all(
+            integer_index(ctx, s, depth + 1) or (isinstance(s, ast.Constant) and type(s.value) is int) for s in sides
+        )  # `idx + 1`, `rows * width + cols`
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return bool(expr.elts) and all(integer_index(ctx, e, depth + 1) for e in expr.elts)
+    if isinstance(expr, ast.IfExp):
+        return integer_index(ctx, expr.body, depth + 1) or integer_index(ctx, expr.orelse, depth + 1)
+    return False
+
+
+def _indexed_result(expr: ast.expr) -> bool:
+    """`x.topk(k)`, `torch.sort(x)`, `x.max(dim=1)`: a call with a `(values, indices)` result (for
+    `max`/`min`/`median`, only with a dimension)."""
+    if not isinstance(expr, ast.Call):
+        return False
+    name = method_name(expr) or last_part(dotted_name(expr.func))
+    if name not in INDEXED_RESULTS:
+        return False
+    if name in ("max", "min", "median"):
+        own = 0 if isinstance(expr.func, ast.Attribute) and dotted_name(expr.func.value) != "torch" else 1
+        return len(expr.args) > own or keyword(expr, "dim") is not None
+    return True
+
+
+def _int_literals(node: ast.expr) -> bool:
+    """`[0, 2, 5]`: a literal list (or tuple) of Python ints."""
+    return (
+        isinstance(node, (ast.List, ast.Tuple))
+        and bool(node.elts)
+        and all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts)
+    )
+
+
+def _names_dtype(ctx: FileContext, node: ast.expr | None, names: set[str]) -> bool:
+    """`torch.long`, `th.int64`, `torch.LongTensor` (for `.type(...)`): a torch dtype among `names`;
+    the Python name `bool` counts as `torch.bool`."""
+    if node is None:
+        return False
+    if isinstance(node, ast.Name) and node.id == "bool" and "bool" in names:
+        return True
+    qualified = ctx.qualified_name(node) or ""
+    head, _, tail = qualified.rpartition(".")
+    return head == "torch" and (tail in names or tail.removesuffix("Tensor").lower() in names)
 
 
 def elementwise_of(ctx: FileContext, mask: ast.expr, base: ast.expr, depth: int = 0) -> bool:

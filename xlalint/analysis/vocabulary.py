@@ -138,6 +138,27 @@ COMPARISONS = {"eq", "ne", "gt", "ge", "lt", "le", "greater", "greater_equal", "
 LOGICAL_OPS = {"logical_not", "logical_and", "logical_or", "logical_xor"}
 BOOL_FUNCTIONS = FLOAT_TESTS | COMPARISONS | LOGICAL_OPS | {"isreal", "isclose", "isin"}
 BOOL_METHODS = FLOAT_TESTS | COMPARISONS | LOGICAL_OPS | {"bool", "isclose"}
+# torch functions and tensor methods whose result holds integer indices (an index with them is a
+# gather of static size, whatever the value is named): `argmax`, `arange`, `randperm`, `nonzero`...
+INDEX_FUNCTIONS = {
+    "argmax",
+    "argmin",
+    "argsort",
+    "arange",
+    "randperm",
+    "randint",
+    "multinomial",
+    "searchsorted",
+    "bucketize",
+    "nonzero",
+    "tril_indices",
+    "triu_indices",
+}
+INDEX_METHODS = {"argmax", "argmin", "argsort", "nonzero", "long", "int", "multinomial"}
+# ... and the ops whose named result `.indices` (or second element) holds them: `x.topk(k).indices`.
+INDEXED_RESULTS = {"topk", "sort", "max", "min", "kthvalue", "mode", "median", "cummax", "cummin"}
+# (not uint8: torch indexes with a uint8 tensor as with a bool mask)
+INTEGER_DTYPES = {"long", "int", "int64", "int32", "int16", "int8", "short"}
 # Ops that keep the shape of their (single tensor) input, for "the mask is built from x itself".
 ELEMENTWISE_FUNCTIONS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "signbit", "logical_not", "abs"}
 ELEMENTWISE_METHODS = FLOAT_TESTS | COMPARISONS | {"logical_not", "abs", "bool", "detach"}
