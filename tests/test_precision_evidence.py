@@ -360,6 +360,32 @@ def test_checks_of_verification_scripts_are_not_training_code(run_cli, project, 
     assert sorted({row for _, row, _ in found}) == reported
 
 
+CASE_SCRIPT = """\
+import unittest
+
+import torch
+import torch_xla
+
+
+class TrainTest(unittest.TestCase):
+    def test_loss_falls(self, model, loader, opt):
+        device = torch_xla.device()
+        for x in loader:
+            loss = model(x.to(device)).sum()
+            loss.backward()
+            opt.step()
+            torch_xla.sync()
+            self.assertLess(loss.item(), 10)
+            print(loss.item())
+"""
+
+
+@pytest.mark.parametrize("path, reported", [("test_train.py", [16]), ("train.py", [15, 16])])
+def test_a_test_cases_assertion_methods_are_checks(run_cli, project, path, reported):
+    found = findings(run_cli, project, {path: CASE_SCRIPT})
+    assert sorted({row for _, row, _ in found}) == reported
+
+
 COLLATES = """\
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence

@@ -966,6 +966,8 @@ def _excluded_here(ctx: FileContext, node: ast.AST) -> bool:
 
 # Comparisons a verification script checks results with (`torch.allclose`, `torch.testing.assert_close`).
 CHECK_CALLS = {"allclose", "equal", "assert_close", "assert_allclose", "assert_equal", "assert_array_equal"}
+# unittest's assertion methods and their look-alikes (`self.assertEqual`, `self.assertAllClose`).
+UNITTEST_ASSERTION = re.compile(r"^assert[A-Z_]")
 # Folders of a package that hold its verification scripts (`accelerate/test_utils/scripts/...`).
 VERIFICATION_FOLDERS = {"test_utils", "testing_utils", "test_scripts"}
 
@@ -985,10 +987,10 @@ def verification_check(ctx: FileContext, node: ast.AST) -> bool:
     (`if not torch.allclose(out, ref): raise ...`). It runs to check, not to train."""
     if not ctx.verification_module:
         return False
-    for anc in ctx.index.ancestors(node):
+    for anc in (node, *ctx.index.ancestors(node)):
         if isinstance(anc, ast.Assert):
             return True
-        if isinstance(anc, ast.Call) and last_part(dotted_name(anc.func)) in CHECK_CALLS:
+        if isinstance(anc, ast.Call) and _is_check_call(anc):
             return True
         if isinstance(anc, (ast.If, ast.While)):
             return any(
@@ -997,6 +999,13 @@ def verification_check(ctx: FileContext, node: ast.AST) -> bool:
         if isinstance(anc, ast.stmt):
             return False
     return False
+
+
+def _is_check_call(call: ast.Call) -> bool:
+    """`torch.allclose(a, b)`, or a test case's assertion method (`self.assertEqual(out, ref)`)."""
+    dotted = dotted_name(call.func) or ""
+    name = last_part(dotted)
+    return name in CHECK_CALLS or bool(UNITTEST_ASSERTION.match(name)) and dotted.startswith("self.")
 
 
 def in_raise(ctx: FileContext, node: ast.AST) -> bool:
