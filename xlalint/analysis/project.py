@@ -519,10 +519,8 @@ def written_callee(call: ast.Call) -> str | None:
 
 def _callee(ctx, call: ast.Call) -> tuple[str | None, str | None]:
     func = call.func
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and dotted_name(func.value.func) == "super":
-        return f"super().{func.attr}", None
-    name = dotted_name(func)
-    if not name or not isinstance(func, ast.Attribute):
+    name = written_callee(call)
+    if not name or name.startswith("super().") or not isinstance(func, ast.Attribute):
         return name, None
     receiver = func.value
     if dotted_name(receiver) in ("self", "cls") or (

@@ -721,7 +721,7 @@ class TensorInference:
     def _method_call(self, node: ast.Call, method: str) -> Kind:
         recv = receiver(node)
         if method == "values" and not node.args:
-            found = self._dict_values(recv)
+            found = self.dict_values(recv)
             if found is not None:
                 return found  # `{"box": loss_box}.values()`
             if self.kind(recv) == Kind.DEVICE:
@@ -749,7 +749,7 @@ class TensorInference:
             return Kind.TENSOR
         return base
 
-    def _dict_values(self, expr: ast.expr, depth: int = 0) -> Kind | None:
+    def dict_values(self, expr: ast.expr, depth: int = 0) -> Kind | None:
         """The kind of the values of the dict `expr` holds (`{k: loss_k}`, a comprehension, or a
         name or attribute assigned one); None when no dict literal is in sight."""
         if depth > MAX_DEPTH:
@@ -759,11 +759,11 @@ class TensorInference:
         if isinstance(expr, ast.DictComp):
             return self.kind(expr.value)
         if isinstance(expr, ast.IfExp):
-            kinds = [self._dict_values(e, depth + 1) for e in (expr.body, expr.orelse)]
+            kinds = [self.dict_values(e, depth + 1) for e in (expr.body, expr.orelse)]
             return combine(*(k if k is not None else self.kind(e) for k, e in zip(kinds, (expr.body, expr.orelse))))
         if isinstance(expr, (ast.Name, ast.Attribute)):
             values = [v for v in self.ctx.assigned_values(expr) if v is not expr]
-            kinds = [self._dict_values(v, depth + 1) for v in values]
+            kinds = [self.dict_values(v, depth + 1) for v in values]
             if any(k is not None for k in kinds):
                 return combine(*(k if k is not None else self.kind(v) for k, v in zip(kinds, values)))
         return None
@@ -912,7 +912,7 @@ def holds_device_tensors(ctx: FileContext, expr: ast.expr) -> bool:
     dict comprehension of them): what a logger's `update(**losses)` or `log(metrics)` is handed."""
     if ctx.on_device(expr):
         return True
-    kind = ctx.tensors._dict_values(expr)
+    kind = ctx.tensors.dict_values(expr)
     return kind is not None and kind.on_device
 
 
