@@ -207,8 +207,16 @@ def train(model, loader, device, optimizer, loss_fn, num_classes):
 
 def test_one_call_one_cause_one_finding(run_cli, project):
     # `super().forward(...)` starts where its `super()` does: the fact about the call is reported once
-    found = findings(run_cli, project, {"base.py": BASE, "child.py": CHILD}, "--assume-xla")
+    child = CHILD.replace("def forward(self", "def dense_loss(self")
+    found = findings(run_cli, project, {"base.py": BASE, "child.py": child}, "--assume-xla")
     assert [f for f in found if f[0] == "child.py"] == [("child.py", 7, "XLA109")]
+
+
+def test_an_override_handing_its_step_to_the_parent_is_not_the_cause(run_cli, project):
+    # `forward` returning `super().forward(...)`: the parent's forward runs every step by its own
+    # name and its read is reported there, where the code changes; not again in each subclass
+    found = findings(run_cli, project, {"base.py": BASE, "child.py": CHILD}, "--assume-xla")
+    assert found == [("base.py", 6, "XLA101")]
 
 
 def test_a_read_inside_a_branch_is_one_finding_at_the_call(run_cli, project):

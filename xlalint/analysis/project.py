@@ -509,6 +509,19 @@ def _names_function(ctx, target: str) -> bool:
     return False
 
 
+def _delegates_to_own_step(summary: ModuleSummary, call: CallSite, callee: ModuleSummary, name: str) -> bool:
+    """`call` is `super().m(...)` in a method `m` of its own (an override delegating to the method
+    it overrides), and that method runs every step in its own module: what it reads is reported
+    there, where the code changes, and not again at each subclass that hands its step on."""
+    method = call.callee.removeprefix("super().")
+    return (
+        method != call.callee
+        and call.caller.rpartition(".")[2] == method
+        and name.rpartition(".")[2] == method
+        and name in callee.step_functions
+    )
+
+
 def written_callee(call: ast.Call) -> str | None:
     """The callee as written, as the project's call sites name it: "f", "self.m", "super().m"."""
     func = call.func
@@ -716,6 +729,8 @@ class ProjectIndex:
                 # a local helper is per step itself: its reads are reported where they are, and at
                 # its calls only those it hands back (`sizes = grid_sizes(coords)` is a host read here)
                 reads = [r for r in reads if r.returned]
+            elif reads and _delegates_to_own_step(summary, call, self.summaries[path], name):
+                reads = []  # `return super().forward(x)`: the parent's step, its reads reported there
             if reads and call.hot:
                 helper_reads[summary.path].add(((call.line, call.column), call.callee, path, tuple(reads)))
         static = self._static_methods()
@@ -836,7 +851,7 @@ class ProjectIndex:
                 found[summary.path].add((at, "ragged_loader", call.callee, path, f"{line}:{index}"))
             if name in target.optimizer_steps and call.hot:
                 found[summary.path].add((at, "steps_optimizer", call.callee, path, str(target.optimizer_steps[name])))
-            if name in target.state_reads and call.hot:
+            if name in target.state_reads and call.hot and not _delegates_to_own_step(summary, call, target, name):
                 line, what = target.state_reads[name][0]
                 found[summary.path].add((at, "reads_state", call.callee, path, f"{line}:{what}"))
         return found, xla_device
