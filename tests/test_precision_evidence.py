@@ -360,6 +360,8 @@ def main(model, loader, opt, expected):
     [
         ("scripts/test_train.py", [17]),  # the checks are no training code; the logging still is
         ("pkg/test_utils/scripts/check.py", [17]),
+        ("test/distributed_util.py", [17]),  # a test suite's helper, not named test_*
+        ("tests/helpers/compare.py", [17]),
         ("train.py", [13, 14, 15, 17]),
     ],
 )
@@ -460,3 +462,19 @@ def test_a_helper_whose_callers_pass_host_values_reads_no_device_tensor(run_cli,
     out = run_cli("check", "--output-format", "json", cwd=project)[1]
     warm = sorted((d["filename"], d["location"]["row"], d["code"]) for d in json.loads(out) if d["code"] != "XLA102")
     assert warm == reported
+
+
+@pytest.mark.parametrize(
+    "path, root, verifies",
+    [
+        ("/w/proj/test/distributed_util.py", "/w/proj", True),
+        ("/w/proj/tests/helpers/compare.py", "/w/proj", True),
+        ("/w/proj/src/train.py", "/w/proj", False),
+        ("/home/u/tests/proj/train.py", "/home/u/tests/proj", False),  # a project kept under tests/
+        ("/home/u/tests/proj/train.py", None, False),
+    ],
+)
+def test_a_test_folder_counts_only_inside_its_project(path, root, verifies):
+    from xlalint.analysis.steps import is_verification_module
+
+    assert is_verification_module(path, root) is verifies

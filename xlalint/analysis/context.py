@@ -14,7 +14,7 @@ from .barriers import StepBarriers
 from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, qualname, target_names
 from .loaders import TrainingSources
 from .names import argument, dotted_name, function_params, last_part, positional
-from .project import NO_PROJECT, ProjectFacts, hook_names_used, written_callee
+from .project import NO_PROJECT, ProjectFacts, hook_names_used, project_root, written_callee
 from .reads import ParamRead
 from .tensors import Kind, TensorInference
 
@@ -343,7 +343,8 @@ class FileContext:
     @cached_property
     def verification_module(self) -> bool:
         """A script that checks results (`test_*.py`, a package's `test_utils/`): see `steps.verification_check`."""
-        return steps.is_verification_module(self.path)
+        path = Path(str(self.path)).absolute()
+        return steps.is_verification_module(path, project_root(path))
 
     def runs_hot(self, node: ast.AST) -> bool:
         """Runs every step (or on every call of a loss/metric check), and may run on XLA."""

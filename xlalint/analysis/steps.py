@@ -972,13 +972,26 @@ UNITTEST_ASSERTION = re.compile(r"^assert[A-Z_]")
 VERIFICATION_FOLDERS = {"test_utils", "testing_utils", "test_scripts"}
 
 
-def is_verification_module(path) -> bool:
-    """A script that verifies rather than trains: `test_*.py`, `*_test.py`, or a module under a
-    package's `test_utils/` (by the file's own name and its folders', not by a `tests` folder far up
-    the path, which may hold a whole project)."""
+# Folders of a project that hold its test suite, helpers included (`test/distributed_util.py`).
+TEST_FOLDERS = {"test", "tests"}
+
+
+def is_verification_module(path, root=None) -> bool:
+    """A script that verifies rather than trains: `test_*.py`, `*_test.py`, a module under a
+    package's `test_utils/`, or one under a `test/` or `tests/` folder of its project (`root`): a
+    test suite's helpers check too. A `tests` folder above the project's root, which may hold a
+    whole project, does not count."""
     parts = PurePath(str(path)).parts
     name = parts[-1] if parts else ""
-    return name.startswith("test_") or name.endswith("_test.py") or bool(VERIFICATION_FOLDERS & set(parts[:-1]))
+    if name.startswith("test_") or name.endswith("_test.py") or VERIFICATION_FOLDERS & set(parts[:-1]):
+        return True
+    if root is None:
+        return False
+    try:
+        inside = PurePath(str(path)).relative_to(root).parts[:-1]
+    except ValueError:
+        return False
+    return bool(TEST_FOLDERS & set(inside))
 
 
 def verification_check(ctx: FileContext, node: ast.AST) -> bool:
