@@ -478,3 +478,37 @@ def test_a_test_folder_counts_only_inside_its_project(path, root, verifies):
     from xlalint.analysis.steps import is_verification_module
 
     assert is_verification_module(path, root) is verifies
+
+
+LOSS_OBJECT = """\
+class ComputeLoss:
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, p, targets):
+        n = int(targets.max().item())
+        return p.sum() / n
+"""
+
+LOSS_CALLER = """\
+import torch_xla
+import torch_xla.distributed.parallel_loader as pl
+from losses import ComputeLoss
+
+
+def train(model, loader, optimizer):
+    compute_loss = ComputeLoss(model)
+    for x, y in pl.MpDeviceLoader(loader, torch_xla.device()):
+        loss = compute_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_an_instance_called_runs_its_classes_call_method(run_cli, project):
+    # `compute_loss(...)` with `compute_loss = ComputeLoss(model)` runs `ComputeLoss.__call__`
+    found = findings(run_cli, project, {"losses.py": LOSS_OBJECT, "train.py": LOSS_CALLER})
+    assert ("train.py", 9, "XLA109") in found
+    renamed = LOSS_OBJECT.replace("def __call__(self", "def compute(self")
+    found = findings(run_cli, project, {"losses.py": renamed, "train.py": LOSS_CALLER})
+    assert ("train.py", 9, "XLA109") not in found

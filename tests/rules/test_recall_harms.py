@@ -140,3 +140,22 @@ def test_a_chunk_clipped_against_the_data_left_compiles_once_more_for_the_last_o
     invalid = ShorterLastChunk.INVALID[0]
     findings = lint_code(invalid.code, [ShorterLastChunk])
     assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA315")]
+
+
+def test_the_row_count_of_concatenated_targets_sizes_a_new_graph_per_batch(tmp_path):
+    from xlalint.rules.varying_shapes.row_count_as_size import RowCountAsSize
+
+    datasets = load(tmp_path, "datasets.py", RowCountAsSize.DATASETS["datasets.py"])
+    loss = load(tmp_path, "loss.py", RowCountAsSize.DATASETS["loss.py"])
+    collate = datasets.ListDataset.__new__(datasets.ListDataset).collate_fn
+
+    def batch(*objects):  # samples (path, image, rows of (index, class, x, y, w, h)) as the example's dataset
+        _, imgs, targets = collate([("p", torch.randn(3, 8, 8), torch.rand(n, 6)) for n in objects])
+        return [imgs], targets, None
+
+    assert compiles(loss.build_targets, [batch(2, 3), batch(4, 3), batch(1, 3)]) == 3  # 5, 7, 4 objects
+    assert compiles(loss.build_targets, [batch(2, 3), batch(3, 2), batch(1, 4)]) == 1  # always 5
+    invalid = RowCountAsSize.INVALID[1]
+    findings = lint_code(invalid.code, [RowCountAsSize], modules=invalid.modules)
+    assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA316")]
+    assert "datasets.py:8" in findings[0].message

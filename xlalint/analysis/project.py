@@ -64,6 +64,8 @@ class CallSite:
     # the arguments it passes that are evidently on the host, keyed alike with what they are: "0=cpu"
     # (a tensor on the host, `t.cpu()`), "k:x=py" (a Python or NumPy value, `loss.item()`)
     host_args: tuple[str, ...] = ()
+    # the arguments that are batch elements of a loop over a loader: "0=ref#position" (`rows.row_args`)
+    row_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,11 @@ class ProjectFacts:
     # its functions' parameters that every call in the project passes a host value: (qualname, "0" /
     # "k:name", "cpu" when one of them is a host tensor, else "py")
     host_params: frozenset[tuple[str, str, str]] = frozenset()
+    # row tables of a batch's objects (see `rows`): (collate reference as its loops write it,
+    # position in the batch, "file:line" of the concatenation), and its functions' parameters that a
+    # call passes one: (qualname, "0" / "k:name", "file:line", whether the caller imports torch_xla)
+    row_refs: frozenset[tuple[str, int, str]] = frozenset()
+    row_params: frozenset[tuple[str, str, str, bool]] = frozenset()
 
     def key(self) -> str:
         return repr(
@@ -124,6 +131,8 @@ class ProjectFacts:
                 sorted(self.device_loader_params),
                 sorted(self.hook_calls),
                 sorted(self.host_params),
+                sorted(self.row_refs),
+                sorted(self.row_params),
             )
         )
 
@@ -155,6 +164,8 @@ class ProjectFacts:
             self.device_loader_params,
             self.hook_calls,
             self.host_params,
+            self.row_refs,
+            self.row_params,
         )
 
 
@@ -201,6 +212,12 @@ class ModuleSummary:
     launches_replicas: bool = False  # see `launches_replicas`
     # hook-like method names (`update`, `on_batch_end`) it calls or hands on (`steps.HOOK_NAME`)
     hook_calls: list[str] = field(default_factory=list)
+    # row tables of a batch's objects (see `rows`): qualname -> [[position returned, line]] of its
+    # collates; qualname -> [[index returned, collate reference]] of the loaders it returns; the
+    # collate references of the loaders its loops iterate
+    row_collates: dict[str, list[list]] = field(default_factory=dict)
+    returned_collates: dict[str, list[list]] = field(default_factory=dict)
+    loader_refs: list[str] = field(default_factory=list)
 
 
 # -- where a file belongs ----------------------------------------------------------------------------
@@ -267,6 +284,7 @@ def summarize(ctx, name: str) -> ModuleSummary:
                 reads = parameter_reads(ctx, func)
                 if reads:
                     summary.reads[qualified] = reads
+    _summarize_rows(ctx, summary)
     for call in index.calls:
         _summarize_call(ctx, summary, call)
     _summarize_helpers(ctx, summary)
@@ -280,6 +298,28 @@ def summarize(ctx, name: str) -> ModuleSummary:
 
         summary.compiled, summary.compiled_imports, summary.compile_disabled = summary_entries(ctx)
     return summary
+
+
+def _summarize_rows(ctx, summary: ModuleSummary) -> None:
+    """Collates that concatenate the samples' rows, the loaders with a collate that functions
+    return, and those the loops iterate (see `rows`)."""
+    from .rows import loader_refs, returned_collates, row_collate
+
+    index = ctx.index
+    collates = any(kw.arg == "collate_fn" for call in index.calls for kw in call.keywords)
+    concatenates = "zip" in index.all_names
+    for defs in index.functions.values():
+        for func in defs:
+            if concatenates:
+                tables = row_collate(ctx, func)
+                if tables:
+                    summary.row_collates[qualname(index, func)] = [list(t) for t in tables]
+            if collates:
+                returned = returned_collates(ctx, func)
+                if returned:
+                    summary.returned_collates[qualname(index, func)] = [list(r) for r in returned]
+    if index.loops:
+        summary.loader_refs = loader_refs(ctx)
 
 
 def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
@@ -349,6 +389,8 @@ def returns_xla_device(ctx, func: ast.AST) -> bool:
 
 
 def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
+    from .rows import row_args
+
     index = ctx.index
     callee, receiver_class = _callee(ctx, call)
     # callbacks: hooks run on every forward, per-iteration events every step
@@ -387,6 +429,7 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
                 column,
                 _device_loaders(ctx, call),
                 _host_args(ctx, call),
+                row_args(ctx, call) if summary.loader_refs else (),
             )
         )
     for target in targets:
@@ -533,6 +576,8 @@ def written_callee(call: ast.Call) -> str | None:
 def _callee(ctx, call: ast.Call) -> tuple[str | None, str | None]:
     func = call.func
     name = written_callee(call)
+    if isinstance(func, ast.Name) and func.id not in ctx.index.functions and func.id not in ctx.index.imports:
+        return name, _instance_class(ctx, func)  # `compute_loss(p, t)`, an instance: its `__call__`
     if not name or name.startswith("super().") or not isinstance(func, ast.Attribute):
         return name, None
     receiver = func.value
@@ -540,12 +585,17 @@ def _callee(ctx, call: ast.Call) -> tuple[str | None, str | None]:
         isinstance(receiver, ast.Name) and receiver.id in ctx.index.imports
     ):
         return name, None
-    for value in ctx.assigned_values(receiver):
-        if isinstance(value, ast.Call):
-            cls = dotted_name(value.func)
+    return name, _instance_class(ctx, receiver)
+
+
+def _instance_class(ctx, value: ast.expr) -> str | None:
+    """The class, as written, that `value` is evidently an instance of (`loss_fn = Loss(...)`)."""
+    for assigned in ctx.assigned_values(value):
+        if isinstance(assigned, ast.Call):
+            cls = dotted_name(assigned.func)
             if cls and last_part(cls)[:1].isupper():
-                return name, cls
-    return name, None
+                return cls
+    return None
 
 
 # -- the project -------------------------------------------------------------------------------------
@@ -679,7 +729,8 @@ class ProjectIndex:
         if call.receiver_class is not None:
             found = self.resolve_name(summary, call.receiver_class)
             if found is not None and found[1] in found[0].classes:
-                return self.method(found[0], found[1], parts[-1])
+                # `x.m(...)` runs the method; `x(...)`, the instance called, its `__call__`
+                return self.method(found[0], found[1], parts[-1] if len(parts) > 1 else "__call__")
             return None
         if parts[0] in ("self", "cls"):
             return None
@@ -749,6 +800,7 @@ class ProjectIndex:
             device_loaders[path] |= overridden
         hooks = frozenset(name for summary in self.summaries.values() for name in summary.hook_calls)
         host_params = self._host_params(resolved)
+        row_refs, row_params = self._row_facts(resolved)
         return {
             path: ProjectFacts(
                 frozenset(steps[path]),
@@ -763,9 +815,59 @@ class ProjectIndex:
                 frozenset(device_loaders[path]),
                 hooks,
                 frozenset(host_params[path]),
+                frozenset(row_refs[path]),
+                frozenset(row_params[path]),
             )
             for path in self.summaries
         }
+
+    def _row_facts(self, resolved) -> tuple[dict[str, set], dict[str, set]]:
+        """Module path -> the collate references its loops iterate that name a collate of row
+        tables, and its functions' parameters some call passes a row table (see `rows`)."""
+        refs: dict[str, set[tuple[str, int, str]]] = defaultdict(set)
+        params: dict[str, set[tuple[str, str, str, bool]]] = defaultdict(set)
+        for summary in self.summaries.values():
+            for ref in summary.loader_refs:
+                refs[summary.path].update((ref, position, where) for position, where in self._row_tables(summary, ref))
+        for summary, call, (path, name) in resolved:
+            for entry in call.row_args:
+                key, _, rest = entry.partition("=")
+                ref, _, position = rest.rpartition("#")
+                for at, where in self._row_tables(summary, ref):
+                    if str(at) == position:
+                        params[path].add((name, key, where, summary.imports_xla))
+        return refs, params
+
+    def _row_tables(self, summary: ModuleSummary, ref: str, depth: int = 0) -> list[tuple[int, str]]:
+        """(position in the batch, "file:line") of each row table the collate `ref` (written in
+        `summary`'s module, see `rows.collate_refs`) concatenates."""
+        if depth > MAX_HIERARCHY:
+            return []
+        if ref.startswith("call:"):
+            callee, _, index = ref.removeprefix("call:").rpartition(":")
+            found = self.resolve_name(summary, callee)
+            if found is None:
+                return []
+            module, name = found
+            return [
+                table
+                for at, inner in module.returned_collates.get(name, ())
+                if str(at) == index
+                for table in self._row_tables(module, inner, depth + 1)
+            ]
+        target: FunctionRef | None = None
+        found = self.resolve_name(summary, ref)
+        if found is not None and found[1] in found[0].functions:
+            target = (found[0].path, found[1])
+        elif "." in ref:  # `Dataset.collate_fn`, defined in a base class
+            owner, _, method = ref.rpartition(".")
+            cls = self.resolve_name(summary, owner)
+            if cls is not None and cls[1] in cls[0].classes:
+                target = self.method(cls[0], cls[1], method)
+        if target is None:
+            return []
+        tables = self.summaries[target[0]].row_collates.get(target[1], ())
+        return [(int(position), f"{target[0]}:{line}") for position, line in tables]
 
     def _host_params(self, resolved) -> dict[str, set[tuple[str, str, str]]]:
         """Module path -> (qualname, argument key, "cpu"/"py") of its functions' parameters that
@@ -943,6 +1045,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
                 c.column,
                 list(c.device_loaders),
                 list(c.host_args),
+                list(c.row_args),
             ]
             for c in s.calls
         ],
@@ -959,6 +1062,9 @@ def summary_to_json(s: ModuleSummary) -> dict:
         "launches_replicas": s.launches_replicas,
         "state_reads": s.state_reads,
         "hook_calls": s.hook_calls,
+        "row_collates": s.row_collates,
+        "returned_collates": s.returned_collates,
+        "loader_refs": s.loader_refs,
     }
 
 
@@ -971,7 +1077,7 @@ def summary_from_json(data: dict) -> ModuleSummary:
         dict(data["functions"]),
         set(data["step_functions"]),
         set(data["trains"]),
-        [CallSite(*c[:8], *(tuple(extra) for extra in c[8:10])) for c in data["calls"]],
+        [CallSite(*c[:8], *(tuple(extra) for extra in c[8:11])) for c in data["calls"]],
         {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()},
         {name: [list(p), list(st)] for name, (p, st) in data.get("static_jitted", {}).items()},
         dict(data.get("compiled", {})),
@@ -985,4 +1091,7 @@ def summary_from_json(data: dict) -> ModuleSummary:
         launches_replicas=bool(data.get("launches_replicas")),
         state_reads={k: [list(r) for r in v] for k, v in data.get("state_reads", {}).items()},
         hook_calls=list(data.get("hook_calls", [])),
+        row_collates={k: [list(t) for t in v] for k, v in data.get("row_collates", {}).items()},
+        returned_collates={k: [list(r) for r in v] for k, v in data.get("returned_collates", {}).items()},
+        loader_refs=list(data.get("loader_refs", [])),
     )
