@@ -79,8 +79,10 @@ def check(run_cli, project, files):
 def test_the_count_is_reported_in_the_loss_that_an_xla_loop_feeds(run_cli, project):
     xla = "import torch_xla\n"
     found = check(run_cli, project, {"data.py": DATA, "loss.py": LOSS, "train.py": TRAIN.format(xla=xla)})
-    assert [(f, row) for f, row, _ in found] == [("loss.py", 13)]
+    # the count in the loss, and the call that hands it the batch's targets in XLA code
+    assert [(f, row) for f, row, _ in found] == [("loss.py", 13), ("train.py", 15)]
     assert "rows concatenated at data.py:11" in found[0][2] and "`.repeat(1, nt)`" in found[0][2]
+    assert "`compute_loss()` sizes a tensor by the row count of `targets` (loss.py:13)" in found[1][2]
 
 
 def test_no_xla_code_feeds_the_loss_no_finding(run_cli, project):

@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 import os
 
-from xlalint.analysis.rows import ragged_rows, row_count, sized_by
+from xlalint.analysis.names import argument, keyword_value
+from xlalint.analysis.rows import ragged_rows, row_count, rows_of, sized_by
 from xlalint.rule import Invalid, Rule, Valid
 
 
@@ -20,7 +21,9 @@ class RowCountAsSize(Rule):
     (`for i, l in enumerate(label): l[:, 0] = i; torch.cat(label, 0)`, YOLO's `(image, class, x, y,
     w, h)` rows). The evidence is followed through the project: the collate, the `collate_fn=` of
     the loader a training loop iterates (built there or returned by a helper), and the calls that
-    hand the batch element on, to a loss in another module.
+    hand the batch element on, to a loss in another module. There the count is reported when XLA
+    code feeds the loss; the call in XLA code that hands the table to it is reported too, with the
+    line of the count, as XLA109 reports a helper's host read at its call.
 
     ## Why is this bad?
     The table has one row per object, and the number of objects changes with every batch. Every
@@ -59,6 +62,7 @@ class RowCountAsSize(Rule):
     code, name, category = "XLA316", "row-count-as-size", "varying_shape"
     # a loss module need not import torch_xla: the evidence says whether XLA code feeds it
     summary = "`{count}` counts the batch's objects (rows concatenated at {where}); sizing `{use}` by it recompiles every batch"
+    at_call = "`{helper}()` sizes a tensor by the row count of `{arg}` ({where}), the batch's objects (concatenated at {collate}): a recompile per batch"
     hint = "pad the targets to a fixed number of rows per batch in the collate (with a validity mask)"
 
     DATASETS = {
@@ -127,6 +131,24 @@ class RowCountAsSize(Rule):
     INVALID = [
         Invalid(
             """
+            import torch_xla
+            from torch.utils.data import DataLoader
+            from datasets import ListDataset
+            from loss import compute_loss
+
+            def train(model, optimizer):
+                dataset = ListDataset("train.txt")
+                loader = DataLoader(dataset, batch_size=8, collate_fn=dataset.collate_fn)
+                for _, imgs, targets in loader:
+                    loss = compute_loss(model(imgs), targets.to(torch_xla.device()), model)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            line=10,
+            modules=DATASETS,
+        ),
+        Invalid(
+            """
             import torch
             import torch_xla
             from torch.utils.data import DataLoader
@@ -182,6 +204,32 @@ class RowCountAsSize(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         self._check(node)
+        if self.ctx.uses_xla:
+            self._check_call(node)
+
+    def _check_call(self, call: ast.Call) -> None:
+        """A call in XLA code handing a row table to a function of another module that sizes a
+        tensor by its row count: reported here too, where the step hands the batch on."""
+        for helper, path, detail in self.ctx.helper_calls(call, "sizes_by_rows"):
+            key, _, line = detail.partition("@")
+            given = argument(call, int(key), "") if key.isdigit() else keyword_value(call, key[2:])
+            if given is None:
+                continue
+            found = ragged_rows(self.ctx, given)
+            if found is None or not self.ctx.runs_hot(call):
+                continue
+            here = os.path.dirname(os.path.abspath(str(self.ctx.path)))
+            shown = self.ctx.code(rows_of(given))
+            self.report(
+                call,
+                self.at_call.format(
+                    helper=helper,
+                    arg=shown if len(shown) <= 20 else shown[:17] + "...",
+                    where=f"{os.path.relpath(path, here)}:{line}",
+                    collate=_shown_where(found[0], here),
+                ),
+            )
+            return
 
     def _check(self, node: ast.expr) -> None:
         measured = row_count(node)
@@ -193,14 +241,13 @@ class RowCountAsSize(Rule):
         found = ragged_rows(self.ctx, measured)
         if found is None or not found[1]:
             return  # the batches reach no XLA code: eager CUDA/CPU runs any size
-        path, _, line = found[0].rpartition(":")
         here = os.path.dirname(os.path.abspath(str(self.ctx.path)))
         shown = _call_shown(self.ctx, use)
         self.report(
             node,
             self.summary.format(
                 count=self.ctx.code(node),
-                where=f"{os.path.relpath(path, here)}:{line}",
+                where=_shown_where(found[0], here),
                 use=shown if len(shown) <= 24 else shown[:21] + "...",
             ),
         )
@@ -215,3 +262,8 @@ def _call_shown(ctx, call: ast.Call) -> str:
         else ctx.code(call.func)
     )
     return f"{name}({args})"
+
+
+def _shown_where(where: str, here: str) -> str:
+    path, _, line = where.rpartition(":")
+    return f"{os.path.relpath(path, here)}:{line}"

@@ -155,7 +155,7 @@ def test_the_row_count_of_concatenated_targets_sizes_a_new_graph_per_batch(tmp_p
 
     assert compiles(loss.build_targets, [batch(2, 3), batch(4, 3), batch(1, 3)]) == 3  # 5, 7, 4 objects
     assert compiles(loss.build_targets, [batch(2, 3), batch(3, 2), batch(1, 4)]) == 1  # always 5
-    invalid = RowCountAsSize.INVALID[1]
+    invalid = RowCountAsSize.INVALID[2]
     findings = lint_code(invalid.code, [RowCountAsSize], modules=invalid.modules)
     assert [(d.location.row, d.code) for d in findings] == [(invalid.line, "XLA316")]
     assert "datasets.py:8" in findings[0].message

@@ -99,6 +99,7 @@ class ProjectFacts:
     # "ragged_loader": it returns a training DataLoader without drop_last ("line:index" in the result);
     # "steps_optimizer": it steps an optimizer with no step barrier (the step's line);
     # "reads_state": it reads a device tensor it is not given to the host ("line:read", see reads.state_reads)
+    # "sizes_by_rows": it sizes a tensor by the row count of an argument ("key@line", see rows.count_sized_params)
     helper_calls: tuple[tuple[tuple[int, int], str, str, str, str], ...] = ()
     xla_device: bool = False  # it calls a project function that returns an XLA device: it runs on XLA
     # a module that launches data-parallel replicas (no wrapper reducing their gradients) calls it
@@ -216,6 +217,7 @@ class ModuleSummary:
     # collates; qualname -> [[index returned, collate reference]] of the loaders it returns; the
     # collate references of the loaders its loops iterate
     row_collates: dict[str, list[list]] = field(default_factory=dict)
+    row_sized: dict[str, dict[str, int]] = field(default_factory=dict)  # qualname -> {param key: line}
     returned_collates: dict[str, list[list]] = field(default_factory=dict)
     loader_refs: list[str] = field(default_factory=list)
 
@@ -303,17 +305,22 @@ def summarize(ctx, name: str) -> ModuleSummary:
 def _summarize_rows(ctx, summary: ModuleSummary) -> None:
     """Collates that concatenate the samples' rows, the loaders with a collate that functions
     return, and those the loops iterate (see `rows`)."""
-    from .rows import loader_refs, returned_collates, row_collate
+    from .rows import count_sized_params, loader_refs, returned_collates, row_collate
 
     index = ctx.index
     collates = any(kw.arg == "collate_fn" for call in index.calls for kw in call.keywords)
     concatenates = "zip" in index.all_names
+    counts = "shape" in index.all_names or "size" in index.all_names or "len" in index.all_names
     for defs in index.functions.values():
         for func in defs:
             if concatenates:
                 tables = row_collate(ctx, func)
                 if tables:
                     summary.row_collates[qualname(index, func)] = [list(t) for t in tables]
+            if counts:
+                sized = count_sized_params(ctx, func)
+                if sized:
+                    summary.row_sized[qualname(index, func)] = sized
             if collates:
                 returned = returned_collates(ctx, func)
                 if returned:
@@ -953,6 +960,9 @@ class ProjectIndex:
                 found[summary.path].add((at, "ragged_loader", call.callee, path, f"{line}:{index}"))
             if name in target.optimizer_steps and call.hot:
                 found[summary.path].add((at, "steps_optimizer", call.callee, path, str(target.optimizer_steps[name])))
+            for key, line in target.row_sized.get(name, {}).items():
+                if call.hot:
+                    found[summary.path].add((at, "sizes_by_rows", call.callee, path, f"{key}@{line}"))
             if name in target.state_reads and call.hot and not _delegates_to_own_step(summary, call, target, name):
                 line, what = target.state_reads[name][0]
                 found[summary.path].add((at, "reads_state", call.callee, path, f"{line}:{what}"))
@@ -1063,6 +1073,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
         "state_reads": s.state_reads,
         "hook_calls": s.hook_calls,
         "row_collates": s.row_collates,
+        "row_sized": s.row_sized,
         "returned_collates": s.returned_collates,
         "loader_refs": s.loader_refs,
     }
@@ -1092,6 +1103,7 @@ def summary_from_json(data: dict) -> ModuleSummary:
         state_reads={k: [list(r) for r in v] for k, v in data.get("state_reads", {}).items()},
         hook_calls=list(data.get("hook_calls", [])),
         row_collates={k: [list(t) for t in v] for k, v in data.get("row_collates", {}).items()},
+        row_sized={k: dict(v) for k, v in data.get("row_sized", {}).items()},
         returned_collates={k: [list(r) for r in v] for k, v in data.get("returned_collates", {}).items()},
         loader_refs=list(data.get("loader_refs", [])),
     )

@@ -249,7 +249,7 @@ def batch_origin(ctx, value: ast.expr, depth: int = 0) -> tuple[str, int] | None
     """(collate reference, position in the batch) when `value` is an element of the batches of a
     loop over a loader (`for i, (imgs, targets) in enumerate(loader)`: `targets` is position 1),
     through `.to(device)` and rebinding."""
-    value = _rows_of(value)
+    value = rows_of(value)
     if not isinstance(value, ast.Name) or depth > MAX_DEPTH:
         return None
     for bound in ctx.reaching_values(value):
@@ -271,7 +271,7 @@ def batch_origin(ctx, value: ast.expr, depth: int = 0) -> tuple[str, int] | None
     return None
 
 
-def _rows_of(value: ast.expr) -> ast.expr:
+def rows_of(value: ast.expr) -> ast.expr:
     """What `value` keeps the rows of: `targets.to(device).float()` -> `targets`."""
     while isinstance(value, ast.Call) and method_name(value) in SAME_ROWS and receiver(value) is not None:
         value = receiver(value)  # type: ignore[assignment]
@@ -285,7 +285,7 @@ def ragged_rows(ctx, value: ast.expr, depth: int = 0) -> tuple[str, bool] | None
     """(where, "file:line", the rows of `value` were concatenated per sample; whether code that
     runs on XLA hands them here) when `value` is a row table of the batch's objects: a batch element
     of a loader with such a collate, or a parameter the callers (here or in another module) pass one."""
-    value = _rows_of(value)
+    value = rows_of(value)
     if not isinstance(value, ast.Name) or depth > MAX_DEPTH:
         return None
     facts = ctx.project
@@ -428,3 +428,45 @@ def _sizing_call(ctx, use: ast.expr) -> ast.Call | None:
             return None
         child = anc
     return None
+
+
+def count_sized_params(ctx, func: ast.AST, depth: int = 0) -> dict[str, int]:
+    """The keys ("0" without self, "k:name") of `func`'s parameters whose row count sizes a tensor,
+    in `func` or in a function of this module it hands them to (`self.build_targets(p, targets)`),
+    with the line of the count: what a caller passing a row table there is told."""
+    from .steps import local_callees_of
+
+    params = [*func.args.posonlyargs, *func.args.args]  # type: ignore[attr-defined]
+    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
+        params = params[1:]
+    names = {p.arg: i for i, p in enumerate(params)}
+    if not names or depth > MAX_DEPTH:
+        return {}
+    sized: dict[str, int] = {}
+    for node in ast.walk(func):
+        measured = row_count(node)
+        if measured is None or not isinstance(node, ast.expr):
+            continue
+        measured = rows_of(measured)
+        if isinstance(measured, ast.Name) and measured.id in names and measured.id not in sized:
+            if sized_by(ctx, node) is not None and not ctx.reaching_values(measured):
+                sized[measured.id] = node.lineno
+    for call in ctx.calls_within(func):
+        passed = [(str(i), a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
+        passed += [(f"k:{kw.arg}", kw.value) for kw in call.keywords if kw.arg]
+        given = [(key, rows_of(a).id) for key, a in passed if isinstance(rows_of(a), ast.Name)]  # type: ignore[attr-defined]
+        given = [(key, name) for key, name in given if name in names and name not in sized]
+        if not given:
+            continue
+        for callee in local_callees_of(ctx, call):
+            if callee is func:
+                continue
+            inner = count_sized_params(ctx, callee, depth + 1)
+            for key, name in given:
+                if key in inner:
+                    sized[name] = inner[key]
+    found: dict[str, int] = {}
+    for name, line in sized.items():
+        found[str(names[name])] = line
+        found[f"k:{name}"] = line
+    return found
