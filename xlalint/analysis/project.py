@@ -305,28 +305,21 @@ def summarize(ctx, name: str) -> ModuleSummary:
 def _summarize_rows(ctx, summary: ModuleSummary) -> None:
     """Collates that concatenate the samples' rows, the loaders with a collate that functions
     return, and those the loops iterate (see `rows`)."""
-    from .rows import count_sized_params, loader_refs, returned_collates, row_collate
+    from .rows import count_sized_params, loader_refs, returned_collates, row_collates
 
     index = ctx.index
-    collates = any(kw.arg == "collate_fn" for call in index.calls for kw in call.keywords)
-    concatenates = "zip" in index.all_names
-    counts = "shape" in index.all_names or "size" in index.all_names or "len" in index.all_names
-    for defs in index.functions.values():
-        for func in defs:
-            if concatenates:
-                tables = row_collate(ctx, func)
-                if tables:
-                    summary.row_collates[qualname(index, func)] = [list(t) for t in tables]
-            if counts:
-                sized = count_sized_params(ctx, func)
-                if sized:
-                    summary.row_sized[qualname(index, func)] = sized
-            if collates:
+    for func, tables in row_collates(ctx).items():
+        summary.row_collates[qualname(index, func)] = [list(t) for t in tables]
+    if any(kw.arg == "collate_fn" for call in index.calls for kw in call.keywords):
+        for defs in index.functions.values():
+            for func in defs:
                 returned = returned_collates(ctx, func)
                 if returned:
                     summary.returned_collates[qualname(index, func)] = [list(r) for r in returned]
     if index.loops:
         summary.loader_refs = loader_refs(ctx)
+    for func, sized in count_sized_params(ctx).items():
+        summary.row_sized[qualname(index, func)] = sized
 
 
 def _summarize_helpers(ctx, summary: ModuleSummary) -> None:

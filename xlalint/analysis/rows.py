@@ -28,6 +28,17 @@ MAX_DEPTH = 4
 # -- the collate -------------------------------------------------------------------------------------
 
 
+def row_collates(ctx) -> dict[ast.AST, list[tuple[str, int]]]:
+    """`row_collate` of each function of this module that unpacks `zip(*batch)`."""
+    found: dict[ast.AST, list[tuple[str, int]]] = {}
+    for call in ctx.index.calls:
+        if dotted_name(call.func) == "zip" and len(call.args) == 1 and isinstance(call.args[0], ast.Starred):
+            func = ctx.index.enclosing_function(call)
+            if func is not None and func not in found:
+                found[func] = row_collate(ctx, func)
+    return {func: tables for func, tables in found.items() if tables}
+
+
 def row_collate(ctx, func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[str, int]]:
     """(the position in what `func` returns, "0"..., the line of the concatenation) of each row
     table a collate builds: `torch.cat(labels, 0)` of the samples' targets after it wrote each
@@ -333,9 +344,7 @@ def row_args(ctx, call: ast.Call) -> tuple[str, ...]:
     """The arguments of `call` that are batch elements of a loop over a loader ("key=ref#position",
     keyed as `project._host_args`): resolved between modules by `ProjectIndex`."""
     found = []
-    passed = [(str(i), a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
-    passed += [(f"k:{kw.arg}", kw.value) for kw in call.keywords if kw.arg]
-    for key, value in passed:
+    for key, value in _passed(call):
         origin = batch_origin(ctx, value)
         if origin is not None:
             found.append(f"{key}={origin[0]}#{origin[1]}")
@@ -430,43 +439,79 @@ def _sizing_call(ctx, use: ast.expr) -> ast.Call | None:
     return None
 
 
-def count_sized_params(ctx, func: ast.AST, depth: int = 0) -> dict[str, int]:
-    """The keys ("0" without self, "k:name") of `func`'s parameters whose row count sizes a tensor,
-    in `func` or in a function of this module it hands them to (`self.build_targets(p, targets)`),
-    with the line of the count: what a caller passing a row table there is told."""
+def count_sized_params(ctx) -> dict[ast.AST, dict[str, int]]:
+    """Per function of this module, the keys ("0" without self, "k:name") of its parameters whose
+    row count sizes a tensor, in it or in a function of this module it hands them to
+    (`self.build_targets(p, targets)`), with the line of the count: what a caller passing a row
+    table there is told. One pass over the module's counts, then the forwarding calls."""
     from .steps import local_callees_of
 
-    params = [*func.args.posonlyargs, *func.args.args]  # type: ignore[attr-defined]
-    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
-        params = params[1:]
-    names = {p.arg: i for i, p in enumerate(params)}
-    if not names or depth > MAX_DEPTH:
-        return {}
-    sized: dict[str, int] = {}
-    for node in ast.walk(func):
+    index = ctx.index
+    sized: dict[ast.AST, dict[str, int]] = {}  # function -> parameter name -> line
+    counts = [*index.by_type.get(ast.Subscript, ()), *index.calls]
+    for node in counts:
         measured = row_count(node)
         if measured is None or not isinstance(node, ast.expr):
             continue
         measured = rows_of(measured)
-        if isinstance(measured, ast.Name) and measured.id in names and measured.id not in sized:
-            if sized_by(ctx, node) is not None and not ctx.reaching_values(measured):
-                sized[measured.id] = node.lineno
-    for call in ctx.calls_within(func):
-        passed = [(str(i), a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
-        passed += [(f"k:{kw.arg}", kw.value) for kw in call.keywords if kw.arg]
-        given = [(key, rows_of(a).id) for key, a in passed if isinstance(rows_of(a), ast.Name)]  # type: ignore[attr-defined]
-        given = [(key, name) for key, name in given if name in names and name not in sized]
-        if not given:
+        if not isinstance(measured, ast.Name):
             continue
-        for callee in local_callees_of(ctx, call):
-            if callee is func:
+        func = index.enclosing_function(node)
+        if func is None or measured.id not in _positions(ctx, func) or measured.id in sized.get(func, {}):
+            continue
+        if not ctx.reaching_values(measured) and sized_by(ctx, node) is not None:
+            sized.setdefault(func, {})[measured.id] = node.lineno
+    for _ in range(MAX_DEPTH if sized else 0):  # callers that hand their parameter on, level by level
+        grown = False
+        callee_names = {func.name for func in sized}  # type: ignore[attr-defined]
+        for call in index.calls:
+            if last_part(dotted_name(call.func)) not in callee_names:
                 continue
-            inner = count_sized_params(ctx, callee, depth + 1)
-            for key, name in given:
-                if key in inner:
-                    sized[name] = inner[key]
-    found: dict[str, int] = {}
-    for name, line in sized.items():
-        found[str(names[name])] = line
-        found[f"k:{name}"] = line
+            callees = [c for c in local_callees_of(ctx, call) if c in sized]
+            func = index.enclosing_function(call) if callees else None
+            if func is None:
+                continue
+            names = _positions(ctx, func)
+            for key, value in _passed(call):
+                value = rows_of(value)
+                if not (isinstance(value, ast.Name) and value.id in names) or value.id in sized.get(func, {}):
+                    continue
+                for callee in callees:
+                    line = _sized_at(ctx, callee, sized[callee], key)
+                    if callee is not func and line is not None:
+                        sized.setdefault(func, {})[value.id] = line
+                        grown = True
+                        break
+        if not grown:
+            break
+    found: dict[ast.AST, dict[str, int]] = {}
+    for func, params in sized.items():
+        positions = _positions(ctx, func)
+        for name, line in params.items():
+            found.setdefault(func, {})[f"k:{name}"] = line
+            if positions[name] is not None:
+                found[func][str(positions[name])] = line
     return found
+
+
+def _positions(ctx, func: ast.AST) -> dict[str, int | None]:
+    """Parameter name -> its position without self/cls (None: keyword-only)."""
+    params = [*func.args.posonlyargs, *func.args.args]  # type: ignore[attr-defined]
+    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
+        params = params[1:]
+    found: dict[str, int | None] = {p.arg: i for i, p in enumerate(params)}
+    found.update((p.arg, None) for p in func.args.kwonlyargs)  # type: ignore[attr-defined]
+    return found
+
+
+def _passed(call: ast.Call) -> list[tuple[str, ast.expr]]:
+    passed = [(str(i), a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
+    return passed + [(f"k:{kw.arg}", kw.value) for kw in call.keywords if kw.arg]
+
+
+def _sized_at(ctx, callee: ast.AST, params: dict[str, int], key: str) -> int | None:
+    """The line of the count of the parameter of `callee` that a call's argument `key` binds."""
+    for name, position in _positions(ctx, callee).items():
+        if name in params and (key == f"k:{name}" or (position is not None and key == str(position))):
+            return params[name]
+    return None
