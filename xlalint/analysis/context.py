@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from .jax_tracing import JittedCallable
 
 XLA_MODULES = ("torch_xla", "torchax")
+# Top-level modules whose import makes torch tensors possible in a file (see `jax_only`).
+TORCH_MODULES = ("torch", "torch_xla", "torchax", "torchvision", "torchaudio", "functorch")
 # What these names mean in torch_xla code by universal convention, when no import binds them (they
 # are passed around: `def _mp_fn(rank, cfg, xm):`).
 CONVENTIONAL_MODULES = {
@@ -83,6 +85,14 @@ class FileContext:
         """The file imports jax (or a library built on it: flax, optax, equinox)."""
         return any(
             b.qualified.split(".")[0] in ("jax", "flax", "optax", "equinox") for b in self.index.imports.values()
+        )
+
+    @cached_property
+    def jax_only(self) -> bool:
+        """The file imports JAX (or a library built on it) and nothing of torch: its arrays are JAX
+        arrays, which the PyTorch rules do not judge (the JAX rules do)."""
+        return self.imports_jax and not any(
+            b.qualified.split(".")[0] in TORCH_MODULES for b in self.index.imports.values()
         )
 
     @property
