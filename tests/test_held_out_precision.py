@@ -6,6 +6,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from xlalint.analysis.context import FileContext
 from xlalint.source import SourceText
 
@@ -52,3 +54,70 @@ def test_a_file_importing_both_keeps_its_torch_tensors():
     ctx = FileContext(Path("t.py"), ast.parse(code), SourceText(code))
     assert not ctx.jax_only
     assert FileContext(Path("t.py"), ast.parse(EVALUATE.format(framework="jax")), SourceText("")).jax_only
+
+
+# -- a module imported lazily by a helper --------------------------------------------------------------
+
+LAZY = """\
+import torch
+
+
+def _import_backend():
+    import torch_xla
+    import torch_xla.core.xla_model as xla_model
+    return torch_xla, xla_model
+
+
+def train(model, loader, use_xla):
+    backend, xla_model = None, None
+    if use_xla:
+        backend, xla_model = _import_backend()
+    device = xla_model.xla_device() if use_xla else torch.device("cpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def flush():
+        if backend is None:
+            return
+        backend.sync()
+
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        loss.backward()
+        optimizer.step()
+        {barrier}
+"""
+
+
+def test_a_module_a_helper_imports_and_returns_is_that_module():
+    code = LAZY.format(barrier="flush()")
+    ctx = FileContext(Path("t.py"), ast.parse(code), SourceText(code))
+    calls = {ast.unparse(c.func): c for c in ast.walk(ctx.tree) if isinstance(c, ast.Call)}
+    assert ctx.qualified_name(calls["backend.sync"].func) == "torch_xla.sync"
+    assert ctx.qualified_name(calls["xla_model.xla_device"].func) == "torch_xla.core.xla_model.xla_device"
+    assert ctx.qualified_name(calls["_import_backend"].func) == "_import_backend"
+
+
+@pytest.mark.parametrize("barrier, reported", [("flush()", []), ("pass", [("train.py", 25, "XLA401")])])
+def test_a_sync_through_a_lazily_imported_module_is_the_step_barrier(run_cli, project, barrier, reported):
+    found = findings(run_cli, project, {"train.py": LAZY.format(barrier=barrier)}, "--select", "XLA401")
+    assert found == reported
+
+
+OPTIONAL = """\
+def _xla():
+    import torch_xla.core.xla_model as xla_model
+    return xla_model
+
+
+def place(model):
+    xla_model = _xla()
+    return model.to(xla_model.xla_device())
+"""
+
+
+def test_no_fix_makes_a_lazily_imported_torch_xla_a_required_import(run_cli, project):
+    project.write("place.py", OPTIONAL)
+    (project / ".git").mkdir()
+    out = run_cli("check", "--no-cache", "--output-format", "json", "--select", "XLA602", cwd=project)[1]
+    (finding,) = json.loads(out)
+    assert (finding["location"]["row"], finding["fix"]) == (8, None)  # reported, not rewritten
