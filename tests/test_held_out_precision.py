@@ -1,5 +1,6 @@
 """Wrong findings seen on held-out PyTorch/XLA training repositories (issue 30, a precision sample),
-each written here as a general minimal example."""
+each written here as a general minimal example: JAX files have no torch tensors, a module that a
+helper imports lazily is still that module, and a function nothing uses in an application is dead."""
 
 import ast
 import json
@@ -121,3 +122,59 @@ def test_no_fix_makes_a_lazily_imported_torch_xla_a_required_import(run_cli, pro
     out = run_cli("check", "--no-cache", "--output-format", "json", "--select", "XLA602", cwd=project)[1]
     (finding,) = json.loads(out)
     assert (finding["location"]["row"], finding["fix"]) == (8, None)  # reported, not rewritten
+
+
+# -- a function nothing uses, in an application ---------------------------------------------------------
+
+LOSSES = """\
+import torch
+
+
+def core_loss(pred, target):
+    return ((pred - target) ** 2).mean()
+
+
+def compute_loss(model, batch, is_training):
+    loss = core_loss(model(batch["x"]), batch["y"])
+    if is_training:
+        model.running = loss.item()
+    return loss
+
+
+def check_gradients(grads):
+    for name, grad in grads.items():
+        if torch.isnan(grad).any():
+            return name
+    return None
+"""
+
+TRAIN = """\
+import torch
+import torch_xla
+from losses import core_loss
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = core_loss(model(batch["x"]), batch["y"])
+        loss.backward()
+        optimizer.step()
+        torch_xla.sync()
+"""
+
+
+def test_functions_no_one_uses_in_an_application_run_at_no_step(run_cli, project):
+    assert findings(run_cli, project, {"losses.py": LOSSES, "train.py": TRAIN}) == []
+
+
+@pytest.mark.parametrize(
+    "files, package",
+    [
+        ({"losses.py": LOSSES, "train.py": TRAIN}, True),  # a library's users may call them
+        ({"losses.py": LOSSES + "\nCHECKS = [check_gradients]\n", "train.py": TRAIN}, False),
+        ({"losses.py": LOSSES, "train.py": TRAIN.replace("core_loss\n", "core_loss, check_gradients\n")}, False),
+    ],
+)
+def test_named_by_evidence_they_stay_per_call(run_cli, project, files, package):
+    found = findings(run_cli, project, files, package=package)
+    assert ("losses.py", 17, "XLA201") in found

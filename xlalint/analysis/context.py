@@ -8,7 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..source import SourceText
+from ..source import SourceText, is_file, stat_or_none
 from . import guards, steps
 from .barriers import StepBarriers
 from .index import (
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from .jax_tracing import JittedCallable
 
 XLA_MODULES = ("torch_xla", "torchax")
+# Files that make a project an installable distribution (see `application_module`).
+PACKAGING_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 # Top-level modules whose import makes torch tensors possible in a file (see `jax_only`).
 TORCH_MODULES = ("torch", "torch_xla", "torchax", "torchvision", "torchaudio", "functorch")
 # What these names mean in torch_xla code by universal convention, when no import binds them (they
@@ -431,6 +433,29 @@ class FileContext:
     def hook_names_used(self) -> set[str]:
         """Hook-like method names this module calls or hands on (see `project.hook_names_used`)."""
         return hook_names_used(self)
+
+    @cached_property
+    def application_module(self) -> bool:
+        """A module of an application checkout, not of an installable package: no `__init__.py`
+        beside it and no packaging metadata at its project's root. Only the project's own scripts
+        import it, so the project index sees every use of its functions."""
+        path = Path(str(self.path)).absolute()
+        if is_file(path.parent / "__init__.py"):
+            return False
+        root = project_root(path)
+        return not any(stat_or_none(root / marker) is not None for marker in PACKAGING_FILES)
+
+    def unused_function(self, func: ast.AST) -> bool:
+        """`func`, a module-level function of an application module, is called, imported and named
+        nowhere in the project (not even as a string): dead code, which runs at no step."""
+        if not isinstance(self.index.parent(func), ast.Module) or not self.application_module:
+            return False
+        name = func.name
+        if self.externally_called(func) or name in self.project.imported or self.index.name_uses.get(name):
+            return False
+        return not any(n.attr == name for n in self.index.by_type.get(ast.Attribute, ())) and not any(
+            n.value == name for n in self.index.by_type.get(ast.Constant, ())
+        )
 
     @cached_property
     def verification_module(self) -> bool:
