@@ -50,11 +50,13 @@ def test_torch_rules_leave_a_jax_file_to_the_jax_rules(run_cli, project):
     ]
 
 
+def context(code):
+    return FileContext(Path("t.py"), ast.parse(code), SourceText(code))
+
+
 def test_a_file_importing_both_keeps_its_torch_tensors():
-    code = EVALUATE.format(framework="jax\nimport torch")
-    ctx = FileContext(Path("t.py"), ast.parse(code), SourceText(code))
-    assert not ctx.jax_only
-    assert FileContext(Path("t.py"), ast.parse(EVALUATE.format(framework="jax")), SourceText("")).jax_only
+    assert context(EVALUATE.format(framework="jax")).jax_only
+    assert not context(EVALUATE.format(framework="jax\nimport torch")).jax_only
 
 
 # -- a module imported lazily by a helper --------------------------------------------------------------
@@ -90,8 +92,7 @@ def train(model, loader, use_xla):
 
 
 def test_a_module_a_helper_imports_and_returns_is_that_module():
-    code = LAZY.format(barrier="flush()")
-    ctx = FileContext(Path("t.py"), ast.parse(code), SourceText(code))
+    ctx = context(LAZY.format(barrier="flush()"))
     calls = {ast.unparse(c.func): c for c in ast.walk(ctx.tree) if isinstance(c, ast.Call)}
     assert ctx.qualified_name(calls["backend.sync"].func) == "torch_xla.sync"
     assert ctx.qualified_name(calls["xla_model.xla_device"].func) == "torch_xla.core.xla_model.xla_device"
