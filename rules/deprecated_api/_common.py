@@ -1010,6 +1010,8 @@ class MigrationVisitor(Rule):
         if entry.applicability is None or not entry.replacement:
             return None
         ctx = self.ctx
+        if beside in ctx.lazy_module_names and any(_reaching(ctx, beside, ref) is None for ref in refs):
+            return None  # `xm = _import_xla()`: a new top-level import would make the optional torch_xla required
         changes: list[tuple[ast.expr, list[Carry] | None, str]] = []
         own_imports: dict[ast.stmt, list[ImportRequest]] = {}
         imports: list[ImportRequest] = []

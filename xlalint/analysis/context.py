@@ -8,10 +8,20 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..source import SourceText
+from ..source import SourceText, is_file, stat_or_none
 from . import guards, steps
 from .barriers import StepBarriers
-from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, ModuleIndex, build_index, loop_bindings, qualname, target_names
+from .index import (
+    COMPREHENSIONS,
+    FUNCTIONS,
+    LOOPS,
+    ModuleIndex,
+    build_index,
+    loop_bindings,
+    own_returns,
+    qualname,
+    target_names,
+)
 from .loaders import TrainingSources
 from .names import argument, dotted_name, function_params, last_part, positional
 from .project import NO_PROJECT, ProjectFacts, hook_names_used, project_root, written_callee
@@ -23,6 +33,10 @@ if TYPE_CHECKING:
     from .jax_tracing import JittedCallable
 
 XLA_MODULES = ("torch_xla", "torchax")
+# Files that make a project an installable distribution (see `application_module`).
+PACKAGING_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+# Top-level modules whose import makes torch tensors possible in a file (see `jax_only`).
+TORCH_MODULES = ("torch", "torch_xla", "torchax", "torchvision", "torchaudio", "functorch")
 # What these names mean in torch_xla code by universal convention, when no import binds them (they
 # are passed around: `def _mp_fn(rank, cfg, xm):`).
 CONVENTIONAL_MODULES = {
@@ -85,6 +99,14 @@ class FileContext:
             b.qualified.split(".")[0] in ("jax", "flax", "optax", "equinox") for b in self.index.imports.values()
         )
 
+    @cached_property
+    def jax_only(self) -> bool:
+        """The file imports JAX (or a library built on it) and nothing of torch: its arrays are JAX
+        arrays, which the PyTorch rules do not judge (the JAX rules do)."""
+        return self.imports_jax and not any(
+            b.qualified.split(".")[0] in TORCH_MODULES for b in self.index.imports.values()
+        )
+
     @property
     def uses_xla(self) -> bool:
         """XLA-only rules fire here: the file imports torch_xla/torchax, takes its device from a
@@ -103,9 +125,81 @@ class FileContext:
             qualified = binding.qualified
         elif head in CONVENTIONAL_MODULES and self.uses_xla and self._unassigned(head, node):
             qualified = CONVENTIONAL_MODULES[head]
+        elif head in self.lazy_module_names and (returned := self._returned_module(node)) is not None:
+            qualified = returned
         else:
             return name
         return f"{qualified}.{rest}" if rest else qualified
+
+    # -- modules imported lazily by a helper (`torch_xla_mod, xm = _import_xla()`) ------------------
+    @cached_property
+    def lazy_module_names(self) -> frozenset[str]:
+        """Names assigned the result of a call of a function of this module that imports something:
+        candidates for a module the function imports and returns (an optional backend's import)."""
+        importing = {b.scope.name for b in self.index.import_bindings if isinstance(b.scope, FUNCTIONS)}
+        if not importing:
+            return frozenset()
+        return frozenset(
+            name
+            for per_scope in self.index.assignments.values()
+            for name, values in per_scope.items()
+            if any(isinstance(v, ast.Call) and dotted_name(v.func) in importing for v in values)
+        )
+
+    def _returned_module(self, node: ast.AST) -> str | None:
+        """The module a name in `node` (`torch_xla_mod.sync`) holds when every value it is assigned
+        (`None` placeholders aside) is a call of a function of this module that imports that module
+        and returns it (`def _import_xla(): import torch_xla; return torch_xla`)."""
+        base = node
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        if not isinstance(base, ast.Name):
+            return None
+        found = set()
+        for value in self.reaching_values(base):
+            if isinstance(value, ast.Constant) and value.value is None:
+                continue
+            module = self._module_returned_by(value, base.id)
+            if module is None:
+                return None
+            found.add(module)
+        return found.pop() if len(found) == 1 else None
+
+    def _module_returned_by(self, value: ast.expr, name: str) -> str | None:
+        """The module that `name` (a target of `value`'s assignment, alone or in a tuple) receives
+        from the call `value`, when every `return` of its function hands back one imported name."""
+        if not isinstance(value, ast.Call) or value.args or value.keywords or not isinstance(value.func, ast.Name):
+            return None
+        statement = self.index.parent(value)
+        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+            return None
+        target = statement.targets[0]
+        position = None
+        if isinstance(target, ast.Tuple):
+            names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
+            if names.count(name) != 1:
+                return None
+            position = names.index(name)
+        defs = self.index.functions.get(value.func.id, [])
+        if len(defs) != 1 or not isinstance(self.index.parent(defs[0]), ast.Module):
+            return None
+        func = defs[0]
+        modules = set()
+        for ret in own_returns(func):
+            returned = ret.value
+            if position is not None:
+                if not isinstance(returned, ast.Tuple) or len(returned.elts) != len(target.elts):
+                    return None
+                returned = returned.elts[position]
+            if isinstance(returned, ast.Constant) and returned.value is None:
+                continue  # `except ImportError: return None, None`
+            if not isinstance(returned, ast.Name):
+                return None
+            bound = [b for b in self.index.import_bindings if b.name == returned.id and b.scope in (func, self.tree)]
+            if len(bound) != 1:
+                return None
+            modules.add(bound[0].qualified)
+        return modules.pop() if len(modules) == 1 else None
 
     def _unassigned(self, name: str, node: ast.AST) -> bool:
         """No assignment in `node`'s scope (or the module) gives `name` a value of its own (a
@@ -339,6 +433,29 @@ class FileContext:
     def hook_names_used(self) -> set[str]:
         """Hook-like method names this module calls or hands on (see `project.hook_names_used`)."""
         return hook_names_used(self)
+
+    @cached_property
+    def application_module(self) -> bool:
+        """A module of an application checkout, not of an installable package: no `__init__.py`
+        beside it and no packaging metadata at its project's root. Only the project's own scripts
+        import it, so the project index sees every use of its functions."""
+        path = Path(str(self.path)).absolute()
+        if is_file(path.parent / "__init__.py"):
+            return False
+        root = project_root(path)
+        return not any(stat_or_none(root / marker) is not None for marker in PACKAGING_FILES)
+
+    def unused_function(self, func: ast.AST) -> bool:
+        """`func`, a module-level function of an application module, is called, imported and named
+        nowhere in the project (not even as a string): dead code, which runs at no step."""
+        if not isinstance(self.index.parent(func), ast.Module) or not self.application_module:
+            return False
+        name = func.name
+        if self.externally_called(func) or name in self.project.imported or self.index.name_uses.get(name):
+            return False
+        return not any(n.attr == name for n in self.index.by_type.get(ast.Attribute, ())) and not any(
+            n.value == name for n in self.index.by_type.get(ast.Constant, ())
+        )
 
     @cached_property
     def verification_module(self) -> bool:

@@ -116,6 +116,8 @@ class ProjectFacts:
     # call passes one: (qualname, "0" / "k:name", "file:line", whether the caller imports torch_xla)
     row_refs: frozenset[tuple[str, int, str]] = frozenset()
     row_params: frozenset[tuple[str, str, str, bool]] = frozenset()
+    # its functions other modules import by name (`from losses import ce_loss`): used there, called or not
+    imported: frozenset[str] = frozenset()
 
     def key(self) -> str:
         return repr(
@@ -134,6 +136,7 @@ class ProjectFacts:
                 sorted(self.host_params),
                 sorted(self.row_refs),
                 sorted(self.row_params),
+                sorted(self.imported),
             )
         )
 
@@ -167,6 +170,7 @@ class ProjectFacts:
             self.host_params,
             self.row_refs,
             self.row_params,
+            self.imported,
         )
 
 
@@ -801,6 +805,7 @@ class ProjectIndex:
         hooks = frozenset(name for summary in self.summaries.values() for name in summary.hook_calls)
         host_params = self._host_params(resolved)
         row_refs, row_params = self._row_facts(resolved)
+        imported = self._imported()
         return {
             path: ProjectFacts(
                 frozenset(steps[path]),
@@ -817,9 +822,20 @@ class ProjectIndex:
                 frozenset(host_params[path]),
                 frozenset(row_refs[path]),
                 frozenset(row_params[path]),
+                frozenset(imported[path]),
             )
             for path in self.summaries
         }
+
+    def _imported(self) -> dict[str, set[str]]:
+        """Module path -> its functions that other modules import by name."""
+        found: dict[str, set[str]] = defaultdict(set)
+        for summary in self.summaries.values():
+            for local in summary.imports:
+                target = self.resolve_name(summary, local)
+                if target is not None and target[0] is not summary and target[1] in target[0].functions:
+                    found[target[0].path].add(target[1])
+        return found
 
     def _row_facts(self, resolved) -> tuple[dict[str, set], dict[str, set]]:
         """Module path -> the collate references its loops iterate that name a collate of row

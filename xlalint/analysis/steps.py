@@ -139,7 +139,7 @@ def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
         return False
     if not STEP_FUNCTION.match(name):
         return overrides_model_hook(ctx, func)
-    return not owns_loader_loop(ctx, func) and not uncalled_hook(ctx, func)
+    return not owns_loader_loop(ctx, func) and not uncalled_hook(ctx, func) and not ctx.unused_function(func)
 
 
 # Names of per-batch hooks that some caller must run (a framework's base class, or the project's
@@ -905,6 +905,7 @@ def compute_per_call_functions(ctx: FileContext) -> set[ast.AST]:
         and not NOT_PER_CALL.search(f.name)
         and not _call_sites(ctx, f)
         and not ctx.externally_called(f)
+        and not ctx.unused_function(f)  # no caller outside an application's project either
     ]
     while work:
         func = work.pop()

@@ -348,6 +348,8 @@ class TensorInference:
     def kind(self, node: ast.expr | None) -> Kind:
         if node is None:
             return Kind.UNKNOWN
+        if self.ctx.jax_only:
+            return Kind.NOT_TENSOR  # JAX arrays: the JAX rules judge them, not the torch ones
         cached = self.cache.get(node)
         if cached is None:
             cached = self.provisional.get(node)

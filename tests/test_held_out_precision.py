@@ -1,0 +1,181 @@
+"""Wrong findings seen on held-out PyTorch/XLA training repositories (issue 30, a precision sample),
+each written here as a general minimal example: JAX files have no torch tensors, a module that a
+helper imports lazily is still that module, and a function nothing uses in an application is dead."""
+
+import ast
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from xlalint.analysis.context import FileContext
+from xlalint.source import SourceText
+
+
+def findings(run_cli, project, files, *args, package=False):
+    """(file, row, code) of `xlalint check` over a checkout of `files` (name -> code): an application
+    (a `.git` folder only), or an installable package (`package=True`: a pyproject.toml)."""
+    (project / ".git").mkdir(exist_ok=True)
+    if package:
+        project.write("pyproject.toml", "[project]\nname = 'p'\n")
+    for name, code in files.items():
+        project.write(name, textwrap.dedent(code))
+    out = run_cli("check", "--no-cache", "--output-format", "json", *args, cwd=project)[1]
+    return sorted((d["filename"], d["location"]["row"], d["code"]) for d in json.loads(out))
+
+
+# -- a file of JAX arrays has no torch tensors ------------------------------------------------------
+
+EVALUATE = """\
+import {framework}
+
+
+def evaluate(model, loader):
+    correct = 0.0
+    for x, y in loader:
+        logits = model(x)
+        correct += float((logits.argmax(-1) == y).sum())
+        print(logits.max().item())
+    return correct
+"""
+
+
+def test_torch_rules_leave_a_jax_file_to_the_jax_rules(run_cli, project):
+    assert findings(run_cli, project, {"eval_jax.py": EVALUATE.format(framework="jax.numpy as jnp")}) == []
+    # the same loop over torch tensors: two host reads every step
+    assert findings(run_cli, project, {"eval_torch.py": EVALUATE.format(framework="torch")}) == [
+        ("eval_torch.py", 8, "XLA103"),
+        ("eval_torch.py", 9, "XLA101"),
+    ]
+
+
+def context(code):
+    return FileContext(Path("t.py"), ast.parse(code), SourceText(code))
+
+
+def test_a_file_importing_both_keeps_its_torch_tensors():
+    assert context(EVALUATE.format(framework="jax")).jax_only
+    assert not context(EVALUATE.format(framework="jax\nimport torch")).jax_only
+
+
+# -- a module imported lazily by a helper --------------------------------------------------------------
+
+LAZY = """\
+import torch
+
+
+def _import_backend():
+    import torch_xla
+    import torch_xla.core.xla_model as xla_model
+    return torch_xla, xla_model
+
+
+def train(model, loader, use_xla):
+    backend, xla_model = None, None
+    if use_xla:
+        backend, xla_model = _import_backend()
+    device = xla_model.xla_device() if use_xla else torch.device("cpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def flush():
+        if backend is None:
+            return
+        backend.sync()
+
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        loss.backward()
+        optimizer.step()
+        {barrier}
+"""
+
+
+def test_a_module_a_helper_imports_and_returns_is_that_module():
+    ctx = context(LAZY.format(barrier="flush()"))
+    calls = {ast.unparse(c.func): c for c in ast.walk(ctx.tree) if isinstance(c, ast.Call)}
+    assert ctx.qualified_name(calls["backend.sync"].func) == "torch_xla.sync"
+    assert ctx.qualified_name(calls["xla_model.xla_device"].func) == "torch_xla.core.xla_model.xla_device"
+    assert ctx.qualified_name(calls["_import_backend"].func) == "_import_backend"
+
+
+@pytest.mark.parametrize("barrier, reported", [("flush()", []), ("pass", [("train.py", 25, "XLA401")])])
+def test_a_sync_through_a_lazily_imported_module_is_the_step_barrier(run_cli, project, barrier, reported):
+    found = findings(run_cli, project, {"train.py": LAZY.format(barrier=barrier)}, "--select", "XLA401")
+    assert found == reported
+
+
+OPTIONAL = """\
+def _xla():
+    import torch_xla.core.xla_model as xla_model
+    return xla_model
+
+
+def place(model):
+    xla_model = _xla()
+    return model.to(xla_model.xla_device())
+"""
+
+
+def test_no_fix_makes_a_lazily_imported_torch_xla_a_required_import(run_cli, project):
+    project.write("place.py", OPTIONAL)
+    (project / ".git").mkdir()
+    out = run_cli("check", "--no-cache", "--output-format", "json", "--select", "XLA602", cwd=project)[1]
+    (finding,) = json.loads(out)
+    assert (finding["location"]["row"], finding["fix"]) == (8, None)  # reported, not rewritten
+
+
+# -- a function nothing uses, in an application ---------------------------------------------------------
+
+LOSSES = """\
+import torch
+
+
+def core_loss(pred, target):
+    return ((pred - target) ** 2).mean()
+
+
+def compute_loss(model, batch, is_training):
+    loss = core_loss(model(batch["x"]), batch["y"])
+    if is_training:
+        model.running = loss.item()
+    return loss
+
+
+def check_gradients(grads):
+    for name, grad in grads.items():
+        if torch.isnan(grad).any():
+            return name
+    return None
+"""
+
+TRAIN = """\
+import torch
+import torch_xla
+from losses import core_loss
+
+
+def train(model, loader, optimizer):
+    for batch in loader:
+        loss = core_loss(model(batch["x"]), batch["y"])
+        loss.backward()
+        optimizer.step()
+        torch_xla.sync()
+"""
+
+
+def test_functions_no_one_uses_in_an_application_run_at_no_step(run_cli, project):
+    assert findings(run_cli, project, {"losses.py": LOSSES, "train.py": TRAIN}) == []
+
+
+@pytest.mark.parametrize(
+    "files, package",
+    [
+        ({"losses.py": LOSSES, "train.py": TRAIN}, True),  # a library's users may call them
+        ({"losses.py": LOSSES + "\nCHECKS = [check_gradients]\n", "train.py": TRAIN}, False),
+        ({"losses.py": LOSSES, "train.py": TRAIN.replace("core_loss\n", "core_loss, check_gradients\n")}, False),
+    ],
+)
+def test_named_by_evidence_they_stay_per_call(run_cli, project, files, package):
+    found = findings(run_cli, project, files, package=package)
+    assert ("losses.py", 17, "XLA201") in found
