@@ -16,7 +16,7 @@ import re
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from .index import FUNCTIONS
+from .index import FUNCTIONS, own_returns
 from .names import dotted_name, has_star_args, is_constant, keyword, keyword_value, last_part, method_name, positional
 from .steps import loop_trains
 
@@ -312,20 +312,27 @@ def training_sources(ctx: FileContext) -> TrainingSources:
 # -- what helpers return -------------------------------------------------------------------------------
 
 
+def returned_calls(ctx: FileContext, func: ast.AST) -> list[tuple[int, ast.Call]]:
+    """(index in the returned tuple, -1 for the whole value; the call) for each call whose value
+    `func` returns, directly or through the name it is bound to (`return train_loader, dataset`)."""
+    found: list[tuple[int, ast.Call]] = []
+    for ret in own_returns(func):  # type: ignore[arg-type]
+        if ret.value is None:
+            continue
+        elements = list(enumerate(ret.value.elts)) if isinstance(ret.value, ast.Tuple) else [(-1, ret.value)]
+        for index, element in elements:
+            values = ctx.reaching_values(element) if isinstance(element, ast.Name) else [element]
+            found.extend((index, value) for value in values if isinstance(value, ast.Call))
+    return found
+
+
 def returned_ragged_loaders(ctx: FileContext, func: ast.AST) -> list[tuple[int, int]]:
     """(line of the `DataLoader(...)`, index in the returned tuple, -1 for the whole value) for each
     ragged training loader `func` returns (`return train_loader, val_loader`)."""
     found: list[tuple[int, int]] = []
-    for node in ast.walk(func):
-        if not isinstance(node, ast.Return) or node.value is None or ctx.index.enclosing_function(node) is not func:
-            continue
-        elements = list(enumerate(node.value.elts)) if isinstance(node.value, ast.Tuple) else [(-1, node.value)]
-        for index, element in elements:
-            values = ctx.reaching_values(element) if isinstance(element, ast.Name) else [element]
-            for value in values:
-                if isinstance(value, ast.Call) and ragged_training_loader(ctx, value):
-                    found.append((value.lineno, index))
-                    break
+    for index, call in returned_calls(ctx, func):
+        if (call.lineno, index) not in found and ragged_training_loader(ctx, call):
+            found.append((call.lineno, index))
     return found
 
 

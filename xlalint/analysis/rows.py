@@ -243,17 +243,14 @@ def loader_refs(ctx) -> list[str]:
 def returned_collates(ctx, func: ast.AST) -> list[tuple[int, str]]:
     """(index in the returned tuple, -1 for the whole value; collate reference) of each loader with
     a `collate_fn=` that `func` returns (`return dataloader`, `return loader, dataset`)."""
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(func):
-        if not isinstance(node, ast.Return) or node.value is None or ctx.index.enclosing_function(node) is not func:
-            continue
-        elements = list(enumerate(node.value.elts)) if isinstance(node.value, ast.Tuple) else [(-1, node.value)]
-        for index, element in elements:
-            values = ctx.reaching_values(element) if isinstance(element, ast.Name) else [element]
-            for value in values:
-                if isinstance(value, ast.Call) and keyword_value(value, "collate_fn") is not None:
-                    found.extend((index, ref) for ref in collate_refs(ctx, value))
-    return found
+    from .loaders import returned_calls
+
+    return [
+        (index, ref)
+        for index, call in returned_calls(ctx, func)
+        if keyword_value(call, "collate_fn") is not None
+        for ref in collate_refs(ctx, call)
+    ]
 
 
 def batch_origin(ctx, value: ast.expr, depth: int = 0) -> tuple[str, int] | None:
