@@ -179,3 +179,41 @@ def test_functions_no_one_uses_in_an_application_run_at_no_step(run_cli, project
 def test_named_by_evidence_they_stay_per_call(run_cli, project, files, package):
     found = findings(run_cli, project, files, package=package)
     assert ("losses.py", 17, "XLA201") in found
+
+
+# -- a step after a function's own batch loop runs once per epoch --------------------------------
+
+EPOCH = """\
+import torch
+import torch_xla.core.xla_model as xm
+
+
+def run_epoch(model, loader, optimizer, accumulate=4):
+    for i, (x, y) in enumerate(loader):
+        x, y = x.to(xm.xla_device()), y.to(xm.xla_device())
+        model(x, y).backward()
+        if (i + 1) % accumulate == 0:
+            xm.optimizer_step(optimizer)
+    {flush}
+
+
+def main(model, optimizer, dataset):
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, drop_last=True)
+    for epoch in range(3):
+        run_epoch(model, loader, optimizer)
+"""
+
+
+@pytest.mark.parametrize("flush", ["xm.optimizer_step(optimizer)", "optimizer.step()"])
+def test_a_flush_step_after_the_batch_loop_is_no_step_of_the_epoch_loop(run_cli, project, flush):
+    # the in-loop step (moved by hand, no barrier) is the real finding; the flush of the last
+    # accumulated micro-batches after the loop runs once per epoch, and calling `run_epoch` from
+    # `for epoch in range(3)` makes that loop no loop of training steps
+    found = findings(run_cli, project, {"train.py": EPOCH.format(flush=flush)}, "--select", "XLA401,XLA403,XLA404")
+    assert found == [("train.py", 10, "XLA403")]
+
+
+def test_a_function_stepping_once_per_call_still_makes_its_callers_loop_a_step_loop(run_cli, project):
+    code = EPOCH.replace("for i, (x, y) in enumerate(loader):", "for i, (x, y) in enumerate([next(iter(loader))]):")
+    found = findings(run_cli, project, {"train.py": code.format(flush="pass")}, "--select", "XLA403")
+    assert found  # no loader loop of its own: still a step per call

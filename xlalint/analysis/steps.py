@@ -671,6 +671,10 @@ def trains(ctx: FileContext, func: ast.AST) -> bool:
     cache = ctx.trains_cache
     if func not in cache:
         cache[func] = False  # recursion
+        if _trains_own_batches(ctx, func):
+            # `def run_epoch(loader): for b in loader: ...step...` then a flush `opt.step()` after the
+            # loop for the last accumulated micro-batches: once per epoch, so calling it is no step
+            return False
         # a jitted JAX step that computes gradients trains, whatever calls it
         cache[func] = (ctx.imports_jax and func in ctx.jax_staged and jax_tracing.computes_gradients(ctx, func)) or any(
             not runs_less_often(ctx, call, func)
@@ -683,6 +687,14 @@ def trains(ctx: FileContext, func: ast.AST) -> bool:
             for call in ctx.calls_within(func)
         )
     return cache[func]
+
+
+def _trains_own_batches(ctx: FileContext, func: ast.AST) -> bool:
+    """`func` iterates a loader's batches in a loop of its own that trains: it runs an epoch."""
+    return any(
+        isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter) and loop_trains(ctx, loop)
+        for loop in ctx.loops_of(func)
+    )
 
 
 def loop_trains(ctx: FileContext, loop: ast.AST) -> bool:
