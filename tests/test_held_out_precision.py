@@ -217,3 +217,53 @@ def test_a_function_stepping_once_per_call_still_makes_its_callers_loop_a_step_l
     code = EPOCH.replace("for i, (x, y) in enumerate(loader):", "for i, (x, y) in enumerate([next(iter(loader))]):")
     found = findings(run_cli, project, {"train.py": code.format(flush="pass")}, "--select", "XLA403")
     assert found  # no loader loop of its own: still a step per call
+
+
+# -- a `**kwargs` meter that every caller gives Python numbers reads nothing from the device ---------
+
+METER = """\
+import torch
+
+
+class Meter:
+    def __init__(self):
+        self.total = {}
+
+    def update(self, **kwargs):
+        for name, value in kwargs.items():
+            if isinstance(value, torch.Tensor):
+                value = value.item()
+            self.total[name] = self.total.get(name, 0.0) + value
+"""
+
+STEPS = """\
+import torch_xla
+from meter import Meter
+
+
+def train(model, loader, optimizer, lr):
+    meter = Meter()
+    for x, y in loader:
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+        torch_xla.sync()
+        meter.update({passed})
+"""
+
+
+@pytest.mark.parametrize(
+    "passed, reported",
+    [
+        # numbers only: the `.item()` branch never runs; the sync the user wrote is in train.py
+        ("loss=float(loss), lr=lr", [("train.py", 12, "XLA103")]),
+        ("lr=lr", []),
+        # a device tensor among the keywords, or a mapping unpacked: the meter's read is real
+        ("loss=loss, lr=lr", [("meter.py", 11, "XLA101"), ("train.py", 12, "XLA109")]),
+        ("**{'loss': loss}", [("meter.py", 11, "XLA101"), ("train.py", 12, "XLA109")]),
+    ],
+)
+def test_a_kwargs_meter_reads_the_device_only_when_a_caller_passes_a_tensor(run_cli, project, passed, reported):
+    files = {"meter.py": METER, "train.py": STEPS.format(passed=passed)}
+    found = findings(run_cli, project, files, "--select", "XLA101,XLA103,XLA109")
+    assert found == reported

@@ -504,7 +504,13 @@ def _host_args(ctx, call: ast.Call) -> tuple[str, ...]:
     passed = [(str(i), arg) for i, arg in enumerate(call.args) if not isinstance(arg, ast.Starred)]
     passed += [(f"k:{kw.arg}", kw.value) for kw in call.keywords if kw.arg]
     kinds = [(key, host.get(ctx.tensor_kind(value))) for key, value in passed]
-    return tuple(f"{key}={kind}" for key, kind in kinds if kind)
+    found = [f"{key}={kind}" for key, kind in kinds if kind]
+    # "k:**": every keyword it passes is on the host (what a `**kwargs` parameter collects), none
+    # unpacked from a mapping (`update(**losses)`)
+    words = [kind for key, kind in kinds if key.startswith("k:")]
+    if all(kw.arg for kw in call.keywords) and all(words):
+        found.append("k:**=" + ("cpu" if "cpu" in words else "py"))
+    return tuple(found)
 
 
 def _device_loader(ctx, value: ast.expr) -> bool:

@@ -539,7 +539,10 @@ class TensorInference:
         if params and params[0].arg in ("self", "cls") and isinstance(self.ctx.index.parent(func), ast.ClassDef):
             params = params[1:]
         qualified = qualname(self.ctx.index, func)
-        keys = [f"k:{param.arg}", *([str(params.index(param))] if param in params else [])]
+        if param is func.args.kwarg:
+            keys = ["k:**"]  # what `**kwargs` collects: every keyword of every call
+        else:
+            keys = [f"k:{param.arg}", *([str(params.index(param))] if param in params else [])]
         for kind, value in (("cpu", Kind.CPU), ("py", Kind.NOT_TENSOR)):
             if any((qualified, key, kind) in facts for key in keys):
                 return value
@@ -560,6 +563,9 @@ class TensorInference:
             iterable = iterable.args[-1 if last_part(dotted_name(iterable.func)) == "zip" else 0]
         if isinstance(iterable, ast.Starred):
             return Kind.UNKNOWN
+        collected = self._keywords_collected(iterable)
+        if collected is not None:
+            return collected
         if isinstance(iterable, ast.Call):
             name = last_part(dotted_name(iterable.func))
             if name in ("MpDeviceLoader", "per_device_loader"):
@@ -584,6 +590,23 @@ class TensorInference:
             return combine(*(self._element_kind(v, depth + 1) for v in passed))
         kind = self.kind(iterable)
         return kind if kind != Kind.NOT_TENSOR else Kind.UNKNOWN
+
+    def _keywords_collected(self, iterable: ast.expr) -> Kind | None:
+        """`for k, v in kwargs.items():` over a `**kwargs` parameter: host values when every call the
+        project makes passes only host keywords (`logger.update(loss=loss.item(), lr=lr)`)."""
+        if not (
+            isinstance(iterable, ast.Call)
+            and method_name(iterable) in ("items", "values")
+            and not iterable.args
+            and isinstance(iterable.func.value, ast.Name)
+            and not self.ctx.reaching_values(iterable.func.value)
+        ):
+            return None
+        func = self.ctx.index.enclosing_function(iterable)
+        param = func.args.kwarg if isinstance(func, FUNCTIONS) else None
+        if param is None or param.arg != iterable.func.value.id:
+            return None
+        return self._host_everywhere(func, param)
 
     def _passed_iterables(self, iterable: ast.expr) -> list[ast.expr]:
         """For a parameter that nothing in its function assigns, what every call of its function in
