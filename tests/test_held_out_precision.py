@@ -267,3 +267,12 @@ def test_a_kwargs_meter_reads_the_device_only_when_a_caller_passes_a_tensor(run_
     files = {"meter.py": METER, "train.py": STEPS.format(passed=passed)}
     found = findings(run_cli, project, files, "--select", "XLA101,XLA103,XLA109")
     assert found == reported
+
+
+def test_an_optimizers_param_groups_hold_python_hyper_parameters(run_cli, project):
+    passed = "lr=max(group['lr'] for group in optimizer.param_groups)"
+    files = {"meter.py": METER, "train.py": STEPS.format(passed=passed)}
+    assert findings(run_cli, project, files, "--select", "XLA101,XLA109") == []
+    # the groups' parameters keep their gradients on the device
+    files["train.py"] = STEPS.format(passed="norm=[p.grad.norm() for g in optimizer.param_groups for p in g['params']][0]")
+    assert ("meter.py", 11, "XLA101") in findings(run_cli, project, files, "--select", "XLA101")

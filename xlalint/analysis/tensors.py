@@ -576,6 +576,8 @@ class TensorInference:
                 return Kind.NOT_TENSOR  # parameters are handled through `.grad`
             if name == "range":
                 return Kind.NOT_TENSOR
+        if isinstance(iterable, ast.Attribute) and iterable.attr == "param_groups":
+            return Kind.NOT_TENSOR  # an optimizer's groups: Python hyper-parameters (and its parameters)
         name = dotted_name(iterable)
         if name:
             for value in self.ctx.assigned_values(iterable):
