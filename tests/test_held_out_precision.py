@@ -276,3 +276,38 @@ def test_an_optimizers_param_groups_hold_python_hyper_parameters(run_cli, projec
     # the groups' parameters keep their gradients on the device
     files["train.py"] = STEPS.format(passed="norm=[p.grad.norm() for g in optimizer.param_groups for p in g['params']][0]")
     assert ("meter.py", 11, "XLA101") in findings(run_cli, project, files, "--select", "XLA101")
+
+
+# -- a comprehension's variable is its own, not the function's --------------------------------------
+
+TIMED = """\
+import time
+import torch
+import torch_xla
+
+
+def denoise(model, x, steps, device):
+    timesteps = torch.linspace(1.0, 0.0, steps + 1, device=device)
+    durations = {"step": []}
+    for i in range(steps):
+        start = time.time()
+        t = timesteps[i]
+        x = model(x, t)
+        torch_xla.sync()
+        durations["step"].append(time.time() - start)
+    print(f"step times: {[f'{t:.3f}' for t in durations['step']]}")
+    print(f"last: {[f'{v:.3f}' for v in [t]]}")
+    return x
+
+
+def main(model, loader, device):
+    for batch in loader:
+        denoise(model, batch.to(device), 8, device)
+"""
+
+
+def test_a_comprehension_variable_does_not_take_the_functions_value(run_cli, project):
+    # line 15 formats the host floats the comprehension binds to its own `t`; line 16 formats
+    # the function's device `t` (through `v`): a real read, kept
+    found = findings(run_cli, project, {"gen.py": TIMED}, "--select", "XLA104")
+    assert found == [("gen.py", 16, "XLA104")]

@@ -514,6 +514,8 @@ class FileContext:
     def reaching_values(self, name: ast.Name) -> list[ast.expr]:
         """Values assigned to `name` in its scope: the last assignment before it in source order
         (plus earlier ones for `x += v`), or all of them when none precedes it (loops)."""
+        if self._comprehension_bound(name):
+            return []  # `[f"{t:.3f}" for t in times]`: its own `t`, not the function's
         scope = self.index.scope_of(name)
         values = self._scope_values(scope, name.id)
         if not values and not isinstance(scope, ast.Module):
@@ -554,6 +556,20 @@ class FileContext:
             # around the use binds it after that assignment
             return []
         return reaching
+
+    def _comprehension_bound(self, name: ast.Name) -> bool:
+        """A comprehension around `name` binds it in a scope of its own (the first iterable is
+        evaluated outside: `[x for x in x]` reads the enclosing `x` there)."""
+        chain: list[ast.AST] = [name]
+        for anc in self.index.ancestors(name):
+            if isinstance(anc, COMPREHENSIONS):
+                for position, comp in enumerate(anc.generators):
+                    if name.id in target_names(comp.target) and not (position == 0 and comp.iter in chain):
+                        return True
+            elif isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+                return False
+            chain.append(anc)
+        return False
 
     def _positions_of(self, scope: ast.AST, name: str, values: list[ast.expr]) -> list[int] | None:
         key = (scope, name)
