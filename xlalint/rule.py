@@ -124,6 +124,8 @@ class Rule:
     @classmethod
     def applies(cls, ctx: FileContext) -> bool:
         """Whether to run on this file at all (XLA-only rules need a file that uses XLA)."""
+        if cls.code.startswith("XLA") and not cls.code.startswith("XLA9") and ctx.placed_off_xla:
+            return False  # the project's CUDA path: it never runs on XLA
         return ctx.uses_xla or not cls.xla_only
 
     def report(

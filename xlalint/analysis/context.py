@@ -100,6 +100,18 @@ class FileContext:
         )
 
     @cached_property
+    def placed_off_xla(self) -> bool:
+        """A module of a project that runs on XLA elsewhere, which places its tensors on CUDA (or
+        the CPU, MPS) explicitly and nowhere else (`placement.placed_off_xla`): the project's GPU path
+        or an evaluation on another device. None of it runs on XLA, so the XLA rules leave it alone.
+        In a project with no XLA code every file is a candidate for moving there, and is judged."""
+        if self.uses_xla or not self.project.project_uses_xla:
+            return False
+        from .placement import placed_off_xla
+
+        return placed_off_xla(self)
+
+    @cached_property
     def jax_only(self) -> bool:
         """The file imports JAX (or a library built on it) and nothing of torch: its arrays are JAX
         arrays, which the PyTorch rules do not judge (the JAX rules do)."""

@@ -251,3 +251,87 @@ class Placement:
         param = self.ctx.parameter(name)
         values = self.ctx.arguments_for(param) if param is not None else []
         return _any([self.device(v, depth) for v in values if v is not None])
+
+
+# -- a module placed off XLA ------------------------------------------------------------------------------
+
+# Names of a device argument (`.to(device)`, `.to(self.device)`, `.to(args.dev)`), as opposed to a dtype.
+DEVICE_NAME = ("device", "dev", "rank", "local_rank", "gpu")
+
+
+def placed_off_xla(ctx: FileContext) -> bool:
+    """The module puts its tensors on another backend only: every device it names resolves to
+    `"cuda"`, `"cuda:0"`, `"cpu"` or `"mps"` (`.cuda()`, `torch.device("cuda" if ... else "cpu")`,
+    `device = "cuda"` then `.to(device)`), at least one is not the CPU, and none is a parameter or
+    something else a caller could make XLA. Nothing in it names XLA or a TPU."""
+    found = False
+    for call in ctx.index.calls:
+        for given in _device_arguments(call):
+            kinds = _device_kinds(ctx, given, 0)
+            if kinds is None or True in kinds:
+                return False  # a device a caller chooses, or XLA's
+            found = found or any(k != "cpu" for k in kinds if isinstance(k, str))
+        if method_name(call) == "cuda":
+            found = True
+    if not found:
+        return False
+    return not any(
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and ("xla" in node.value.lower() or "tpu" in node.value.lower())
+        for node in ctx.index.by_type.get(ast.Constant, ())
+    )
+
+
+def _device_arguments(call: ast.Call) -> list[ast.expr]:
+    """What `call` takes as a device: `torch.device(d)`, `.to(d)` (when `d` is no dtype), `device=d`."""
+    found = [kw.value for kw in call.keywords if kw.arg == "device"]
+    name = dotted_name(call.func) or ""
+    args = positional(call)
+    if name in ("torch.device", "device") and args:
+        found.append(args[0])
+    elif method_name(call) == "to" and args and _device_like(args[0]):
+        found.append(args[0])
+    return found
+
+
+def _device_like(expr: ast.expr) -> bool:
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str)
+    if isinstance(expr, ast.Call):
+        return dotted_name(expr.func) in ("torch.device", "device")
+    name = last_part(dotted_name(expr) or "").lower()
+    return any(part in name for part in DEVICE_NAME)
+
+
+def _device_kinds(ctx: FileContext, expr: ast.expr, depth: int) -> set[str | bool] | None:
+    """The device strings `expr` may hold ("cuda", "cpu", ... or True for XLA); None when it may be
+    anything (a parameter, a call's result, a tensor's `.device`)."""
+    if depth > 6:
+        return None
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        kind = expr.value.split(":")[0].strip().lower()
+        return {True} if kind == "xla" else ({kind} if kind in OTHER_DEVICES else None)
+    if isinstance(expr, ast.JoinedStr) and expr.values and isinstance(expr.values[0], ast.Constant):
+        return _device_kinds(ctx, expr.values[0], depth + 1)  # f"cuda:{rank}"
+    if isinstance(expr, ast.IfExp):
+        body, orelse = _device_kinds(ctx, expr.body, depth + 1), _device_kinds(ctx, expr.orelse, depth + 1)
+        return None if body is None or orelse is None else body | orelse
+    if isinstance(expr, ast.Call):
+        if dotted_name(expr.func) in XLA_DEVICE_CALLS:
+            return {True}
+        if dotted_name(expr.func) in ("torch.device", "device") and positional(expr):
+            return _device_kinds(ctx, positional(expr)[0], depth + 1)
+        return None
+    if isinstance(expr, (ast.Name, ast.Attribute)):
+        values = ctx.assigned_values(expr)
+        if not values:
+            return None
+        kinds: set[str | bool] = set()
+        for value in values:
+            found = _device_kinds(ctx, value, depth + 1)
+            if found is None:
+                return None
+            kinds |= found
+        return kinds
+    return None

@@ -118,6 +118,7 @@ class ProjectFacts:
     row_params: frozenset[tuple[str, str, str, bool]] = frozenset()
     # its functions other modules import by name (`from losses import ce_loss`): used there, called or not
     imported: frozenset[str] = frozenset()
+    project_uses_xla: bool = False  # some module of the project imports torch_xla / torchax
 
     def key(self) -> str:
         return repr(
@@ -137,6 +138,7 @@ class ProjectFacts:
                 sorted(self.row_refs),
                 sorted(self.row_params),
                 sorted(self.imported),
+                self.project_uses_xla,
             )
         )
 
@@ -171,6 +173,7 @@ class ProjectFacts:
             self.row_refs,
             self.row_params,
             self.imported,
+            self.project_uses_xla,
         )
 
 
@@ -812,6 +815,7 @@ class ProjectIndex:
         host_params = self._host_params(resolved)
         row_refs, row_params = self._row_facts(resolved)
         imported = self._imported()
+        uses_xla = any(summary.imports_xla for summary in self.summaries.values())
         return {
             path: ProjectFacts(
                 frozenset(steps[path]),
@@ -829,6 +833,7 @@ class ProjectIndex:
                 frozenset(row_refs[path]),
                 frozenset(row_params[path]),
                 frozenset(imported[path]),
+                uses_xla,
             )
             for path in self.summaries
         }

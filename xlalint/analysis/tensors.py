@@ -596,17 +596,14 @@ class TensorInference:
     def _keywords_collected(self, iterable: ast.expr) -> Kind | None:
         """`for k, v in kwargs.items():` over a `**kwargs` parameter: host values when every call the
         project makes passes only host keywords (`logger.update(loss=loss.item(), lr=lr)`)."""
-        if not (
-            isinstance(iterable, ast.Call)
-            and method_name(iterable) in ("items", "values")
-            and not iterable.args
-            and isinstance(iterable.func.value, ast.Name)
-            and not self.ctx.reaching_values(iterable.func.value)
-        ):
+        if not (isinstance(iterable, ast.Call) and method_name(iterable) in ("items", "values") and not iterable.args):
+            return None
+        mapping = receiver(iterable)
+        if not isinstance(mapping, ast.Name) or self.ctx.reaching_values(mapping):
             return None
         func = self.ctx.index.enclosing_function(iterable)
         param = func.args.kwarg if isinstance(func, FUNCTIONS) else None
-        if param is None or param.arg != iterable.func.value.id:
+        if param is None or param.arg != mapping.id:
             return None
         return self._host_everywhere(func, param)
 
