@@ -311,3 +311,56 @@ def test_a_comprehension_variable_does_not_take_the_functions_value(run_cli, pro
     # the function's device `t` (through `v`): a real read, kept
     found = findings(run_cli, project, {"gen.py": TIMED}, "--select", "XLA104")
     assert found == [("gen.py", 16, "XLA104")]
+
+
+# -- a module of an XLA project that places its tensors on CUDA never runs on XLA --------------------
+
+TRAIN_XLA = """\
+import torch_xla
+import torch_xla.core.xla_model as xm
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        loss = model(x.to(torch_xla.device()), y)
+        loss.backward()
+        xm.optimizer_step(optimizer)
+"""
+
+EVAL_GPU = """\
+import torch
+
+
+def evaluate(model, loader):
+    device = {device}
+    model.to(device)
+    total = 0.0
+    for x, y in loader:
+        total += model(x.to(device), y.to(device)).item()
+    return total
+"""
+
+
+@pytest.mark.parametrize(
+    "device, reported",
+    [
+        ('torch.device("cuda:0")', False),
+        ('"cuda" if torch.cuda.is_available() else "cpu"', False),
+        ('torch.device("xla")', True),  # XLA's own device
+        ("torch.device(args.device)", True),  # whatever the user passes: maybe XLA
+        ('"cpu"', True),  # the host only: a CPU check, nothing of another backend's path
+    ],
+)
+def test_a_module_placing_its_tensors_on_cuda_in_an_xla_project_is_no_xla_code(run_cli, project, device, reported):
+    files = {"train_xla.py": TRAIN_XLA, "eval_gpu.py": EVAL_GPU.format(device=device)}
+    found = [f for f in findings(run_cli, project, files) if f[0] == "eval_gpu.py"]
+    assert (("eval_gpu.py", 9, "XLA101") in found) is reported
+
+
+def test_a_cuda_module_is_judged_where_the_project_has_no_xla_code(run_cli, project):
+    # a CUDA project: every file is a candidate for the move to XLA (the migration view)
+    files = {"eval_gpu.py": EVAL_GPU.format(device='torch.device("cuda:0")')}
+    assert ("eval_gpu.py", 9, "XLA101") in findings(run_cli, project, files)
+    found = findings(run_cli, project, {"train_xla.py": TRAIN_XLA})  # the same checkout, with an XLA script
+    assert not [f for f in found if f[0] == "eval_gpu.py"]
+    assert ("eval_gpu.py", 9, "XLA101") in findings(run_cli, project, {}, "--assume-xla")  # the user says: all XLA
