@@ -364,3 +364,12 @@ def test_a_cuda_module_is_judged_where_the_project_has_no_xla_code(run_cli, proj
     found = findings(run_cli, project, {"train_xla.py": TRAIN_XLA})  # the same checkout, with an XLA script
     assert not [f for f in found if f[0] == "eval_gpu.py"]
     assert ("eval_gpu.py", 9, "XLA101") in findings(run_cli, project, {}, "--assume-xla")  # the user says: all XLA
+
+
+def test_a_cuda_module_that_xla_code_calls_is_judged(run_cli, project):
+    # a meter whose distributed sync uses CUDA, updated every step by the XLA script
+    meters = EVAL_GPU.format(device='torch.device("cuda:0")').replace("def evaluate", "def update_meter")
+    train = TRAIN_XLA.replace("import torch_xla\n", "import torch_xla\nfrom meters import update_meter\n", 1)
+    train = train.replace("        loss.backward()", "        update_meter(model, [(x, y)])\n        loss.backward()")
+    found = findings(run_cli, project, {"train_xla.py": train, "meters.py": meters})
+    assert ("meters.py", 9, "XLA101") in found

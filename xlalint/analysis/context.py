@@ -103,10 +103,11 @@ class FileContext:
     def placed_off_xla(self) -> bool:
         """A module of a project that runs on XLA elsewhere, which places its tensors on CUDA (or
         the CPU, MPS) explicitly and nowhere else (`placement.placed_off_xla`): the project's GPU path
-        or an evaluation on another device. None of it runs on XLA, so the XLA rules leave it alone.
-        In a project with no XLA code every file is a candidate for moving there, and is judged."""
-        if self.uses_xla or not self.project.project_uses_xla:
-            return False
+        or an evaluation on another device, which no XLA module calls. None of it runs on XLA, so the
+        XLA rules leave it alone. In a project with no XLA code every file is a candidate for moving
+        there, and is judged."""
+        if self.uses_xla or not self.project.project_uses_xla or self.project.called_from_xla:
+            return False  # (a helper the XLA scripts call, such as a meter, runs on XLA there)
         from .placement import placed_off_xla
 
         return placed_off_xla(self)

@@ -119,6 +119,7 @@ class ProjectFacts:
     # its functions other modules import by name (`from losses import ce_loss`): used there, called or not
     imported: frozenset[str] = frozenset()
     project_uses_xla: bool = False  # some module of the project imports torch_xla / torchax
+    called_from_xla: bool = False  # a module that imports torch_xla calls one of its functions
 
     def key(self) -> str:
         return repr(
@@ -139,6 +140,7 @@ class ProjectFacts:
                 sorted(self.row_params),
                 sorted(self.imported),
                 self.project_uses_xla,
+                self.called_from_xla,
             )
         )
 
@@ -174,6 +176,7 @@ class ProjectFacts:
             self.row_params,
             self.imported,
             self.project_uses_xla,
+            self.called_from_xla,
         )
 
 
@@ -816,6 +819,7 @@ class ProjectIndex:
         row_refs, row_params = self._row_facts(resolved)
         imported = self._imported()
         uses_xla = any(summary.imports_xla for summary in self.summaries.values())
+        from_xla = {path for summary, _, (path, _) in resolved if summary.imports_xla and path != summary.path}
         return {
             path: ProjectFacts(
                 frozenset(steps[path]),
@@ -834,6 +838,7 @@ class ProjectIndex:
                 frozenset(row_params[path]),
                 frozenset(imported[path]),
                 uses_xla,
+                path in from_xla,
             )
             for path in self.summaries
         }
