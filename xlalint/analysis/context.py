@@ -106,11 +106,14 @@ class FileContext:
         or an evaluation on another device, which no XLA module calls. None of it runs on XLA, so the
         XLA rules leave it alone. In a project with no XLA code every file is a candidate for moving
         there, and is judged."""
-        if self.uses_xla or not self.project.project_uses_xla or self.project.called_from_xla:
-            return False  # (a helper the XLA scripts call, such as a meter, runs on XLA there)
         from .placement import placed_off_xla
 
-        return placed_off_xla(self)
+        # the module's own evidence first: the project's facts are asked only of a module placed
+        # off XLA (a question asked is one the shared first-pass analysis must answer again)
+        if self.uses_xla or not placed_off_xla(self):
+            return False
+        # a helper the XLA scripts call (a meter whose sync uses CUDA) runs on XLA there
+        return self.project.project_uses_xla and not self.project.called_from_xla
 
     @cached_property
     def jax_only(self) -> bool:
