@@ -331,10 +331,8 @@ def ragged_rows(ctx, value: ast.expr, depth: int = 0) -> tuple[str, bool] | None
 
 
 def _param_keys(ctx, func: ast.AST, param: ast.arg) -> set[str]:
-    params = [*func.args.posonlyargs, *func.args.args]  # type: ignore[attr-defined]
-    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
-        params = params[1:]
-    return {f"k:{param.arg}", *([str(params.index(param))] if param in params else [])}
+    position = _positions(ctx, func).get(param.arg)
+    return {f"k:{param.arg}", *([str(position)] if position is not None else [])}
 
 
 def row_args(ctx, call: ast.Call) -> tuple[str, ...]:
