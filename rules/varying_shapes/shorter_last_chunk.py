@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from xlalint.analysis.names import dotted_name, method_name, receiver
+from xlalint.analysis.names import dotted_name
+from xlalint.analysis.rows import row_count
 from xlalint.analysis.tensors import Kind
 from xlalint.rule import Invalid, Rule, Valid
 
@@ -169,18 +170,9 @@ def _length_left(expr: ast.expr) -> str | None:
     """The sequence whose first-dimension length `expr` uses (`len(source) - 1 - i`,
     `stream.size(0)`, `x.shape[0] - i`), else None."""
     for node in ast.walk(expr):
-        if isinstance(node, ast.Call):
-            if dotted_name(node.func) == "len" and len(node.args) == 1:
-                return dotted_name(node.args[0])
-            if method_name(node) == "size" and [getattr(a, "value", None) for a in node.args] == [0]:
-                return dotted_name(receiver(node))
-        if (
-            isinstance(node, ast.Subscript)
-            and isinstance(node.value, ast.Attribute)
-            and node.value.attr == "shape"
-            and getattr(node.slice, "value", None) == 0
-        ):
-            return dotted_name(node.value.value)
+        measured = row_count(node)
+        if measured is not None:
+            return dotted_name(measured)
     return None
 
 

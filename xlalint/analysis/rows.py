@@ -16,6 +16,7 @@ import builtins
 
 from .index import FUNCTIONS
 from .names import dotted_name, function_params, keyword_value, last_part, method_name, receiver
+from .vocabulary import SIZED_FACTORIES
 
 CONCATENATIONS = {"cat", "concat", "concatenate"}
 # a batch element keeps its rows through these (`targets.to(device)`, `targets.float()`)
@@ -349,15 +350,7 @@ def row_args(ctx, call: ast.Call) -> tuple[str, ...]:
 # -- counts of rows used as sizes -------------------------------------------------------------------------
 
 # calls whose arguments are sizes: factories, `repeat`/`view`/`expand` and their kind
-SIZING = {
-    "zeros",
-    "ones",
-    "empty",
-    "full",
-    "arange",
-    "rand",
-    "randn",
-    "randint",
+SIZING = SIZED_FACTORIES | {
     "randperm",
     "linspace",
     "new_zeros",
