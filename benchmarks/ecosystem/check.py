@@ -24,6 +24,7 @@ verdict survives lines shifting above it.
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import io
 import json
@@ -426,11 +427,50 @@ def _command(text: str) -> list[str]:
     return [exe, *argv[1:]]
 
 
-def build_rev(rev: str, workdir: str) -> list[str]:
-    """Install this repository at `rev` into a throwaway venv; return its xlalint command.
+# How the source folders install (setup.py's ROOTS and DATA), should a revision's setup.py not say.
+DEFAULT_LAYOUT = {
+    "xlalint": "xlalint",
+    "xlalint.rules": "rules",
+    "xlalint.runtime": "runtime",
+    "xlalint.docs": "docs",
+}
 
-    The venv sees the running interpreter's packages (libcst, click, ...) through a .pth file,
-    and gets xlalint itself as a non-editable install of the revision's tree.
+
+def package_layout(setup_py: str) -> dict[str, str]:
+    """{import name: source folder} from the literal ROOTS and DATA dicts of a revision's setup.py."""
+    layout: dict[str, str] = {}
+    try:
+        with open(setup_py, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError):
+        return dict(DEFAULT_LAYOUT)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id in ("ROOTS", "DATA") for t in node.targets
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                layout.update({str(k): str(v) for k, v in value.items()})
+    if "xlalint" not in layout:
+        return dict(DEFAULT_LAYOUT)
+    # A nested data folder (docs/rules) comes with its parent.
+    return {
+        name: folder
+        for name, folder in layout.items()
+        if not any(folder.startswith(other + "/") for other in layout.values())
+    }
+
+
+def build_rev(rev: str, workdir: str) -> list[str]:
+    """Lay out this repository's package at `rev` as it installs; return a command that runs it.
+
+    The revision's tree (`git archive`) is arranged as setup.py maps it (`rules/` as
+    `xlalint.rules`, ...) under `workdir/pkg`, which goes first on the import path of the running
+    interpreter, whose environment provides the dependencies (libcst, click, ...). No build step,
+    so no build backend or network is needed.
     """
     src = os.path.join(workdir, "src")
     os.makedirs(src)
@@ -438,23 +478,18 @@ def build_rev(rev: str, workdir: str) -> list[str]:
     if archive.returncode:
         raise CheckError(f"no revision {rev!r} in {ROOT}: {archive.stderr.decode(errors='replace').strip()}")
     subprocess.run(["tar", "-x", "-C", src], input=archive.stdout, check=True)
-    venv = os.path.join(workdir, "venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-    purelib = subprocess.run(
-        [os.path.join(venv, "bin", "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    import site
-
-    with open(os.path.join(purelib, "_ecosystem_parent.pth"), "w") as f:
-        f.write("\n".join(p for p in site.getsitepackages() if os.path.isdir(p)) + "\n")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--prefix", venv, src],
-        check=True,
-    )
-    return [os.path.join(venv, "bin", "xlalint")]
+    pkg = os.path.join(workdir, "pkg")
+    for name, folder in sorted(package_layout(os.path.join(src, "setup.py")).items(), key=lambda kv: kv[0].count(".")):
+        origin = os.path.join(src, folder)
+        if os.path.isdir(origin):
+            shutil.copytree(origin, os.path.join(pkg, *name.split(".")), dirs_exist_ok=True)
+    if not os.path.isfile(os.path.join(pkg, "xlalint", "__main__.py")):
+        raise CheckError(f"revision {rev!r} has no runnable xlalint package (xlalint/__main__.py)")
+    launcher = os.path.join(workdir, "xlalint")
+    with open(launcher, "w", encoding="utf-8") as f:
+        f.write(f'#!/bin/sh\nPYTHONPATH={shlex.quote(pkg)} exec {shlex.quote(sys.executable)} -m xlalint "$@"\n')
+    os.chmod(launcher, 0o755)
+    return [launcher]
 
 
 def run_version(version: Version, repo: str, checkout: str, save: str | None) -> str:
