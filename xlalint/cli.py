@@ -142,13 +142,10 @@ def _per_file_ignores(values: tuple[str, ...]) -> dict[str, list[str]]:
     return table
 
 
-def prepare(opts: Options) -> Prepared:
-    """The settings from the configuration and `opts`, and the files to check. ConfigError: one line."""
-    stdin = Stdin(opts.paths, opts.stdin_filename)
-    paths = opts.paths
-    if stdin.wanted:
-        paths = (str(stdin.path.parent),) if stdin.path.name != STDIN else ()
-    targets = [Path(p) for p in paths] or [Path(".")]
+def resolve_settings(opts: Options, targets: list[Path]) -> Settings:
+    """The settings for files under `targets`: the configuration found from them (or `--config`),
+    then the command line's options in `opts`. `check`, `fix` and the language server (`xlalint
+    server`, with the settings of each document's folder) all resolve them here. ConfigError: one line."""
     settings: Settings = load_settings(Path(opts.config) if opts.config else None, targets, ALL_RULES)
     settings.assume_xla = settings.assume_xla or opts.assume_xla
     settings.unsafe_fixes = settings.unsafe_fixes or opts.unsafe_fixes
@@ -184,6 +181,17 @@ def prepare(opts: Options) -> Prepared:
         settings.fixable = validate_selectors(_split(opts.fixable), ALL_RULES, "--fixable")
     if opts.unfixable:
         settings.unfixable += validate_selectors(_split(opts.unfixable), ALL_RULES, "--unfixable")
+    return settings
+
+
+def prepare(opts: Options) -> Prepared:
+    """The settings from the configuration and `opts`, and the files to check. ConfigError: one line."""
+    stdin = Stdin(opts.paths, opts.stdin_filename)
+    paths = opts.paths
+    if stdin.wanted:
+        paths = (str(stdin.path.parent),) if stdin.path.name != STDIN else ()
+    targets = [Path(p) for p in paths] or [Path(".")]
+    settings = resolve_settings(opts, targets)
     rules = settings.selected_rules(ALL_RULES)
     if stdin.wanted:
         stdin.read()

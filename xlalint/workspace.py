@@ -267,6 +267,7 @@ class Workspace:
         with_edits: bool = True,
         progress: Progress | None = None,
         root: Path | None = None,
+        caches: dict[Path, ProjectCache] | None = None,
     ) -> None:
         self.settings = settings
         self.root = root.resolve() if root is not None else None  # see `run_root`; None: the files' own
@@ -279,7 +280,8 @@ class Workspace:
         self.cache_dir = cache_dir
         self._pool: ProcessPoolExecutor | None = None
         self._pool_size = 0
-        self._caches: dict[Path, ProjectCache] = {}
+        # by project root; `caches`: those of a long-lived caller (the language server), kept across runs
+        self._caches: dict[Path, ProjectCache] = caches if caches is not None else {}
         self._roots: dict[Path, Path] = {}  # a folder (resolved) -> the root of its files' project
         # during `check`: resolved path -> (the facts, what was asked of them, the check's result) of
         # each summary that also checked the file (see `SummaryTask.check`)
