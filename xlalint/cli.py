@@ -788,6 +788,20 @@ def explain(code, output_format):
     click.echo(explain_text(rule, output_format))
 
 
+@main.command()
+def server():
+    """Run the language server for editors: the Language Server Protocol on standard input and output
+    (findings as you type, fixes as code actions, `explain` on hover). Needs `pip install 'xlalint[lsp]'`."""
+    try:
+        from .server import serve
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] not in ("pygls", "lsprotocol", "cattrs", "attrs"):
+            raise
+        _error("`xlalint server` needs the language server extra: pip install 'xlalint[lsp]'")
+        sys.exit(EXIT_ERROR)
+    serve()
+
+
 @main.command("rules")
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def list_rules(output_format):
