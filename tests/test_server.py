@@ -396,6 +396,20 @@ async def test_a_change_updates_the_diagnostics_and_stale_checks_are_dropped(tmp
 
 
 @pytest.mark.asyncio
+async def test_a_finding_from_another_modules_facts_follows_the_lines_of_the_buffer(tmp_path):
+    helper = "def grid_sizes(coords):\n    return [int(n.item()) for n in coords.amax(dim=1) + 1]\n"
+    caller = GRID.replace("def grid_sizes", "def _unused").replace("import torch.nn as nn\n", "import torch.nn as nn\n\nfrom helpers import grid_sizes\n")
+    root = project(tmp_path, {"helpers.py": helper, "model.py": caller})
+    async with session(root) as s:
+        uri = s.open(root / "model.py")
+        (call,) = [d for d in await s.diagnostics(uri) if d.code == "XLA109"]
+        # two lines typed above it, not saved: the project's facts (read from the saved file) follow
+        version = s.change(uri, "# one\n# two\n", lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)))
+        (moved,) = [d for d in await s.diagnostics(uri, version=version) if d.code == "XLA109"]
+        assert moved.range.start == lsp.Position(call.range.start.line + 2, call.range.start.character)
+
+
+@pytest.mark.asyncio
 async def test_a_broken_document_gets_one_diagnostic_and_the_server_goes_on(tmp_path):
     latin = "# -*- coding: latin-1 -*-\nimport torch\nprice = '5 €'\n"  # € is not in latin-1
     root = project(tmp_path, {"train.py": TRAIN, "broken.py": "import torch\n\ndef f(:\n    pass\n", "latin.py": latin})

@@ -479,6 +479,7 @@ class Workspace:
                     checks[real[path]] = self._check(path, raw, NO_PROJECT)
         self.shared = {}
         facts = self.facts(files, checks)
+        _given_facts(facts, given)
         tasks, keys = [], []
         for path, raw in readable:
             codes = self._codes(path)
@@ -523,6 +524,7 @@ class Workspace:
     def fix(self, files: list[Path], *, unsafe: bool, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
         self._default_root(files)
         facts = self.facts(files)
+        _given_facts(facts, given)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, paths, stamps = [], [], {}
         for path, raw in _readable(files, outcomes, given, stamps):
@@ -535,6 +537,23 @@ class Workspace:
                     d.path = path
             outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result, stamps.get(path))
         return [outcomes[p] for p in files]
+
+
+def _given_facts(facts: dict[Path, ProjectFacts], given: dict[Path, bytes] | None) -> None:
+    """The project's facts about a file whose text is `given` (standard input, an editor's unsaved
+    buffer) were read from the file as saved: the calls they name by line are moved to the lines
+    they hold in the given text (those on edited lines are dropped), else a line added above a call
+    would lose its finding."""
+    for path, raw in (given or {}).items():
+        found = facts.get(path, NO_PROJECT)
+        if found is NO_PROJECT:
+            continue
+        try:
+            saved = decode_source(path, read_bounded(path)[0]).text
+            text = decode_source(path, raw).text
+        except (OSError, SourceError):
+            continue  # no saved file (its facts are nobody's), or text reported when checked
+        facts[path] = found.moved(saved, text)
 
 
 def _readable(
