@@ -64,3 +64,32 @@ def test_bad_standard_input_is_a_one_line_error(run_cli, project):
     assert code == 2 and "Traceback" not in err
     code, _, err = run_cli("check", "-", "other.py", cwd=project, input="x = 1\n")
     assert code == 2 and err.count("\n") == 1 and "standard input" in err
+
+
+HELPER = "def grid_sizes(coords):\n    return [int(n.item()) for n in coords.amax(dim=1) + 1]\n"
+CALLER = """\
+import torch.nn as nn
+
+from helpers import grid_sizes
+
+
+class PosEmbed(nn.Module):
+    def forward(self, x, coords):
+        sizes = grid_sizes(coords)
+        return x + self.interpolate(sizes)
+"""
+
+
+def test_what_other_modules_say_follows_the_lines_of_the_text_given(run_cli, project):
+    # the project's facts about model.py come from the file as saved (the call at line 8); the text on
+    # standard input (an editor's unsaved buffer) has a line more above it: the finding moves with it
+    project.write("helpers.py", HELPER)
+    project.write("model.py", CALLER)
+    edited = "# a line typed above\n" + CALLER
+    code, out, err = run_cli("check", "--no-cache", "--output-format", "json", "-", "--stdin-filename", "model.py",
+                             cwd=project, input=edited)
+    assert code == 1, err
+    assert [(d["code"], d["location"]["row"]) for d in json.loads(out)] == [("XLA109", 9)]
+    # `fix -`: nothing to fix; what remains is the same finding, at its new line
+    code, out, err = run_cli("fix", "--no-cache", "-", "--stdin-filename", "model.py", cwd=project, input=edited)
+    assert out == edited and "model.py:9:17: XLA109" in err

@@ -142,13 +142,10 @@ def _per_file_ignores(values: tuple[str, ...]) -> dict[str, list[str]]:
     return table
 
 
-def prepare(opts: Options) -> Prepared:
-    """The settings from the configuration and `opts`, and the files to check. ConfigError: one line."""
-    stdin = Stdin(opts.paths, opts.stdin_filename)
-    paths = opts.paths
-    if stdin.wanted:
-        paths = (str(stdin.path.parent),) if stdin.path.name != STDIN else ()
-    targets = [Path(p) for p in paths] or [Path(".")]
+def resolve_settings(opts: Options, targets: list[Path]) -> Settings:
+    """The settings for files under `targets`: the configuration found from them (or `--config`),
+    then the command line's options in `opts`. `check`, `fix` and the language server (`xlalint
+    server`, with the settings of each document's folder) all resolve them here. ConfigError: one line."""
     settings: Settings = load_settings(Path(opts.config) if opts.config else None, targets, ALL_RULES)
     settings.assume_xla = settings.assume_xla or opts.assume_xla
     settings.unsafe_fixes = settings.unsafe_fixes or opts.unsafe_fixes
@@ -184,6 +181,17 @@ def prepare(opts: Options) -> Prepared:
         settings.fixable = validate_selectors(_split(opts.fixable), ALL_RULES, "--fixable")
     if opts.unfixable:
         settings.unfixable += validate_selectors(_split(opts.unfixable), ALL_RULES, "--unfixable")
+    return settings
+
+
+def prepare(opts: Options) -> Prepared:
+    """The settings from the configuration and `opts`, and the files to check. ConfigError: one line."""
+    stdin = Stdin(opts.paths, opts.stdin_filename)
+    paths = opts.paths
+    if stdin.wanted:
+        paths = (str(stdin.path.parent),) if stdin.path.name != STDIN else ()
+    targets = [Path(p) for p in paths] or [Path(".")]
+    settings = resolve_settings(opts, targets)
     rules = settings.selected_rules(ALL_RULES)
     if stdin.wanted:
         stdin.read()
@@ -778,6 +786,20 @@ def explain(code, output_format):
         _error(f"unknown rule `{code}` (see `xlalint rules`)")
         sys.exit(EXIT_ERROR)
     click.echo(explain_text(rule, output_format))
+
+
+@main.command()
+def server():
+    """Run the language server for editors: the Language Server Protocol on standard input and output
+    (findings as you type, fixes as code actions, `explain` on hover). Needs `pip install 'xlalint[lsp]'`."""
+    try:
+        from .server import serve
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] not in ("pygls", "lsprotocol", "cattrs", "attrs"):
+            raise
+        _error("`xlalint server` needs the language server extra: pip install 'xlalint[lsp]'")
+        sys.exit(EXIT_ERROR)
+    serve()
 
 
 @main.command("rules")

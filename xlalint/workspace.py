@@ -267,6 +267,7 @@ class Workspace:
         with_edits: bool = True,
         progress: Progress | None = None,
         root: Path | None = None,
+        caches: dict[Path, ProjectCache] | None = None,
     ) -> None:
         self.settings = settings
         self.root = root.resolve() if root is not None else None  # see `run_root`; None: the files' own
@@ -279,7 +280,8 @@ class Workspace:
         self.cache_dir = cache_dir
         self._pool: ProcessPoolExecutor | None = None
         self._pool_size = 0
-        self._caches: dict[Path, ProjectCache] = {}
+        # by project root; `caches`: those of a long-lived caller (the language server), kept across runs
+        self._caches: dict[Path, ProjectCache] = caches if caches is not None else {}
         self._roots: dict[Path, Path] = {}  # a folder (resolved) -> the root of its files' project
         # during `check`: resolved path -> (the facts, what was asked of them, the check's result) of
         # each summary that also checked the file (see `SummaryTask.check`)
@@ -477,6 +479,7 @@ class Workspace:
                     checks[real[path]] = self._check(path, raw, NO_PROJECT)
         self.shared = {}
         facts = self.facts(files, checks)
+        _given_facts(facts, given)
         tasks, keys = [], []
         for path, raw in readable:
             codes = self._codes(path)
@@ -521,6 +524,7 @@ class Workspace:
     def fix(self, files: list[Path], *, unsafe: bool, given: dict[Path, bytes] | None = None) -> list[FileOutcome]:
         self._default_root(files)
         facts = self.facts(files)
+        _given_facts(facts, given)
         outcomes: dict[Path, FileOutcome] = {}
         tasks, paths, stamps = [], [], {}
         for path, raw in _readable(files, outcomes, given, stamps):
@@ -533,6 +537,23 @@ class Workspace:
                     d.path = path
             outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result, stamps.get(path))
         return [outcomes[p] for p in files]
+
+
+def _given_facts(facts: dict[Path, ProjectFacts], given: dict[Path, bytes] | None) -> None:
+    """The project's facts about a file whose text is `given` (standard input, an editor's unsaved
+    buffer) were read from the file as saved: the calls they name by line are moved to the lines
+    they hold in the given text (those on edited lines are dropped), else a line added above a call
+    would lose its finding."""
+    for path, raw in (given or {}).items():
+        found = facts.get(path, NO_PROJECT)
+        if found is NO_PROJECT:
+            continue
+        try:
+            saved = decode_source(path, read_bounded(path)[0]).text
+            text = decode_source(path, raw).text
+        except (OSError, SourceError):
+            continue  # no saved file (its facts are nobody's), or text reported when checked
+        facts[path] = found.moved(saved, text)
 
 
 def _readable(
