@@ -10,12 +10,14 @@ them on the host only when asked.
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 
+from . import _args
 from ._xla import xla_model
 
 _Number = int | float | bool
@@ -73,6 +75,10 @@ class DeviceAccumulator:
     """
 
     def __init__(self, dtype: torch.dtype | None = None) -> None:
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            raise TypeError(
+                f"DeviceAccumulator(): argument 'dtype' must be a torch.dtype such as torch.float32, not {dtype!r}"
+            )
         if dtype is not None and not dtype.is_floating_point:
             raise TypeError(f"DeviceAccumulator: dtype must be a floating dtype, got {dtype}")
         self._dtype = dtype
@@ -81,7 +87,12 @@ class DeviceAccumulator:
 
     @torch.no_grad()
     def add(self, value: torch.Tensor | _Number, weight: torch.Tensor | _Number = 1) -> None:
-        """Add ``weight * value`` to the sum and ``weight`` to the total weight, on the device."""
+        """Add ``weight * value`` to the sum and ``weight`` to the total weight, on the device.
+
+        ``value`` and ``weight`` are tensors or real Python numbers (a list is a ``TypeError``: make it
+        a tensor first)."""
+        _check_number("value", value)
+        _check_number("weight", weight)
         if not isinstance(value, torch.Tensor):
             device = self._sum.device if self._sum is not None else None
             value = torch.tensor(value, device=device)
@@ -156,6 +167,12 @@ class DeviceAccumulator:
         run before the step ends. Anywhere else the callback runs immediately
         with ``self.read()``'s values (a host sync on CUDA, free on CPU).
         """
+        if not callable(callback):
+            raise TypeError(
+                "DeviceAccumulator.read_in_step_closure(): argument 'callback' must be callable "
+                f"(it is called with the Reading), not {_args.describe(callback)}"
+            )
+        _args.flag("DeviceAccumulator.read_in_step_closure", "run_async", run_async)
         snapshot = self._snapshot()
         if isinstance(snapshot, torch.Tensor) and _on_torch_xla(snapshot):
             xm = xla_model()
@@ -172,6 +189,15 @@ class DeviceAccumulator:
 
     def _empty_dtype(self) -> torch.dtype:
         return self._dtype or torch.get_default_dtype()
+
+
+def _check_number(name: str, value: object) -> None:
+    if isinstance(value, (torch.Tensor, numbers.Real)):  # Real: int, float, bool and NumPy's scalars
+        return
+    hint = " (make it a tensor first: torch.tensor(...))" if isinstance(value, (list, tuple)) else ""
+    raise TypeError(
+        f"DeviceAccumulator.add(): argument '{name}' must be a Tensor or a real number, not {_args.describe(value)}{hint}"
+    )
 
 
 def _state_dtype(dtype: torch.dtype) -> torch.dtype:

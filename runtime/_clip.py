@@ -7,10 +7,11 @@ import sys
 import types
 import warnings
 from collections.abc import Iterable
-from typing import cast
+from typing import NoReturn, cast
 
 import torch
 
+from . import _args
 from ._xla import is_lazy_device, xla_model
 
 try:  # The same helpers torch's own clip_grad_norm_ uses, so CPU/CUDA results match bit for bit.
@@ -94,6 +95,21 @@ def _raise_nonfinite(norm_type: float) -> None:
     )
 
 
+def _bad_parameters(parameters: object, hint: str = "") -> NoReturn:
+    raise TypeError(
+        "clip_grad_norm_(): argument 'parameters' must be a tensor or an iterable of tensors, "
+        f"not {_args.describe(parameters)}{hint}"
+    )
+
+
+def _number(name: str, value: object, expected: str) -> float:
+    """``float(value)`` as torch takes it (``'inf'`` too), with the error saying what was expected."""
+    try:
+        return float(value)  # type: ignore[arg-type]  # float() says what it takes, below
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"clip_grad_norm_(): argument '{name}' must be {expected}, not {value!r}") from None
+
+
 @torch.no_grad()
 def clip_grad_norm_(
     parameters: _Params,
@@ -133,19 +149,49 @@ def clip_grad_norm_(
       ``foreach=False`` always uses the per-tensor loop.
     * A tensor ``max_norm`` is used on the device as is (torch calls
       ``float(max_norm)``, a host sync when it lives on XLA).
+
+    Bad arguments raise what torch raises, with a message saying what was
+    expected: ``TypeError`` for ``parameters`` that are not tensors (a model
+    instead of ``model.parameters()``) and for a ``max_norm``/``norm_type`` of
+    the wrong type, ``ValueError`` for a string that is no number and a
+    ``max_norm`` tensor of more than one element, also when no parameter has a
+    gradient.
     """
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
     else:
+        if isinstance(parameters, torch.nn.Module):  # iterable when a Sequential: it yields modules
+            _bad_parameters(parameters, ": pass model.parameters()")
         is_generator = isinstance(parameters, types.GeneratorType)
-        parameters = list(parameters)  # a generator must be read only once
+        try:
+            parameters = list(parameters)  # a generator must be read only once
+        except TypeError:
+            _bad_parameters(parameters)
         if is_generator and not parameters:
             warnings.warn(
                 "`parameters` is an empty generator, no gradient clipping will occur.",
                 stacklevel=3,
             )
-    grads = [p.grad for p in parameters if p.grad is not None]
-    norm_type = float(norm_type)  # also maps 'inf' to math.inf
+    # checked before the gradients, as torch converts both: a bad value raises with or without them
+    norm_type = _number("norm_type", norm_type, "a number or 'inf'")  # also maps 'inf' to math.inf
+    if isinstance(max_norm, torch.Tensor):
+        if max_norm.numel() != 1:  # shape only: no host read
+            raise ValueError(
+                "clip_grad_norm_(): argument 'max_norm' must be a number or a one-element tensor, "
+                f"not a tensor of shape {tuple(max_norm.shape)}"
+            )
+    else:
+        max_norm = _number("max_norm", max_norm, "a number or a one-element tensor")
+    try:
+        grads = [p.grad for p in parameters if p.grad is not None]
+    except AttributeError:  # an element without .grad: found only now, at no cost when all are tensors
+        bad = next((p for p in parameters if not isinstance(p, torch.Tensor)), None)
+        if bad is None:
+            raise
+        raise TypeError(
+            "clip_grad_norm_(): argument 'parameters' must be a tensor or an iterable of tensors "
+            f"(e.g. model.parameters()); it holds a {_args.describe(bad)}"
+        ) from None
     if not grads:
         return torch.tensor(0.0)
 
@@ -166,7 +212,7 @@ def clip_grad_norm_(
         max_norm = max_norm.to(device=total_norm.device, dtype=total_norm.dtype)
         clip_coef = (total_norm + 1e-6).reciprocal() * max_norm
     else:
-        clip_coef = float(max_norm) / (total_norm + 1e-6)
+        clip_coef = max_norm / (total_norm + 1e-6)
     # clamp instead of `if coef < 1:`, which would be a host sync.
     clip_coef = torch.clamp(clip_coef, max=1.0)
     for (device, _), tensors in groups.items():

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
+from . import _args
+
 _Dim = int | Sequence[int] | None
 
 
@@ -36,7 +38,8 @@ def nonzero_static(mask: torch.Tensor, size: int, fill_value: int = -1) -> torch
     * A 0-d mask gives shape ``(size, 0)``; an empty mask gives only fill rows;
       ``size=0`` gives shape ``(0, mask.ndim)``.
     * ``size`` must be a non-negative Python int (a tensor would be a host
-      read); ``fill_value`` must be a Python int.
+      read): another type is a ``TypeError`` and a negative size a ``ValueError``,
+      as in torch; ``fill_value`` must be a Python int.
 
     How: each position ``i`` of the flattened mask gets the key ``M - i`` when
     it is nonzero and ``0`` otherwise (``M = max(numel, size)``; the key vector
@@ -46,10 +49,11 @@ def nonzero_static(mask: torch.Tensor, size: int, fill_value: int = -1) -> torch
     unravelled with the mask's (static) strides. No value is read on the host
     and every shape depends only on ``mask.shape`` and ``size``.
     """
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise ValueError(f"nonzero_static: size must be a non-negative int, got {size!r}")
-    if isinstance(fill_value, bool) or not isinstance(fill_value, int):
-        raise TypeError(f"nonzero_static: fill_value must be an int, got {fill_value!r}")
+    _args.tensor("nonzero_static", "mask", mask)
+    size = _args.integer("nonzero_static", "size", size)
+    if size < 0:
+        raise ValueError(f"nonzero_static(): argument 'size' must be a non-negative int, got {size}")
+    fill_value = _args.integer("nonzero_static", "fill_value", fill_value)
     device, shape = mask.device, tuple(mask.shape)
     if size == 0 or not shape:
         # Nothing to select (size 0), or nothing to write (0-d: each row is empty).
@@ -74,7 +78,11 @@ def nonzero_static(mask: torch.Tensor, size: int, fill_value: int = -1) -> torch
     return torch.where(found.unsqueeze(1), index, fill_value)
 
 
-def _check_mask(x: torch.Tensor, mask: torch.Tensor, name: str) -> None:
+def _check_mask(x: torch.Tensor, mask: torch.Tensor, name: str, dim: _Dim, keepdim: bool) -> None:
+    _args.tensor(name, "x", x)
+    _args.tensor(name, "mask", mask)
+    _args.dims(name, dim)
+    _args.flag(name, "keepdim", keepdim)
     if mask.dtype != torch.bool:
         # x[int_tensor] is integer indexing, not masking: refuse rather than guess.
         raise TypeError(f"{name}: mask must be a bool tensor, got {mask.dtype}")
@@ -95,7 +103,8 @@ def _dims(x: torch.Tensor, dim: _Dim) -> tuple[int, ...]:
     """``dim`` as a tuple of non-negative dims (all of them for None)."""
     if dim is None:
         return tuple(range(x.ndim))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    checked = _args.dims("masked", dim)  # checked by _check_mask already: this maps NumPy ints to int
+    dims = (checked,) if isinstance(checked, int) else checked or ()
     rank = max(x.ndim, 1)  # a 0-d tensor accepts dim 0 / -1, like torch
     for d in dims:
         if not -rank <= d < rank:
@@ -132,7 +141,7 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: b
       inputs keep their dtype. An empty selection sums to 0.
     * Floating sums equal the eager reference up to summation order (a few ulps).
     """
-    _check_mask(x, mask, "masked_sum")
+    _check_mask(x, mask, "masked_sum", dim, keepdim)
     selected = torch.where(mask, x, 0)
     return torch.sum(selected, dim=_reduce_arg(x, dim), keepdim=keepdim)
 
@@ -146,7 +155,7 @@ def masked_count(x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim:
     Same ``mask``/``dim``/``keepdim`` rules as :func:`masked_sum`. The count
     stays on the device: calling ``int()`` on it is a host sync.
     """
-    _check_mask(x, mask, "masked_count")
+    _check_mask(x, mask, "masked_count", dim, keepdim)
     selected = mask.expand(x.shape)
     return torch.sum(selected, dim=_reduce_arg(x, dim), keepdim=keepdim, dtype=torch.int64)
 
@@ -165,7 +174,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: _Dim = None, keepdim: 
       exactly in int64, then divided in the default floating dtype
       (``torch.get_default_dtype()``, normally float32).
     """
-    _check_mask(x, mask, "masked_mean")
+    _check_mask(x, mask, "masked_mean", dim, keepdim)
     total = masked_sum(x, mask, dim, keepdim)
     count = masked_count(x, mask, dim, keepdim)
     if not total.dtype.is_floating_point and not total.dtype.is_complex:
@@ -186,7 +195,7 @@ def _empty_value(dtype: torch.dtype, largest: bool) -> float | int | bool:
 def _masked_extreme(
     x: torch.Tensor, mask: torch.Tensor, dim: _Dim, keepdim: bool, largest: bool, name: str
 ) -> torch.Tensor:
-    _check_mask(x, mask, name)
+    _check_mask(x, mask, name, dim, keepdim)
     if x.dtype.is_complex:
         raise TypeError(f"{name}: complex tensors have no ordering")
     fill = _empty_value(x.dtype, largest)

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from . import _args
+
 
 def bucket_size(n: int, buckets: Iterable[int]) -> int:
     """The smallest bucket that is ``>= n``.
@@ -26,13 +28,20 @@ def bucket_size(n: int, buckets: Iterable[int]) -> int:
     of non-negative ints in any order (e.g. ``(128, 256, 512)``). Raises
     ``ValueError`` when ``n`` exceeds the largest bucket (truncating silently
     would drop data; add a bucket or cut the input first), when ``n`` is
-    negative or when ``buckets`` is empty, and ``TypeError`` when ``n`` is a
-    tensor (turning it into an int would be a host sync: pass ``len(seq)`` or
-    ``x.shape[d]``).
+    negative, when ``buckets`` is empty or holds a negative size, and
+    ``TypeError`` when ``buckets`` is not an iterable of ints or ``n`` is not a
+    Python int, a tensor included (turning it into an int would be a host sync:
+    pass ``len(seq)`` or ``x.shape[d]``).
     """
     if isinstance(n, torch.Tensor) or isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"bucket_size: n must be a Python int (a length or shape entry), got {type(n).__name__}")
-    sizes = sorted(_check_bucket(b) for b in buckets)
+    try:
+        listed = list(buckets)
+    except TypeError:
+        raise TypeError(
+            f"bucket_size(): argument 'buckets' must be an iterable of ints such as (128, 256), not {_args.describe(buckets)}"
+        ) from None
+    sizes = sorted(_check_bucket(b) for b in listed)
     if not sizes:
         raise ValueError("bucket_size: buckets is empty")
     if n < 0:
@@ -45,9 +54,11 @@ def bucket_size(n: int, buckets: Iterable[int]) -> int:
     )
 
 
-def _check_bucket(b: int) -> int:
-    if isinstance(b, bool) or not isinstance(b, int) or b < 0:
-        raise ValueError(f"bucket sizes must be non-negative ints, got {b!r}")
+def _check_bucket(b: object) -> int:
+    if isinstance(b, bool) or not isinstance(b, int):
+        raise TypeError(f"bucket_size(): bucket sizes must be ints, not {_args.describe(b)} ({b!r})")
+    if b < 0:
+        raise ValueError(f"bucket_size(): bucket sizes must be non-negative, got {b}")
     return b
 
 
@@ -72,9 +83,14 @@ def pad_to_bucket(
     for the ``x.shape[dim]`` real entries. ``mask`` is 1-D: to use it against
     ``padded`` with ``dim=0`` of a 2-D tensor write ``mask[:, None]``. When
     ``x`` already has a bucket's size, ``padded`` is ``x`` itself (no copy).
-    Raises ``ValueError`` when the size exceeds the largest bucket and
-    ``IndexError`` for a ``dim`` out of range (0-d tensors have no dim to pad).
+    Raises ``ValueError`` when the size exceeds the largest bucket,
+    ``IndexError`` for a ``dim`` out of range (0-d tensors have no dim to pad)
+    and ``TypeError`` when ``x`` is not a tensor, ``dim`` not an int or
+    ``value`` not a real number.
     """
+    _args.tensor("pad_to_bucket", "x", x)
+    dim = _args.integer("pad_to_bucket", "dim", dim)
+    _args.real("pad_to_bucket", "value", value)
     if not -x.ndim <= dim < x.ndim:
         raise IndexError(f"pad_to_bucket: dim {dim} is out of range for a tensor with {x.ndim} dimensions")
     dim %= x.ndim
@@ -106,9 +122,20 @@ def pad_sequences(
     tensor of shape ``(B, bucket)``, True where ``j < L_i``. The batch size
     ``B`` is not bucketed (use a fixed batch size, ``drop_last=True``, or pad
     the last batch with empty sequences). Raises ``ValueError`` for an empty
-    list, a 0-d sequence, or a length above the largest bucket.
+    list, a 0-d sequence, or a length above the largest bucket, and
+    ``TypeError`` for an element that is not a tensor or a ``value`` that is
+    not a real number.
     """
-    seqs = list(seqs)
+    try:
+        seqs = list(seqs)
+    except TypeError:
+        raise TypeError(
+            f"pad_sequences(): argument 'seqs' must be a sequence of tensors, not {_args.describe(seqs)}"
+        ) from None
+    for i, s in enumerate(seqs):
+        if not isinstance(s, torch.Tensor):
+            raise TypeError(f"pad_sequences(): argument 'seqs' must hold tensors; element {i} is {_args.describe(s)}")
+    _args.real("pad_sequences", "value", value)
     if not seqs:
         raise ValueError("pad_sequences: seqs is empty (the dtype and device would be unknown)")
     if any(s.ndim == 0 for s in seqs):

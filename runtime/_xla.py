@@ -71,7 +71,10 @@ def sync(wait: bool = False) -> None:
     graph to cut: ``wait=False`` does nothing and ``wait=True`` calls
     ``torch.accelerator.synchronize()``, the public wait for all of the
     device's streams (``torch.tpu.synchronize()`` raises in torch-tpu 0.2.0).
+    A ``wait`` that is not a bool is a ``TypeError``.
     """
+    if not isinstance(wait, bool):
+        raise TypeError(f"sync(): argument 'wait' must be bool, not {type(wait).__name__}")
     torch_xla = sys.modules.get("torch_xla")
     if torch_xla is None or not _runtime_initialized(torch_xla):
         if wait and on_torchtpu():

@@ -266,6 +266,9 @@ def test_installed_baseline_and_listing_commands(user_venv, tmp_path):
 
 # -- the README's snippets, as pasted (issue 31) ------------------------------------------------------
 
+MUTABLE = "appears to be a mutable reference"  # pre-commit's warning about a branch or tag as `rev`
+
+
 def readme_block(start: str) -> str:
     """The fenced block of README.md that begins with the line `start`."""
     text = (ROOT / "README.md").read_text()
@@ -289,19 +292,47 @@ def test_readme_pre_commit_snippet_validates_and_runs_with_try_repo(main_branch,
     (tmp_path / ".pre-commit-config.yaml").write_text(snippet)
     proc = run(["pre-commit", "validate-config", ".pre-commit-config.yaml"], cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # as pasted: a config map pre-commit accepts
+    assert MUTABLE not in proc.stdout + proc.stderr  # a pinned commit, not a branch (issue 40)
     config = yaml.safe_load(snippet)
     (repo,) = config["repos"]
     hooks = [hook["id"] for hook in repo["hooks"]]
     manifest = {hook["id"] for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
     assert set(hooks) <= manifest
-    # the same hooks at the same rev, from this repository instead of its address
+    # the same hooks, from this tree's snapshot instead of the address (the pinned commit's hooks run
+    # in the test below, from a clone that holds it)
     git(tmp_path, "init", "-q")
     (tmp_path / "train.py").write_text(TRAIN_LOOP)
     git(tmp_path, "add", "-A")
-    proc = run(["pre-commit", "try-repo", main_branch, "xlalint-check", "--ref", repo["rev"], "--all-files"],
+    proc = run(["pre-commit", "try-repo", main_branch, "xlalint-check", "--ref", "main", "--all-files"],
                cwd=tmp_path, env=env)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "train.py:10:18: XLA101" in output, output
+
+
+def test_readme_pre_commit_snippet_runs_from_a_clone_at_its_pinned_commit(tmp_path_factory, tmp_path):
+    """The snippet as pasted, its address replaced by a local clone of this repository: pre-commit
+    installs the pinned commit's hooks, runs them, and prints no "mutable reference" warning."""
+    if shutil.which("pre-commit") is None and not (Path(sys.prefix) / "bin" / "pre-commit").exists():
+        pytest.skip("pre-commit is not installed")
+    snippet = readme_block("repos:")
+    rev = yaml.safe_load(snippet)["repos"][0]["rev"]
+    clone = tmp_path / "clone"
+    if git(tmp_path, "clone", "-q", "--no-checkout", str(ROOT), str(clone)).returncode != 0:
+        pytest.skip("this tree is not a git clone")
+    if git(clone, "cat-file", "-e", f"{rev}^{{commit}}").returncode != 0:
+        pytest.skip("the pinned commit is not in this clone (shallow?)")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".pre-commit-config.yaml").write_text(snippet.replace("https://github.com/xlalint/xlalint", str(clone)))
+    (project / "train.py").write_text(TRAIN_LOOP)
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    env = clean_env(PRE_COMMIT_HOME=str(tmp_path_factory.getbasetemp() / "pre-commit-home"))
+    env["PATH"] = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{env['PATH']}"
+    proc = run(["pre-commit", "run", "xlalint-check", "--all-files"], cwd=project, env=env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "train.py:10:18: XLA101" in output, output
+    assert MUTABLE not in output
 
 
 def test_readme_install_from_a_git_url_and_the_actions_steps(main_branch, tmp_path):

@@ -205,15 +205,22 @@ def test_statistics_count_fixable_findings_and_speak_json(run_cli, project):
 # -- the repository itself --------------------------------------------------------------------------------
 
 def test_the_pre_commit_and_actions_snippets_name_the_branch_that_lands():
-    # tags are not carried with main: a snippet naming one fails as pasted from a clone of main
+    # tags are not carried with main: a snippet naming one fails as pasted from a clone of main. pip
+    # installs the branch; pre-commit pins a commit of it (a branch name warns on every run, issue 40)
     text = (ROOT / "README.md").read_text() + (ROOT / ".pre-commit-hooks.yaml").read_text()
-    revs = set(re.findall(r"rev: (\S+)", text)) | set(re.findall(r"xlalint@([^\s\"']+)", text))
-    assert revs == {"main"}
+    assert set(re.findall(r"xlalint@([^\s\"']+)", text)) == {"main"}
     config = yaml.safe_load(text[text.index("```yaml\nrepos:") + len("```yaml\n"):].split("```")[0])
-    assert config["repos"][0]["rev"] == "main"  # a config map, as pre-commit expects
+    rev = config["repos"][0]["rev"]  # a config map, as pre-commit expects
+    assert re.fullmatch(r"[0-9a-f]{40}", rev)
+    # every `rev:` line: the snippet's, and the manifest comment's placeholder
+    assert set(re.findall(r"(?m)^[\s#]*rev: (\S+)", text)) == {rev, "<a"}
     branch = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "main"], cwd=ROOT, capture_output=True)
     if branch.returncode != 0:
         pytest.skip("no branch main here (not a checkout of it)")
+    if subprocess.run(["git", "cat-file", "-e", f"{rev}^{{commit}}"], cwd=ROOT, capture_output=True).returncode:
+        pytest.skip("the pinned commit is not in this clone (shallow?)")
+    on_main = subprocess.run(["git", "merge-base", "--is-ancestor", rev, "main"], cwd=ROOT, capture_output=True)
+    assert on_main.returncode == 0, f"{rev} is not a commit of main"
 
 
 def test_xlalint_passes_its_own_linter():

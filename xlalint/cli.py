@@ -193,6 +193,13 @@ def prepare(opts: Options) -> Prepared:
     targets = [Path(p) for p in paths] or [Path(".")]
     settings = resolve_settings(opts, targets)
     rules = settings.selected_rules(ALL_RULES)
+    if settings.target_platform and not any(r.target == settings.target_platform for r in rules):
+        families = sorted({r.code[:4] for r in ALL_RULES if r.target == settings.target_platform})
+        click.echo(
+            f"warning: the target {settings.target_platform} runs none of its migration rules: the selection "
+            f"leaves out {', '.join(families)}",
+            err=True,
+        )
     if stdin.wanted:
         stdin.read()
         # Ruff's rule: an excluded name is skipped only with --force-exclude
@@ -361,8 +368,36 @@ _shared_options = _options(
             is_flag=True,
             help="When fixing, exit 1 if anything was fixed, even when no finding remains.",
         ),
+        # the report of the findings (for `fix --write`: of those that remain), and the listings
+        click.option(
+            "--output-format",
+            type=click.Choice(FORMATS),
+            default=None,
+            help="text (check's default): each finding with its source line; concise (the default for what "
+            "`fix --write` leaves): one line each; the others are for tools.",
+        ),
+        click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2)."),
+        click.option(
+            "--statistics",
+            "show_statistics",
+            is_flag=True,
+            help="Count findings per rule, with how many are fixable (JSON with --output-format json).",
+        ),
+        click.option("--show-files", is_flag=True, help="List the files that would be checked, and stop."),
+        click.option(
+            "--show-settings",
+            is_flag=True,
+            help="Print the settings in force for the first file (and the file they came from), and stop.",
+        ),
     ]
 )
+
+# `check` options that `fix` does not take, and why (README, "Command line")
+CHECK_ONLY = {
+    "--fix": "`fix --write`",
+    "--add-noqa": "baselining marks findings; it fixes none",
+    "--watch": "re-running on every save would rewrite files as they are edited",
+}
 
 
 class _Guarded(click.Group):
@@ -391,33 +426,13 @@ def main() -> None:
 
 @main.command()
 @_shared_options
-@click.option(
-    "--output-format",
-    type=click.Choice(FORMATS),
-    default="text",
-    show_default=True,
-    help="text: each finding with its source line; concise: one line each; the others are for tools.",
-)
-@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
 @click.option("--unsafe-fixes", is_flag=True, help="Show unsafe fixes as available (with --fix: apply them).")
-@click.option(
-    "--statistics",
-    "show_statistics",
-    is_flag=True,
-    help="Count findings per rule, with how many are fixable (JSON with --output-format json).",
-)
 @click.option("--fix", "apply_fixes", is_flag=True, help="Apply the fixes, as `xlalint fix --write` (Ruff's spelling).")
 @click.option("--diff", is_flag=True, help="Print the fixes as a diff and change nothing, as `xlalint fix`.")
 @click.option(
     "--add-noqa",
     is_flag=True,
     help="Add `# noqa: CODES` to every line with a finding (merged with those there), to baseline a code base.",
-)
-@click.option("--show-files", is_flag=True, help="List the files that would be checked, and stop.")
-@click.option(
-    "--show-settings",
-    is_flag=True,
-    help="Print the settings in force for the first file (and the file they came from), and stop.",
 )
 @click.option("--watch", is_flag=True, help="Check again whenever a file changes (polls; Ctrl-C stops).")
 def check(apply_fixes, **params):
@@ -426,6 +441,7 @@ def check(apply_fixes, **params):
     _apply_color(opts.color)
     if apply_fixes or opts.diff:  # Ruff's `check --fix` / `check --diff`
         sys.exit(run_fix(replace(opts, write=not opts.diff)))
+    opts = replace(opts, output_format=opts.output_format or "text")
     if opts.watch:
         sys.exit(_watch(opts))
     sys.exit(run_check(opts))
@@ -436,13 +452,7 @@ def run_check(opts: Options) -> int:
     run = _prepare_or_exit(opts)
     settings, rules, files, stdin = run.settings, run.rules, run.files, run.stdin
     if opts.show_files or opts.show_settings:
-        click.echo(
-            show_settings_text(settings, rules, files)
-            if opts.show_settings
-            else "".join(f"{printable(str(f))}\n" for f in files),
-            nl=False,
-        )
-        return EXIT_ERROR if run.missing else EXIT_OK
+        return _listing(opts, run)
     # only JSON and SARIF show each fix's edits: computing them generates each fix's statements again
     workspace = Workspace(
         settings,
@@ -486,6 +496,17 @@ def run_check(opts: Options) -> int:
     if failed:
         return EXIT_ERROR
     return EXIT_FINDINGS if diagnostics and not opts.exit_zero else EXIT_OK
+
+
+def _listing(opts: Options, run: Prepared) -> int:
+    """`--show-files` / `--show-settings`: what a run would check, or the settings in force."""
+    click.echo(
+        show_settings_text(run.settings, run.rules, run.files)
+        if opts.show_settings
+        else "".join(f"{printable(str(f))}\n" for f in run.files),
+        nl=False,
+    )
+    return EXIT_ERROR if run.missing else EXIT_OK
 
 
 def _outcome_error(message: str) -> int:
@@ -560,6 +581,12 @@ def run_fix(opts: Options) -> int:
     run = _prepare_or_exit(opts)
     settings, rules, files, stdin = run.settings, run.rules, run.files, run.stdin
     unsafe, write = run.unsafe, opts.write
+    if opts.show_files or opts.show_settings:
+        return _listing(opts, run)
+    if (opts.output_format or opts.show_statistics) and (opts.diff if stdin.wanted else not write):
+        given = "--output-format" if opts.output_format else "--statistics"
+        _error(f"{given} formats the findings that remain after --write; without it, fix prints a diff")
+        return EXIT_ERROR
     if stdin.wanted:
         return _fix_stdin(opts, run)
     failed = run.missing > 0
@@ -610,8 +637,10 @@ def run_fix(opts: Options) -> int:
             fixed_codes[outcome.path] = result.fixed_codes
         remaining += result.diagnostics
     remaining.sort(key=Diagnostic.sort_key)
-    if write and remaining:
-        report.echo(render(remaining, "concise", quiet=True, unsafe_fixes=unsafe))
+    if write and opts.show_statistics:
+        report.echo(statistics(remaining, opts.output_format or "concise", unsafe_fixes=unsafe))
+    elif write and (remaining or opts.output_format not in (None, "text", "concise")):  # tools' formats: also empty
+        report.echo(render(remaining, opts.output_format or "concise", quiet=True, unsafe_fixes=unsafe))
     report.close()
     if opts.show_fixes and fixed_codes:
         click.echo(fixed_enumeration(fixed_codes, done=write), nl=False, err=True)
@@ -623,6 +652,8 @@ def run_fix(opts: Options) -> int:
             click.echo(f"Would fix {errors}.", err=True)
     if failed:
         return EXIT_ERROR
+    if opts.exit_zero:
+        return EXIT_OK
     if write:
         return EXIT_FINDINGS if remaining or (opts.exit_non_zero_on_fix and fixed) else EXIT_OK
     return EXIT_FINDINGS if changed_files else EXIT_OK
@@ -732,8 +763,13 @@ def _fix_stdin(opts: Options, run: Prepared) -> int:
     else:
         _write_stdout(fixed)
     remaining = sorted(result.diagnostics, key=Diagnostic.sort_key)
-    if remaining and not opts.quiet:
-        click.echo(render(remaining, "concise", quiet=True, unsafe_fixes=run.unsafe), nl=False, err=True)
+    if opts.show_statistics and not diff:
+        click.echo(statistics(remaining, opts.output_format or "concise", unsafe_fixes=run.unsafe), nl=False, err=True)
+    elif remaining and not opts.quiet:
+        fmt, sources = opts.output_format or "concise", SourceLines({stdin.path: fixed})
+        click.echo(render(remaining, fmt, quiet=True, unsafe_fixes=run.unsafe, sources=sources), nl=False, err=True)
+    if opts.exit_zero:
+        return EXIT_OK
     if diff:
         return EXIT_FINDINGS if result.fixed is not None else EXIT_OK
     return EXIT_FINDINGS if remaining or (opts.exit_non_zero_on_fix and result.fixed is not None) else EXIT_OK

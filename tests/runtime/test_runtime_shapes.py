@@ -34,7 +34,8 @@ def test_bucket_size_is_the_smallest_fitting_bucket(buckets, n):
         (-1, [4], ValueError, ">= 0"),
         (3, [], ValueError, "empty"),
         (3, [4, -2], ValueError, "non-negative"),
-        (3, [4.0], ValueError, "non-negative ints"),
+        (3, [4.0], TypeError, "must be ints"),
+        (3, 128, TypeError, "iterable of ints"),
         (3.0, [4], TypeError, "Python int"),
         (torch.tensor(3), [4], TypeError, "Python int"),  # int(tensor) would be a host sync
     ],
