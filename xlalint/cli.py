@@ -34,7 +34,7 @@ from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
 from .noqa import add_noqa
 from .progress import Progress
-from .reporters import FORMATS, WITH_EDITS, SourceLines, colour_diff, printable, render, statistics
+from .reporters import FORMATS, WITH_EDITS, SourceLines, colour_diff, printable, render, shown, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
 from .source import SourceError, Stamp, decode_source, read_bounded, stat_or_none, write_fixed
 from .workspace import Workspace, crash_report, run_root
@@ -44,7 +44,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ct
 
 
 def _error(message: str) -> None:
-    message = printable(message)  # file names and contents may hold control characters
+    message = printable(message, line=True)  # one line: file names and contents may hold control characters
     click.echo(message if ": error:" in message else f"xlalint: error: {message}", err=True)
 
 
@@ -226,7 +226,7 @@ class Report:
         path = Path(self.output_file)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(self.parts), encoding="utf-8")
+            path.write_text("".join(self.parts), encoding="utf-8", errors="backslashreplace")
         except OSError as exc:
             _error(f"{path}: error: cannot write the report: {exc.strerror or exc}")
             sys.exit(EXIT_ERROR)
@@ -431,7 +431,7 @@ def run_check(opts: Options) -> int:
         click.echo(
             show_settings_text(settings, rules, files)
             if opts.show_settings
-            else "".join(f"{printable(str(f))}\n" for f in files),
+            else "".join(f"{shown(f)}\n" for f in files),
             nl=False,
         )
         return EXIT_ERROR if run.missing else EXIT_OK
@@ -483,7 +483,7 @@ def run_check(opts: Options) -> int:
 def _outcome_error(message: str) -> int:
     """Print a file's error; 1 when the file could not be checked, 0 for a notice (newer syntax)."""
     if ": warning: " in message:
-        click.echo(printable(message), err=True)
+        click.echo(printable(message, line=True), err=True)
         return 0
     _error(message)
     return 1
@@ -596,7 +596,7 @@ def run_fix(opts: Options) -> int:
             else:
                 from .fixing.apply import unified_diff
 
-                report.echo(colour_diff(unified_diff(str(outcome.path), *result.diff_texts())))
+                report.echo(colour_diff(unified_diff(shown(outcome.path), *result.diff_texts())))
             changed_files += 1
             fixed += result.fixed_count
             fixed_codes[outcome.path] = result.fixed_codes
@@ -625,7 +625,7 @@ def fixed_enumeration(fixed_codes: dict[Path, list[str]], *, done: bool) -> str:
     total = sum(len(codes) for codes in fixed_codes.values())
     lines = [f"{'Fixed' if done else 'Would fix'} {total} error{'s' if total != 1 else ''}:"]
     for path in sorted(fixed_codes, key=str):
-        lines.append(printable(f"- {path}:"))
+        lines.append(f"- {shown(path)}:")
         for code, count in sorted(Counter(fixed_codes[path]).items()):
             name = RULES_BY_CODE[code].name if code in RULES_BY_CODE else ""
             lines.append(f"    {count} \u00d7 {code} ({name})")
@@ -679,7 +679,7 @@ def show_settings_text(settings: Settings, rules, files: list[Path]) -> str:
         "target": settings.target_platform or "(none)",
     }
     lines = [
-        f"Resolved settings for: {first if first is not None else '(no file)'}",
+        f"Resolved settings for: {shown(first) if first is not None else '(no file)'}",
         f"Settings path: {settings.config_file or '(none: defaults and the command line)'}",
         "",
     ]
@@ -720,7 +720,7 @@ def _fix_stdin(opts: Options, run: Prepared) -> int:
         from .fixing.apply import unified_diff
 
         if result.fixed is not None:
-            click.echo(colour_diff(unified_diff(str(stdin.path), *result.diff_texts())), nl=False)
+            click.echo(colour_diff(unified_diff(shown(stdin.path), *result.diff_texts())), nl=False)
     else:
         _write_stdout(fixed)
     remaining = sorted(result.diagnostics, key=Diagnostic.sort_key)

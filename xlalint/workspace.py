@@ -414,7 +414,7 @@ class Workspace:
         cache.keep_only({_relative(p, root) for p in members})
         # what module resolution reads besides contents: each member's name, which the `__init__.py`
         # files above it decide (an empty one has no marker, so it is no member)
-        contents = {p: digest(f"{c} {module_name(p, source_root(p))}".encode()) for p, c in contents.items()}
+        contents = {p: digest(_bytes(f"{c} {module_name(p, source_root(p))}")) for p, c in contents.items()}
         # an unchanged project has unchanged facts: one entry keyed by every member's content and name
         key = digest(repr(sorted((_relative(p, root), c) for p, c in contents.items())).encode())
         cached = _read(_facts_from_json, cache.result(FACTS_SLOT, key))
@@ -441,7 +441,7 @@ class Workspace:
         for path, facts in wanted.items():
             relpath = _relative(path, root)
             if facts is not NO_PROJECT:  # a second slot: the first pass needs its own entry too
-                relpath, key = f"{relpath}#project", digest(f"{contents[path]}{facts.key()}".encode())
+                relpath, key = f"{relpath}#project", digest(_bytes(f"{contents[path]}{facts.key()}"))
             else:
                 key = contents[path]
             cached = _read(summary_from_json, cache.summary(relpath, key))
@@ -632,6 +632,12 @@ def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:
 
 
 def _relative(path: Path, root: Path) -> str:
+def _bytes(text: str) -> bytes:
+    """`text` to hash, file names in it included: a name's bytes that are not UTF-8 are carried by
+    Python as lone surrogates (os.fsdecode), and go back to those bytes, never an error."""
+    return text.encode("utf-8", "surrogateescape")
+
+
     try:
         return path.relative_to(root.resolve()).as_posix()
     except ValueError:

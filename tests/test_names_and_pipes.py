@@ -1,0 +1,166 @@
+"""What a hostile tree and a hostile pipeline do to the real `xlalint` process (its console script, run
+as a subprocess: a crash there must not take pytest with it, and the streams are real file
+descriptors): file names that are not UTF-8 or hold control characters, standard output closed
+early, fixes that cannot be written, files named that are not Python, and the temporary files of a
+run killed while writing (issue 40)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+from samples import TRAIN_LOOP
+
+XLALINT = Path(sys.executable).with_name("xlalint")  # the venv's console script
+XLA_LOOP = "import torch_xla.core.xla_model as xm\n" + TRAIN_LOOP  # XLA101 at 11:18, XLA401 (a fix) at 10:9
+HANG_GUARD = 120
+
+pytestmark = pytest.mark.skipif(not XLALINT.exists(), reason="the console script is not installed beside Python")
+
+
+def run(*args, cwd, tmp, stdout=subprocess.PIPE):
+    """`xlalint ARGS` in `cwd`; its temporary folder (where a crash report would go) is `tmp`."""
+    proc = subprocess.run(
+        [str(XLALINT), *map(os.fsdecode, args)],
+        cwd=cwd,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp), "NO_COLOR": "1"},
+        timeout=HANG_GUARD,
+    )
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}"
+    err = proc.stderr.decode("utf-8")  # strict: whatever the names, the output is UTF-8
+    assert "Traceback" not in err and "internal error" not in err and "Exception ignored" not in err, err
+    assert not list(tmp.glob("xlalint-crash-*")), err
+    out = proc.stdout.decode("utf-8") if proc.stdout is not None else ""
+    return proc.returncode, out, err
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def tree(tmp_path):
+    folder = tmp_path / "tree"
+    folder.mkdir()
+    return folder
+
+
+def _bad_name(tree: Path, stem: bytes = b"bad\xff", content: str = TRAIN_LOOP) -> Path:
+    """A file whose name is not UTF-8 (bytes, as Linux allows), created through the bytes API."""
+    name = os.path.join(os.fsencode(tree), stem + b".py")
+    with open(name, "wb") as handle:
+        handle.write(content.encode())
+    return Path(os.fsdecode(name))
+
+
+needs_byte_names = pytest.mark.skipif(sys.platform != "linux", reason="names are bytes on Linux")
+
+
+# -- 1 and 4. names that are not UTF-8 or hold control characters ---------------------------------
+
+
+@needs_byte_names
+def test_a_name_that_is_not_utf8_breaks_no_run_of_the_project(tree, tmp):
+    _bad_name(tree)
+    (tree / "ok.py").write_text(TRAIN_LOOP)
+    for _ in range(2):  # cold, then from the cache
+        code, out, _ = run("check", "--output-format", "concise", "ok.py", cwd=tree, tmp=tmp)
+        assert (code, out.splitlines()[0]) == (1, "ok.py:10:18: XLA101 `.item()` on a per-step path forces a "
+                                                  "device-to-host sync every step")
+        code, out, _ = run("check", "--output-format", "concise", ".", cwd=tree, tmp=tmp)
+        assert code == 1
+        assert [line.split(" ")[0] for line in out.splitlines()[:2]] == ["bad\\xff.py:10:18:", "ok.py:10:18:"]
+
+
+@needs_byte_names
+@pytest.mark.parametrize("fmt", ["text", "concise", "github", "json", "json-lines", "gitlab", "junit", "rdjson",
+                                 "sarif"])
+def test_every_output_format_shows_such_a_name_escaped(tree, tmp, fmt):
+    _bad_name(tree)
+    code, out, _ = run("check", "--no-cache", "--output-format", fmt, ".", cwd=tree, tmp=tmp)
+    assert code == 1
+    if fmt in ("json", "gitlab", "rdjson", "sarif"):
+        strings = list(_strings(json.loads(out)))
+        assert not any("\ud800" <= c <= "\udfff" for s in strings for c in s)  # valid Unicode: any parser reads it
+        expected = "bad%FF.py" if fmt == "sarif" else "bad\\xff.py"  # SARIF's URI: the byte, percent-encoded
+        assert expected in strings
+    elif fmt == "json-lines":
+        assert [json.loads(line)["filename"] for line in out.splitlines()] == ["bad\\xff.py"]
+    elif fmt == "junit":
+        assert ElementTree.fromstring(out).find("testsuite").get("name") == "bad\\xff.py"
+    else:
+        assert "bad\\xff.py:10:18: XLA101" in out
+
+
+def _strings(data):
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield key
+            yield from _strings(value)
+    elif isinstance(data, list):
+        for item in data:
+            yield from _strings(item)
+
+
+@needs_byte_names
+def test_the_cache_keeps_such_names_apart_from_their_escapes(tree, tmp):
+    """`bad\\xff.py` (the byte 0xff) and `bad\\\\xff.py` (a backslash, an x, two f's): two files, two
+    cache entries, whatever the reports show."""
+    _bad_name(tree, content=TRAIN_LOOP)
+    (tree / "bad\\xff.py").write_text(TRAIN_LOOP.replace("total += loss.item()", "total += loss"))
+    reports = [run("check", "--output-format", "json", ".", cwd=tree, tmp=tmp) for _ in range(2)]
+    assert reports[0] == reports[1]  # the warm run reads each file's own entry
+    code, out, _ = reports[0]
+    assert code == 1 and len(json.loads(out)) == 1
+
+
+@needs_byte_names
+def test_fix_write_fixes_a_file_whose_name_is_not_utf8(tree, tmp):
+    path = _bad_name(tree, content=XLA_LOOP)
+    code, out, err = run("fix", "--unsafe-fixes", ".", cwd=tree, tmp=tmp)
+    assert code == 1 and out.startswith("--- a/bad\\xff.py\n+++ b/bad\\xff.py\n")
+    code, out, err = run("fix", "--write", "--unsafe-fixes", "--show-fixes", ".", cwd=tree, tmp=tmp)
+    assert code == 1 and "- bad\\xff.py:" in err and "Fixed 1 error in 1 file; 1 remaining." in err
+    assert "optimizer_step(optimizer, barrier=True)" in path.read_text()
+    assert sorted(os.listdir(os.fsencode(tree))) == [b".xlalint_cache", b"bad\xff.py"]  # no temporary file left
+
+
+@pytest.mark.parametrize("name, escaped", [("new\nline.py", "new\\nline.py"), ("tab\tx.py", "tab\\tx.py"),
+                                           ("esc\x1b[2J.py", "esc\\x1b[2J.py")])
+def test_a_name_with_control_characters_is_one_escaped_line_everywhere(tree, tmp, name, escaped):
+    (tree / name).write_text(XLA_LOOP)
+    code, out, _ = run("check", "--no-cache", "--output-format", "concise", ".", cwd=tree, tmp=tmp)
+    assert code == 1 and out.splitlines()[:2] == [
+        f"{escaped}:10:9: XLA401 [unsafe fix] `optimizer.step()` in an XLA training loop without a step barrier "
+        "or gradient reduction",
+        f"{escaped}:11:18: XLA101 `.item()` on a per-step path forces a device-to-host sync every step",
+    ]
+    code, out, _ = run("check", "--no-cache", ".", cwd=tree, tmp=tmp)  # the full text output
+    assert any(line.startswith(f"{escaped}:11:18: XLA101") for line in out.splitlines())
+    assert run("check", "--show-files", ".", cwd=tree, tmp=tmp)[1] == f"{escaped}\n"
+    code, out, err = run("fix", "--no-cache", "--unsafe-fixes", "--show-fixes", ".", cwd=tree, tmp=tmp)
+    assert out.startswith(f"--- a/{escaped}\n+++ b/{escaped}\n") and f"- {escaped}:" in err.splitlines()
+    (tree / name).write_text("import torch\ndef f(:\n")
+    code, _, err = run("check", "--no-cache", ".", cwd=tree, tmp=tmp)
+    assert code == 2 and err.splitlines() == [f"{escaped}:2:7: error: syntax error: invalid syntax"]
+    # JSON carries the name itself (its own escapes make it one line)
+    (tree / name).write_text(XLA_LOOP)
+    code, out, _ = run("check", "--no-cache", "--output-format", "json", ".", cwd=tree, tmp=tmp)
+    assert {d["filename"] for d in json.loads(out)} == {name}
+
+
