@@ -164,3 +164,48 @@ def test_a_name_with_control_characters_is_one_escaped_line_everywhere(tree, tmp
     assert {d["filename"] for d in json.loads(out)} == {name}
 
 
+# -- 2. standard output closed early ------------------------------------------------------------------
+
+
+def _closed_pipe():
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first byte: every write fails with EPIPE
+    return write_end
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("check", "."), 1),  # the run's own code: findings remain
+    (("check", "--output-format", "json", "."), 1),
+    (("check", "--exit-zero", "."), 0),
+    (("fix", "--unsafe-fixes", "."), 1),  # a diff
+    (("rules",), 0),
+])
+def test_a_closed_pipe_ends_the_run_quietly_with_its_own_exit_code(tree, tmp, args, expected):
+    for n in range(30):  # output enough to fill a pipe's buffer
+        (tree / f"m{n}.py").write_text(XLA_LOOP)
+    write_end = _closed_pipe()
+    try:
+        code, _, err = run(*args, cwd=tree, tmp=tmp, stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert code == expected  # no crash report, no "Exception ignored" at exit (see `run`)
+    assert err == ("Would fix 30 errors in 30 files.\n" if args[0] == "fix" else "")
+
+
+def test_readers_that_stop_early_in_a_shell_pipeline(tree, tmp):
+    """`xlalint check . | head -1` and `| true`, as users write them: the reader gets what it read,
+    and the run ends quietly with its own exit code (1: findings remain)."""
+    many = TRAIN_LOOP.replace("        total += loss.item()\n", "        total += loss.item()\n" * 100)
+    for n in range(10):  # a report of ~300 kB, more than a pipe holds
+        (tree / f"m{n}.py").write_text(many)
+    for reader in ("head -1", "true"):  # `true` has gone before the first byte is written
+        proc = subprocess.run(
+            f"'{XLALINT}' check --no-cache . | {reader}; echo \"exit ${{PIPESTATUS[0]}}\"",
+            shell=True, executable="/bin/bash", cwd=tree, capture_output=True, text=True, timeout=HANG_GUARD,
+            env={**os.environ, "TMPDIR": str(tmp), "NO_COLOR": "1"},
+        )
+        first = ["m0.py:10:18: XLA101 `.item()` on a per-step path forces a device-to-host sync every step"]
+        assert proc.stdout.splitlines() == (first if reader == "head -1" else []) + ["exit 1"]
+        assert proc.stderr == "" and not list(tmp.glob("xlalint-crash-*"))
+
+

@@ -357,9 +357,73 @@ _shared_options = _options(
 )
 
 
+class _PipeEnd(io.RawIOBase):
+    """A standard stream's file descriptor that drops what a closed pipe no longer takes (`xlalint
+    check . | head -1`): the run goes on quietly to its own exit code, as if the reader had read it
+    all; no BrokenPipeError, nor "Exception ignored" when the interpreter flushes it at exit."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+        self.broken = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self.fd)
+
+    def write(self, data) -> int | None:
+        if not self.broken:
+            try:
+                return os.write(self.fd, data)
+            except BrokenPipeError:
+                self.broken = True
+            except BlockingIOError:  # a non-blocking descriptor that is full: as io.FileIO says it
+                return None
+        return len(data)
+
+
+def _pipe_safe_streams() -> None:
+    """Standard output and error of the process (not a test runner's), through `_PipeEnd`, and never
+    failing to encode: a lone surrogate that reached them (a name's byte that is not UTF-8, which
+    the reports escape) is written as an escape rather than ending the run."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or stream is not getattr(sys, f"__{name}__") or not isinstance(stream, io.TextIOWrapper):
+            continue
+        try:
+            fd = stream.fileno()
+            stream.flush()
+        except (OSError, ValueError):
+            continue
+        wrapper = io.TextIOWrapper(
+            io.BufferedWriter(_PipeEnd(fd)),
+            encoding=stream.encoding,
+            errors="backslashreplace",
+            line_buffering=stream.line_buffering,
+            write_through=name == "stderr",
+        )
+        setattr(sys, name, wrapper)
+
+
+def _stdout_closed() -> bool:
+    """Standard output was a pipe whose reader has gone."""
+    raw = getattr(getattr(sys.stdout, "buffer", None), "raw", None)
+    return isinstance(raw, _PipeEnd) and raw.broken
+
+
 class _Guarded(click.Group):
     """A crash is one line naming a file with its traceback, exit 2 (never "findings remain"); Ctrl-C
-    is exit 130 and nothing more (the workers ignore it; the parent stops them)."""
+    is exit 130 and nothing more (the workers ignore it; the parent stops them); a closed pipe on
+    standard output or error is no crash (see `_PipeEnd`)."""
+
+    def main(self, *args, **kwargs):
+        _pipe_safe_streams()
+        return super().main(*args, **kwargs)
 
     def invoke(self, ctx):
         try:
@@ -507,7 +571,7 @@ def _watch(opts: Options) -> int:
         except SystemExit as exc:  # a configuration error: reported; wait for the fix
             code = exc.code if isinstance(exc.code, int) else EXIT_ERROR
         done += 1
-        if cycles and done >= cycles:
+        if (cycles and done >= cycles) or _stdout_closed():  # no reader left: stop watching
             return code
         click.echo("Watching for file changes (Ctrl-C stops).", err=True)
         while _watched_state(opts) == state:
