@@ -209,3 +209,26 @@ def test_readers_that_stop_early_in_a_shell_pipeline(tree, tmp):
         assert proc.stderr == "" and not list(tmp.glob("xlalint-crash-*"))
 
 
+# -- 3. a fix that cannot be written ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["read-only", "hard link"])
+def test_a_fix_not_written_reports_the_file_as_it_is(tree, tmp, how):
+    path = tree / "ro.py"
+    path.write_text(XLA_LOOP)
+    if how == "read-only":  # (refused by its mode bits: as root too)
+        path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        why = "ro.py: error: cannot write: the file is read-only"
+    else:
+        os.link(path, tree / "other.py")
+        why = "ro.py: error: cannot write: the file has 2 hard links; not written (a rewrite would split them)"
+    before = path.read_bytes()
+    code, out, err = run("fix", "--write", "--unsafe-fixes", "--no-cache", "ro.py", cwd=tree, tmp=tmp)
+    assert code == 2 and path.read_bytes() == before
+    assert err.splitlines() == [why, "Fixed 0 errors in 0 files; 2 remaining."]
+    # the findings of the text on disk, where they are on disk (line 10 is `optimizer.step()`)
+    assert [line.split(" ")[:2] for line in out.splitlines()] == [["ro.py:10:9:", "XLA401"], ["ro.py:11:18:", "XLA101"]]
+    _, checked, _ = run("check", "--no-cache", "--output-format", "concise", "-q", "ro.py", cwd=tree, tmp=tmp)
+    assert [line.split(" ")[0] for line in checked.splitlines()] == [line.split(" ")[0] for line in out.splitlines()]
+
+

@@ -619,7 +619,7 @@ def run_fix(opts: Options) -> int:
     if stdin.wanted:
         return _fix_stdin(opts, run)
     failed = run.missing > 0
-    changed_files = fixed = unwritten = 0
+    changed_files = fixed = 0
     remaining: list[Diagnostic] = []
     fixed_codes: dict[Path, list[str]] = {}
     written: set[Path] = set()  # files written, by their real path (a symbolic link and its target: once)
@@ -644,7 +644,7 @@ def run_fix(opts: Options) -> int:
         result = outcome.result
         if result.fixed is not None:
             if write:
-                if outcome.path.resolve() in written:
+                if outcome.path.resolve() in written:  # (the file's other name wrote it)
                     remaining += result.diagnostics
                     continue
                 try:
@@ -654,8 +654,7 @@ def run_fix(opts: Options) -> int:
                 except OSError as exc:
                     _error(f"{outcome.path}: error: cannot write: {exc.strerror or exc}")
                     failed = True
-                    remaining += result.diagnostics
-                    unwritten += result.fixed_count  # still in the file
+                    remaining += result.found  # the file as it is, at its own positions
                     continue
             else:
                 from .fixing.apply import unified_diff
@@ -674,7 +673,7 @@ def run_fix(opts: Options) -> int:
     if not opts.quiet:
         errors = f"{fixed} error{'s' if fixed != 1 else ''} in {changed_files} file{'s' if changed_files != 1 else ''}"
         if write:
-            click.echo(f"Fixed {errors}; {len(remaining) + unwritten} remaining.", err=True)
+            click.echo(f"Fixed {errors}; {len(remaining)} remaining.", err=True)
         else:
             click.echo(f"Would fix {errors}.", err=True)
     if failed:

@@ -207,7 +207,7 @@ def _fix_task(task: FixTask):
             target_version=task.target,
             fixable=_frozen(task.fixable),
         )
-        for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
+        for diagnostic in [*result.diagnostics, *result.found]:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
                 diagnostic.fix.replacements = {}
         if notebook is not None:
@@ -231,6 +231,7 @@ def _back_to_notebook(notebook: Notebook, result) -> None:
     if result.fixed is not None:
         after = Notebook.parse(notebook.path, result.fixed)
     result.diagnostics = [after.in_cells(d) for d in result.diagnostics]
+    result.found = [notebook.in_cells(d) for d in result.found]
     result.display = (notebook.readable(), after.readable())
 
 
@@ -529,7 +530,7 @@ class Workspace:
         for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
             if result is not None:
                 result.path = path
-                for d in result.diagnostics:
+                for d in [*result.diagnostics, *result.found]:
                     d.path = path
             outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result, stamps.get(path))
         return [outcomes[p] for p in files]
@@ -631,13 +632,13 @@ def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:
     return FileOutcome(path, diagnostics, error)
 
 
-def _relative(path: Path, root: Path) -> str:
 def _bytes(text: str) -> bytes:
     """`text` to hash, file names in it included: a name's bytes that are not UTF-8 are carried by
     Python as lone surrogates (os.fsdecode), and go back to those bytes, never an error."""
     return text.encode("utf-8", "surrogateescape")
 
 
+def _relative(path: Path, root: Path) -> str:
     try:
         return path.relative_to(root.resolve()).as_posix()
     except ValueError:
