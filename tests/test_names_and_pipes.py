@@ -232,3 +232,72 @@ def test_a_fix_not_written_reports_the_file_as_it_is(tree, tmp, how):
     assert [line.split(" ")[0] for line in checked.splitlines()] == [line.split(" ")[0] for line in out.splitlines()]
 
 
+# -- 4. files named that are not Python -------------------------------------------------------------
+
+
+def test_a_named_file_that_is_not_python_is_said_not_checked(tree, tmp):
+    (tree / "notes.md").write_text("# Notes\n\nimport torch: `x.item()` in a loop\n")
+    code, out, err = run("check", "notes.md", cwd=tree, tmp=tmp)
+    assert code == 0  # a warning, as Ruff's for a file it does not lint; the exit code is the other files'
+    assert err == "warning: notes.md: not checked: not a Python file (.py, .pyi, .ipynb, or a `#!` line naming python)\n"
+    (tree / "train").write_text("#!/usr/bin/env python3\n" + TRAIN_LOOP)  # a script: checked
+    (tree / "ok.py").write_text(TRAIN_LOOP)
+    code, out, err = run("check", "--output-format", "concise", "notes.md", "train", "ok.py", cwd=tree, tmp=tmp)
+    assert code == 1 and [line.split(":")[0] for line in out.splitlines()[:2]] == ["ok.py", "train"]
+    assert err.startswith("warning: notes.md: not checked")
+    code, out, err = run("fix", "--write", "notes.md", cwd=tree, tmp=tmp)
+    assert code == 0 and err.startswith("warning: notes.md: not checked")
+
+
+# -- 8. the temporary files of a run killed while writing ----------------------------------------------
+
+
+def _killed_while_writing(target: Path) -> Path:
+    """The temporary file a process killed in the middle of writing `target` leaves (the real writer,
+    in a process that dies, as with `kill -9`, between writing it and renaming it over `target`)."""
+    script = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from xlalint import source\n"
+        "source.os.replace = lambda *a: os._exit(9)\n"
+        "source.write_atomic(Path(sys.argv[1]), b'half written')\n"
+    )
+    before = set(target.parent.iterdir())
+    proc = subprocess.run([sys.executable, "-c", script, str(target)], timeout=HANG_GUARD)
+    assert proc.returncode == 9
+    (left,) = set(target.parent.iterdir()) - before
+    return left
+
+
+def test_leftovers_of_a_killed_write_are_named_for_their_process_and_cleaned_when_stale(tree, tmp):
+    (tree / "ok.py").write_text(XLA_LOOP)
+    left = _killed_while_writing(tree / "ok.py")
+    assert left.name.startswith(".ok.py.") and left.name.endswith(".xlalint-tmp")
+    assert left.read_bytes() == b"half written"
+    # a live run's temporary file (this process's) is never touched
+    live = tree / f".ok.py.{os.getpid()}-abcdefgh.xlalint-tmp"
+    live.write_bytes(b"being written")
+    # later runs neither check them nor choke on them, and say how to remove them
+    code, out, err = run("check", "--output-format", "concise", "-q", ".", cwd=tree, tmp=tmp)
+    assert code == 1 and {line.split(":")[0] for line in out.splitlines()} == {"ok.py"}
+    assert err == (f"warning: 1 temporary file left by an interrupted xlalint run ({left.name}); "
+                   "`xlalint clean` removes it\n")
+    code, _, err = run("fix", "--write", "--unsafe-fixes", ".", cwd=tree, tmp=tmp)
+    assert code == 1 and "Fixed 1 error in 1 file; 1 remaining." in err
+    code, _, err = run("clean", cwd=tree, tmp=tmp)
+    assert code == 0 and f"removed {left}" in err.splitlines()
+    assert not left.exists() and live.exists()
+    # older than an hour, a temporary file is stale whatever its process id says (ids are reused)
+    an_hour_ago = time.time() - 3700
+    os.utime(live, (an_hour_ago, an_hour_ago))
+    assert run("clean", cwd=tree, tmp=tmp)[0] == 0 and not live.exists()
+    assert sorted(p.name for p in tree.iterdir()) == ["ok.py"]
+
+
+def test_clean_removes_only_temporary_files_of_ours(tree, tmp):
+    names = ["notes.xlalint-tmp", ".ok.py.xlalint-tmp", "ok.py.123-abcdefgh.tmp", ".ok.py.123-ABCDEFGH.xlalint-tmp"]
+    for name in names:
+        (tree / name).write_bytes(b"someone else's")
+        os.utime(tree / name, (0, 0))  # old: stale, were it ours
+    assert run("clean", cwd=tree, tmp=tmp)[0] == 0
+    assert sorted(p.name for p in tree.iterdir()) == sorted(names)

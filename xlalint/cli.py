@@ -36,7 +36,16 @@ from .noqa import add_noqa
 from .progress import Progress
 from .reporters import FORMATS, WITH_EDITS, SourceLines, colour_diff, printable, render, shown, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
-from .source import SourceError, Stamp, decode_source, read_bounded, stat_or_none, write_fixed
+from .source import (
+    TEMPORARY_SUFFIX,
+    SourceError,
+    Stamp,
+    decode_source,
+    read_bounded,
+    stale_temporary,
+    stat_or_none,
+    write_fixed,
+)
 from .workspace import Workspace, crash_report, run_root
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -191,10 +200,26 @@ def prepare(opts: Options) -> Prepared:
         excluded = opts.force_exclude and stdin.path.name != STDIN and is_excluded(stdin.path, settings)
         return Prepared(settings, rules, [] if excluded else [stdin.path], 0, stdin)
     missing: list[str] = []
-    files = discover(targets, settings, force_exclude=opts.force_exclude, missing=missing)
+    skipped: list[Path] = []
+    leftovers: list[Path] = []
+    files = discover(
+        targets, settings, force_exclude=opts.force_exclude, missing=missing, skipped=skipped, leftovers=leftovers
+    )
     for message in missing:  # reported, and the other paths still checked (exit 2 at the end)
         _error(message)
-    if not files and not missing:
+    for path in skipped:  # Ruff's warning for a named file it does not lint; the exit code is the others'
+        click.echo(
+            f"warning: {shown(path)}: not checked: not a Python file (.py, .pyi, .ipynb, or a `#!` line naming python)",
+            err=True,
+        )
+    if leftovers:
+        count = len(leftovers)
+        click.echo(
+            f"warning: {count} temporary file{'s' if count != 1 else ''} left by an interrupted xlalint run "
+            f"({shown(leftovers[0])}{', ...' if count > 1 else ''}); `xlalint clean` removes {'them' if count > 1 else 'it'}",
+            err=True,
+        )
+    if not files and not missing and not skipped:
         click.echo("warning: no Python files found under the given paths", err=True)
     return Prepared(settings, rules, files, len(missing), stdin)
 
@@ -804,31 +829,39 @@ def _fix_stdin(opts: Options, run: Prepared) -> int:
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing.")
 def clean(paths, cache_dir, quiet):
-    """Remove the cache of a run over PATHS (default: the current directory)."""
+    """Remove the cache of a run over PATHS (default: the current directory), and the temporary files
+    that runs killed while writing a fix left under PATHS (only stale ones: not a running run's)."""
     for path in paths:
         if not path.exists():
             _error(f"{path}: error: no such file or directory")
             sys.exit(EXIT_ERROR)
-    if cache_dir is not None:
-        folders = [cache_dir]
-    else:
-        root = _root(tuple(map(str, paths)))
-        folders = [root / CACHE_DIR_NAME, *_caches_below(root)]  # below: one per folder, as earlier versions wrote them
+    root = _root(tuple(map(str, paths)))
+    below, leftovers = _clean_walk(root)
+    # below: one cache per folder, as earlier versions wrote them
+    folders = [cache_dir] if cache_dir is not None else [root / CACHE_DIR_NAME, *below]
     try:
         removed = clean_cache(folders)
+        for leftover in leftovers:
+            with contextlib.suppress(FileNotFoundError):  # (another clean was first)
+                leftover.unlink()
+            removed.append(leftover)
     except OSError as exc:
         _error(f"{exc.filename}: error: cannot remove: {exc.strerror or exc}")
         sys.exit(EXIT_ERROR)
     if not quiet:
-        for folder in removed:
-            click.echo(f"removed {printable(str(folder))}", err=True)
+        for path in removed:
+            click.echo(f"removed {shown(path)}", err=True)
 
 
-def _caches_below(root: Path):
-    for folder, dirs, _ in os.walk(root):  # links to folders are not followed
+def _clean_walk(root: Path) -> tuple[list[Path], list[Path]]:
+    """The cache folders below `root`, and the stale temporary files of killed runs under it."""
+    caches, leftovers = [], []
+    for folder, dirs, files in os.walk(root):  # links to folders are not followed
         if CACHE_DIR_NAME in dirs and Path(folder) != root:
-            yield Path(folder) / CACHE_DIR_NAME
+            caches.append(Path(folder) / CACHE_DIR_NAME)
         dirs[:] = [d for d in dirs if d not in (CACHE_DIR_NAME, ".git")]
+        leftovers += [Path(folder) / name for name in files if name.endswith(TEMPORARY_SUFFIX)]
+    return caches, [path for path in leftovers if stale_temporary(path)]
 
 
 @main.command()
