@@ -71,7 +71,7 @@ class ProjectCache:
     `results[relpath] = [result key, payload]`."""
 
     def __init__(self, folder: Path | None, root: Path) -> None:
-        self.file = folder / f"{digest(str(root).encode())}.json" if folder is not None else None
+        self.file = folder / f"{digest(os.fsencode(root))}.json" if folder is not None else None
         self.folder = folder
         self.summaries: dict[str, list] = {}
         self.results: dict[str, list] = {}

@@ -34,9 +34,18 @@ from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
 from .noqa import add_noqa
 from .progress import Progress
-from .reporters import FORMATS, WITH_EDITS, SourceLines, colour_diff, printable, render, statistics
+from .reporters import FORMATS, WITH_EDITS, SourceLines, colour_diff, printable, render, shown, statistics
 from .rules import ALL_RULES, RULES_BY_CODE
-from .source import SourceError, Stamp, decode_source, read_bounded, stat_or_none, write_fixed
+from .source import (
+    TEMPORARY_SUFFIX,
+    SourceError,
+    Stamp,
+    decode_source,
+    read_bounded,
+    stale_temporary,
+    stat_or_none,
+    write_fixed,
+)
 from .workspace import Workspace, crash_report, run_root
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -44,7 +53,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ct
 
 
 def _error(message: str) -> None:
-    message = printable(message)  # file names and contents may hold control characters
+    message = printable(message, line=True)  # one line: file names and contents may hold control characters
     click.echo(message if ": error:" in message else f"xlalint: error: {message}", err=True)
 
 
@@ -206,10 +215,26 @@ def prepare(opts: Options) -> Prepared:
         excluded = opts.force_exclude and stdin.path.name != STDIN and is_excluded(stdin.path, settings)
         return Prepared(settings, rules, [] if excluded else [stdin.path], 0, stdin)
     missing: list[str] = []
-    files = discover(targets, settings, force_exclude=opts.force_exclude, missing=missing)
+    skipped: list[Path] = []
+    leftovers: list[Path] = []
+    files = discover(
+        targets, settings, force_exclude=opts.force_exclude, missing=missing, skipped=skipped, leftovers=leftovers
+    )
     for message in missing:  # reported, and the other paths still checked (exit 2 at the end)
         _error(message)
-    if not files and not missing:
+    for path in skipped:  # Ruff's warning for a named file it does not lint; the exit code is the others'
+        click.echo(
+            f"warning: {shown(path)}: not checked: not a Python file (.py, .pyi, .ipynb, or a `#!` line naming python)",
+            err=True,
+        )
+    if leftovers:
+        count = len(leftovers)
+        click.echo(
+            f"warning: {count} temporary file{'s' if count != 1 else ''} left by an interrupted xlalint run "
+            f"({shown(leftovers[0])}{', ...' if count > 1 else ''}); `xlalint clean` removes {'them' if count > 1 else 'it'}",
+            err=True,
+        )
+    if not files and not missing and not skipped:
         click.echo("warning: no Python files found under the given paths", err=True)
     return Prepared(settings, rules, files, len(missing), stdin)
 
@@ -241,7 +266,7 @@ class Report:
         path = Path(self.output_file)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(self.parts), encoding="utf-8")
+            path.write_text("".join(self.parts), encoding="utf-8", errors="backslashreplace")
         except OSError as exc:
             _error(f"{path}: error: cannot write the report: {exc.strerror or exc}")
             sys.exit(EXIT_ERROR)
@@ -400,9 +425,73 @@ CHECK_ONLY = {
 }
 
 
+class _PipeEnd(io.RawIOBase):
+    """A standard stream's file descriptor that drops what a closed pipe no longer takes (`xlalint
+    check . | head -1`): the run goes on quietly to its own exit code, as if the reader had read it
+    all; no BrokenPipeError, nor "Exception ignored" when the interpreter flushes it at exit."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+        self.broken = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self.fd)
+
+    def write(self, data) -> int | None:
+        if not self.broken:
+            try:
+                return os.write(self.fd, data)
+            except BrokenPipeError:
+                self.broken = True
+            except BlockingIOError:  # a non-blocking descriptor that is full: as io.FileIO says it
+                return None
+        return len(data)
+
+
+def _pipe_safe_streams() -> None:
+    """Standard output and error of the process (not a test runner's), through `_PipeEnd`, and never
+    failing to encode: a lone surrogate that reached them (a name's byte that is not UTF-8, which
+    the reports escape) is written as an escape rather than ending the run."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or stream is not getattr(sys, f"__{name}__") or not isinstance(stream, io.TextIOWrapper):
+            continue
+        try:
+            fd = stream.fileno()
+            stream.flush()
+        except (OSError, ValueError):
+            continue
+        wrapper = io.TextIOWrapper(
+            io.BufferedWriter(_PipeEnd(fd)),
+            encoding=stream.encoding,
+            errors="backslashreplace",
+            line_buffering=stream.line_buffering,
+            write_through=name == "stderr",
+        )
+        setattr(sys, name, wrapper)
+
+
+def _stdout_closed() -> bool:
+    """Standard output was a pipe whose reader has gone."""
+    raw = getattr(getattr(sys.stdout, "buffer", None), "raw", None)
+    return isinstance(raw, _PipeEnd) and raw.broken
+
+
 class _Guarded(click.Group):
     """A crash is one line naming a file with its traceback, exit 2 (never "findings remain"); Ctrl-C
-    is exit 130 and nothing more (the workers ignore it; the parent stops them)."""
+    is exit 130 and nothing more (the workers ignore it; the parent stops them); a closed pipe on
+    standard output or error is no crash (see `_PipeEnd`)."""
+
+    def main(self, *args, **kwargs):
+        _pipe_safe_streams()
+        return super().main(*args, **kwargs)
 
     def invoke(self, ctx):
         try:
@@ -503,7 +592,7 @@ def _listing(opts: Options, run: Prepared) -> int:
     click.echo(
         show_settings_text(run.settings, run.rules, run.files)
         if opts.show_settings
-        else "".join(f"{printable(str(f))}\n" for f in run.files),
+        else "".join(f"{shown(f)}\n" for f in run.files),
         nl=False,
     )
     return EXIT_ERROR if run.missing else EXIT_OK
@@ -512,7 +601,7 @@ def _listing(opts: Options, run: Prepared) -> int:
 def _outcome_error(message: str) -> int:
     """Print a file's error; 1 when the file could not be checked, 0 for a notice (newer syntax)."""
     if ": warning: " in message:
-        click.echo(printable(message), err=True)
+        click.echo(printable(message, line=True), err=True)
         return 0
     _error(message)
     return 1
@@ -536,7 +625,7 @@ def _watch(opts: Options) -> int:
         except SystemExit as exc:  # a configuration error: reported; wait for the fix
             code = exc.code if isinstance(exc.code, int) else EXIT_ERROR
         done += 1
-        if cycles and done >= cycles:
+        if (cycles and done >= cycles) or _stdout_closed():  # no reader left: stop watching
             return code
         click.echo("Watching for file changes (Ctrl-C stops).", err=True)
         while _watched_state(opts) == state:
@@ -590,7 +679,7 @@ def run_fix(opts: Options) -> int:
     if stdin.wanted:
         return _fix_stdin(opts, run)
     failed = run.missing > 0
-    changed_files = fixed = unwritten = 0
+    changed_files = fixed = 0
     remaining: list[Diagnostic] = []
     fixed_codes: dict[Path, list[str]] = {}
     written: set[Path] = set()  # files written, by their real path (a symbolic link and its target: once)
@@ -615,7 +704,7 @@ def run_fix(opts: Options) -> int:
         result = outcome.result
         if result.fixed is not None:
             if write:
-                if outcome.path.resolve() in written:
+                if outcome.path.resolve() in written:  # (the file's other name wrote it)
                     remaining += result.diagnostics
                     continue
                 try:
@@ -625,13 +714,12 @@ def run_fix(opts: Options) -> int:
                 except OSError as exc:
                     _error(f"{outcome.path}: error: cannot write: {exc.strerror or exc}")
                     failed = True
-                    remaining += result.diagnostics
-                    unwritten += result.fixed_count  # still in the file
+                    remaining += result.found  # the file as it is, at its own positions
                     continue
             else:
                 from .fixing.apply import unified_diff
 
-                report.echo(colour_diff(unified_diff(str(outcome.path), *result.diff_texts())))
+                report.echo(colour_diff(unified_diff(shown(outcome.path), *result.diff_texts())))
             changed_files += 1
             fixed += result.fixed_count
             fixed_codes[outcome.path] = result.fixed_codes
@@ -647,7 +735,7 @@ def run_fix(opts: Options) -> int:
     if not opts.quiet:
         errors = f"{fixed} error{'s' if fixed != 1 else ''} in {changed_files} file{'s' if changed_files != 1 else ''}"
         if write:
-            click.echo(f"Fixed {errors}; {len(remaining) + unwritten} remaining.", err=True)
+            click.echo(f"Fixed {errors}; {len(remaining)} remaining.", err=True)
         else:
             click.echo(f"Would fix {errors}.", err=True)
     if failed:
@@ -664,7 +752,7 @@ def fixed_enumeration(fixed_codes: dict[Path, list[str]], *, done: bool) -> str:
     total = sum(len(codes) for codes in fixed_codes.values())
     lines = [f"{'Fixed' if done else 'Would fix'} {total} error{'s' if total != 1 else ''}:"]
     for path in sorted(fixed_codes, key=str):
-        lines.append(printable(f"- {path}:"))
+        lines.append(f"- {shown(path)}:")
         for code, count in sorted(Counter(fixed_codes[path]).items()):
             name = RULES_BY_CODE[code].name if code in RULES_BY_CODE else ""
             lines.append(f"    {count} \u00d7 {code} ({name})")
@@ -718,7 +806,7 @@ def show_settings_text(settings: Settings, rules, files: list[Path]) -> str:
         "target": settings.target_platform or "(none)",
     }
     lines = [
-        f"Resolved settings for: {first if first is not None else '(no file)'}",
+        f"Resolved settings for: {shown(first) if first is not None else '(no file)'}",
         f"Settings path: {settings.config_file or '(none: defaults and the command line)'}",
         "",
     ]
@@ -759,7 +847,7 @@ def _fix_stdin(opts: Options, run: Prepared) -> int:
         from .fixing.apply import unified_diff
 
         if result.fixed is not None:
-            click.echo(colour_diff(unified_diff(str(stdin.path), *result.diff_texts())), nl=False)
+            click.echo(colour_diff(unified_diff(shown(stdin.path), *result.diff_texts())), nl=False)
     else:
         _write_stdout(fixed)
     remaining = sorted(result.diagnostics, key=Diagnostic.sort_key)
@@ -785,31 +873,39 @@ def _fix_stdin(opts: Options, run: Prepared) -> int:
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing.")
 def clean(paths, cache_dir, quiet):
-    """Remove the cache of a run over PATHS (default: the current directory)."""
+    """Remove the cache of a run over PATHS (default: the current directory), and the temporary files
+    that runs killed while writing a fix left under PATHS (only stale ones: not a running run's)."""
     for path in paths:
         if not path.exists():
             _error(f"{path}: error: no such file or directory")
             sys.exit(EXIT_ERROR)
-    if cache_dir is not None:
-        folders = [cache_dir]
-    else:
-        root = _root(tuple(map(str, paths)))
-        folders = [root / CACHE_DIR_NAME, *_caches_below(root)]  # below: one per folder, as earlier versions wrote them
+    root = _root(tuple(map(str, paths)))
+    below, leftovers = _clean_walk(root)
+    # below: one cache per folder, as earlier versions wrote them
+    folders = [cache_dir] if cache_dir is not None else [root / CACHE_DIR_NAME, *below]
     try:
         removed = clean_cache(folders)
+        for leftover in leftovers:
+            with contextlib.suppress(FileNotFoundError):  # (another clean was first)
+                leftover.unlink()
+            removed.append(leftover)
     except OSError as exc:
         _error(f"{exc.filename}: error: cannot remove: {exc.strerror or exc}")
         sys.exit(EXIT_ERROR)
     if not quiet:
-        for folder in removed:
-            click.echo(f"removed {printable(str(folder))}", err=True)
+        for path in removed:
+            click.echo(f"removed {shown(path)}", err=True)
 
 
-def _caches_below(root: Path):
-    for folder, dirs, _ in os.walk(root):  # links to folders are not followed
+def _clean_walk(root: Path) -> tuple[list[Path], list[Path]]:
+    """The cache folders below `root`, and the stale temporary files of killed runs under it."""
+    caches, leftovers = [], []
+    for folder, dirs, files in os.walk(root):  # links to folders are not followed
         if CACHE_DIR_NAME in dirs and Path(folder) != root:
-            yield Path(folder) / CACHE_DIR_NAME
+            caches.append(Path(folder) / CACHE_DIR_NAME)
         dirs[:] = [d for d in dirs if d not in (CACHE_DIR_NAME, ".git")]
+        leftovers += [Path(folder) / name for name in files if name.endswith(TEMPORARY_SUFFIX)]
+    return caches, [path for path in leftovers if stale_temporary(path)]
 
 
 @main.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from fnmatch import fnmatch
 from pathlib import Path
@@ -11,7 +12,12 @@ from pathlib import Path
 import pathspec
 
 from .config import Settings
-from .source import is_dir, is_file, read_bounded, stat_or_none
+from .source import TEMPORARY_SUFFIX, is_dir, is_file, read_bounded, stale_temporary, stat_or_none
+
+PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")
+# a script's `#!` line naming a Python interpreter (`#!/usr/bin/env python3`), as pre-commit's
+# `types: [python]` recognises one
+_PYTHON_SHEBANG = re.compile(rb"#![^\n]*\b(?:python|pypy)[0-9.]*(?:\s|$)")
 
 
 class MissingPath(Exception):
@@ -88,18 +94,47 @@ class _Excluder:
         return self.gitignores[folder]
 
 
+def is_python_file(path: Path) -> bool:
+    """A file named on the command line is checked when it is Python: a `.py`, `.pyi` or `.ipynb`,
+    or a script whose `#!` line names Python. Anything else (`README.md`) is not read as Python.
+    A file that cannot be opened, or is no regular file, is let through: its check says why."""
+    if path.name.endswith(PYTHON_SUFFIXES):
+        return True
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return True
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True
+        first = os.read(fd, 256).partition(b"\n")[0]
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return _PYTHON_SHEBANG.match(first) is not None
+
+
 def is_excluded(path: Path, settings: Settings) -> bool:
     """`path` (which need not exist: a `--stdin-filename`) or a folder above it is excluded."""
     return _Excluder(settings).excluded_with_parents(path)
 
 
 def discover(
-    paths: list[Path], settings: Settings, *, force_exclude: bool = False, missing: list[str] | None = None
+    paths: list[Path],
+    settings: Settings,
+    *,
+    force_exclude: bool = False,
+    missing: list[str] | None = None,
+    skipped: list[Path] | None = None,
+    leftovers: list[Path] | None = None,
 ) -> list[Path]:
     """Python files and notebooks under `paths`, sorted. Files named explicitly are kept unless
-    `force_exclude`. A path that does not exist or cannot be read (a folder that may not be listed,
-    a file under one that may not be searched) raises `MissingPath`, or with `missing` given, is
-    described there and skipped (the other paths are still checked)."""
+    `force_exclude`, or unless they are no Python (see `is_python_file`; listed in `skipped`). A
+    path that does not exist or cannot be read (a folder that may not be listed, a file under one
+    that may not be searched) raises `MissingPath`, or with `missing` given, is described there and
+    skipped (the other paths are still checked). `leftovers`: the temporary files of killed xlalint
+    runs met on the way (see `source.stale_temporary`), never checked."""
     excluder = _Excluder(settings)
     found: set[Path] = set()
     problems: list[str] = []
@@ -119,14 +154,20 @@ def discover(
         if not stat.S_ISDIR(info.st_mode):
             if force_exclude and excluder.excluded_with_parents(path):
                 continue
+            if not is_python_file(path):
+                if skipped is not None:
+                    skipped.append(path)
+                continue
             found.add(path)
             continue
         for folder, dirs, files in os.walk(path, onerror=unreadable):
             base = Path(folder)
             dirs[:] = sorted(d for d in dirs if not excluder.excluded(base / d))
             for name in files:
-                if name.endswith((".py", ".pyi", ".ipynb")) and not excluder.excluded(base / name):
+                if name.endswith(PYTHON_SUFFIXES) and not excluder.excluded(base / name):
                     found.add(base / name)
+                elif leftovers is not None and name.endswith(TEMPORARY_SUFFIX) and stale_temporary(base / name):
+                    leftovers.append(base / name)
     if problems:
         if missing is None:
             raise MissingPath(Path(problems[0].partition(": error: ")[0]), problems[0].partition(": error: ")[2])

@@ -38,6 +38,8 @@ class FileResult:
     fixed_count: int = 0
     fixed_codes: list[str] = field(default_factory=list)  # the code of each fix applied (--show-fixes)
     display: tuple[str, str] | None = None  # the code before and after, for a diff, when not the file's text
+    # `fix`: the findings in the file as read, at its own positions (what remains if the fix is not written)
+    found: list[Diagnostic] = field(default_factory=list)
 
     def diff_texts(self) -> tuple[str, str]:
         """The code before and after the fixes, as a diff shows them (a notebook's cells, else the file)."""
@@ -416,6 +418,8 @@ def fix_source(
         found = _keep(current, _run_rules(ctx, rules), ctx, rules)
         cst_ctx = _build_fixes(current, ctx, found, with_edits=False, fixable=fixable)
         diagnostics = [_diagnostic(current, item) for item in found]
+        if current is source:
+            result.found = diagnostics
         chosen = _choose_fixes(found, unsafe)
         fixes = [item.fix for item in chosen if item.fix is not None]  # (all: _choose_fixes keeps fixes)
         if not fixes or cst_ctx is None:

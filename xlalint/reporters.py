@@ -23,13 +23,44 @@ FORMATS = ("text", "concise", "json", "json-lines", "github", "gitlab", "junit",
 # formats that carry each fix's edits
 WITH_EDITS = ("json", "json-lines", "rdjson", "sarif")
 # C0 and C1 control characters (ESC, BEL, CR, ...) from file contents or names: a crafted file must
-# not be able to move the cursor, retitle or clear the terminal of whoever reads the report
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# not be able to move the cursor, retitle or clear the terminal of whoever reads the report; and the
+# bytes of a file name that are not UTF-8, which Python carries as lone surrogates (surrogateescape)
+# and no output can encode
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL_IN_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # newlines and tabs too
+_NOT_UNICODE = re.compile(r"[\ud800-\udfff]")
 
 
-def printable(text: str) -> str:
-    """`text` with control characters shown as escapes (`\x1b`); newlines and tabs kept."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    if "\udc80" <= char <= "\udcff":  # a byte that is not UTF-8 (os.fsdecode's surrogateescape): the byte
+        return f"\\x{ord(char) - 0xDC00:02x}"
+    return repr(char)[1:-1]  # \x1b, \n, \t; \ud800 for a lone surrogate of another origin
+
+
+def printable(text: str, *, line: bool = False) -> str:
+    r"""`text` with control characters and the bytes of names that are not UTF-8 shown as escapes
+    (`\x1b`, `\xff`); newlines and tabs kept, unless `line` (a name, or a one-line message)."""
+    return (_CONTROL_IN_LINE if line else _CONTROL).sub(_escape, text)
+
+
+def shown(path) -> str:
+    r"""A file name as every human-facing output shows it: one line, control characters (newline and
+    tab included) as Python writes them in a string (`\n`, `\t`, `\x1b`) and each byte that is not
+    UTF-8 as `\xNN`."""
+    return printable(str(path), line=True)
+
+
+def encodable(data):
+    r"""`data` (JSON-like) with each byte of a name that is not UTF-8 written `\xNN`: the one thing a
+    JSON or XML document cannot hold (JSON escapes control characters itself)."""
+    if isinstance(data, str):
+        return _NOT_UNICODE.sub(_escape, data) if _NOT_UNICODE.search(data) else data
+    if isinstance(data, dict):
+        return {encodable(key): encodable(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [encodable(item) for item in data]
+    return data
 
 
 def _github_data(text: str) -> str:
@@ -131,9 +162,9 @@ def render(
     sources: SourceLines | None = None,
 ) -> str:
     if fmt == "json":
-        return json.dumps([d.to_json() for d in diagnostics], indent=2) + "\n"
+        return json.dumps([encodable(d.to_json()) for d in diagnostics], indent=2) + "\n"
     if fmt == "json-lines":
-        return "".join(json.dumps(d.to_json()) + "\n" for d in diagnostics)
+        return "".join(json.dumps(encodable(d.to_json())) + "\n" for d in diagnostics)
     if fmt == "gitlab":
         return render_gitlab(diagnostics)
     if fmt == "junit":
@@ -141,7 +172,7 @@ def render(
     if fmt == "rdjson":
         return render_rdjson(diagnostics, sources or SourceLines())
     if fmt == "sarif":
-        return render_sarif(diagnostics)
+        return render_sarif(diagnostics, encodable)
     if fmt == "github":
         return "".join(
             f"::error title=xlalint ({d.code}),file={_github_property(str(d.path))},line={d.location.row},"
@@ -152,7 +183,7 @@ def render(
         )
     lines = []
     for d in diagnostics:
-        where = click.style(printable(f"{_relative(d.path)}:{d.where}:"), bold=True)
+        where = click.style(f"{shown(_relative(d.path))}:{d.where}:", bold=True)
         fixable = ""
         if d.fix is not None and d.fix.applicability.allowed(unsafe_fixes):
             fixable = click.style(" [*]", fg="cyan")
@@ -244,7 +275,7 @@ def render_gitlab(diagnostics: list[Diagnostic]) -> str:
                 "location": {"path": rel, "lines": {"begin": d.location.row, "end": d.end_location.row}},
             }
         )
-    return json.dumps(items, indent=2) + "\n"
+    return json.dumps(encodable(items), indent=2) + "\n"
 
 
 def render_junit(diagnostics: list[Diagnostic]) -> str:
@@ -278,8 +309,8 @@ def render_junit(diagnostics: list[Diagnostic]) -> str:
 
 
 def _xml(text: str) -> str:
-    """Text XML 1.0 can hold: control characters from names or messages shown as escapes."""
-    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", lambda m: repr(m.group())[1:-1], text)
+    """Text XML 1.0 can hold: control characters and bytes of names that are not UTF-8 shown as escapes."""
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]", _escape, text)
 
 
 def render_rdjson(diagnostics: list[Diagnostic], sources: SourceLines) -> str:
@@ -317,4 +348,4 @@ def render_rdjson(diagnostics: list[Diagnostic], sources: SourceLines) -> str:
         "severity": "ERROR",
         "diagnostics": items,
     }
-    return json.dumps(result, indent=2) + "\n"
+    return json.dumps(encodable(result), indent=2) + "\n"

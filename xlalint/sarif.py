@@ -24,8 +24,9 @@ ROOT = "%SRCROOT%"
 INFORMATION_URI = "https://github.com/xlalint/xlalint"
 
 
-def render_sarif(diagnostics: list[Diagnostic]) -> str:
-    return json.dumps(sarif_log(diagnostics), indent=2) + "\n"
+def render_sarif(diagnostics: list[Diagnostic], encodable=lambda data: data) -> str:
+    """`encodable`: the log's text made valid Unicode (see `reporters.encodable`)."""
+    return json.dumps(encodable(sarif_log(diagnostics)), indent=2) + "\n"
 
 
 def sarif_log(diagnostics: list[Diagnostic], root: Path | None = None) -> dict:
@@ -115,8 +116,9 @@ def _artifact(path: Path, root: Path) -> dict:
     try:
         relative = absolute.relative_to(root)
     except ValueError:
-        return {"uri": absolute.as_uri()}
-    return {"uri": quote(relative.as_posix()), "uriBaseId": ROOT}
+        return {"uri": absolute.as_uri()}  # (percent-encodes the name's bytes)
+    # the name's bytes percent-encoded: one that is not UTF-8 too, exactly (`%FF`)
+    return {"uri": quote(os.fsencode(relative.as_posix())), "uriBaseId": ROOT}
 
 
 def _region(start, end) -> dict:

@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import tempfile
+import time
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +173,43 @@ def write_fixed(path: Path, data: bytes, read: Stamp, root: Path) -> Path:
     return target
 
 
+# `write_atomic`'s temporary files: `.NAME.PID-RANDOM.xlalint-tmp` beside the file NAME, written by
+# process PID (`.NAME.RANDOM.xlalint-tmp` before 0.8). A run killed mid-write (`kill -9`) leaves one;
+# `xlalint clean` removes those that are stale.
+TEMPORARY_SUFFIX = ".xlalint-tmp"
+_TEMPORARY = re.compile(r"\..+\.(?:(?P<pid>[0-9]+)-)?[a-z0-9_]{8}" + re.escape(TEMPORARY_SUFFIX))
+STALE_AFTER_S = 3600  # a write takes a second: older than this, the file is a leftover whatever its pid
+
+
+def stale_temporary(path: Path) -> bool:
+    """`path` is a temporary file `write_atomic` left (its name says so) and no running process is
+    writing it: the process that made it is gone, or it is older than an hour (a process id may be
+    reused; one without an id is from an older version)."""
+    match = _TEMPORARY.fullmatch(path.name)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if match is None or not stat.S_ISREG(info.st_mode):
+        return False
+    if time.time() - info.st_mtime > STALE_AFTER_S:
+        return True
+    pid = match.group("pid")
+    return pid is not None and not _running(int(pid))
+
+
+def _running(pid: int) -> bool:
+    if pid <= 0:
+        return False  # (never ours: 0 and -1 would signal process groups)
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 def write_atomic(path: Path, data: bytes, *, unchanged: Stamp | None = None) -> None:
     """Write via a temporary file in the same directory and rename: never a half-written file.
     A file without its owner's write bit is refused (the rename would replace it regardless), so
@@ -185,7 +223,7 @@ def write_atomic(path: Path, data: bytes, *, unchanged: Stamp | None = None) -> 
     mode = stat.S_IMODE(info.st_mode) if info is not None else None
     if mode is not None and not mode & stat.S_IWUSR:
         raise PermissionError(errno.EACCES, "the file is read-only", str(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".xlalint-tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=TEMPORARY_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

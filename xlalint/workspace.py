@@ -207,7 +207,7 @@ def _fix_task(task: FixTask):
             target_version=task.target,
             fixable=_frozen(task.fixable),
         )
-        for diagnostic in result.diagnostics:  # what is reported; the libcst nodes stay here
+        for diagnostic in [*result.diagnostics, *result.found]:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
                 diagnostic.fix.replacements = {}
         if notebook is not None:
@@ -231,6 +231,7 @@ def _back_to_notebook(notebook: Notebook, result) -> None:
     if result.fixed is not None:
         after = Notebook.parse(notebook.path, result.fixed)
     result.diagnostics = [after.in_cells(d) for d in result.diagnostics]
+    result.found = [notebook.in_cells(d) for d in result.found]
     result.display = (notebook.readable(), after.readable())
 
 
@@ -416,7 +417,7 @@ class Workspace:
         cache.keep_only({_relative(p, root) for p in members})
         # what module resolution reads besides contents: each member's name, which the `__init__.py`
         # files above it decide (an empty one has no marker, so it is no member)
-        contents = {p: digest(f"{c} {module_name(p, source_root(p))}".encode()) for p, c in contents.items()}
+        contents = {p: digest(_bytes(f"{c} {module_name(p, source_root(p))}")) for p, c in contents.items()}
         # an unchanged project has unchanged facts: one entry keyed by every member's content and name
         key = digest(repr(sorted((_relative(p, root), c) for p, c in contents.items())).encode())
         cached = _read(_facts_from_json, cache.result(FACTS_SLOT, key))
@@ -443,7 +444,7 @@ class Workspace:
         for path, facts in wanted.items():
             relpath = _relative(path, root)
             if facts is not NO_PROJECT:  # a second slot: the first pass needs its own entry too
-                relpath, key = f"{relpath}#project", digest(f"{contents[path]}{facts.key()}".encode())
+                relpath, key = f"{relpath}#project", digest(_bytes(f"{contents[path]}{facts.key()}"))
             else:
                 key = contents[path]
             cached = _read(summary_from_json, cache.summary(relpath, key))
@@ -533,7 +534,7 @@ class Workspace:
         for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
             if result is not None:
                 result.path = path
-                for d in result.diagnostics:
+                for d in [*result.diagnostics, *result.found]:
                     d.path = path
             outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result, stamps.get(path))
         return [outcomes[p] for p in files]
@@ -650,6 +651,12 @@ def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:
     for d in diagnostics:
         d.path = path
     return FileOutcome(path, diagnostics, error)
+
+
+def _bytes(text: str) -> bytes:
+    """`text` to hash, file names in it included: a name's bytes that are not UTF-8 are carried by
+    Python as lone surrogates (os.fsdecode), and go back to those bytes, never an error."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _relative(path: Path, root: Path) -> str:
