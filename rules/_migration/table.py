@@ -254,7 +254,7 @@ def short_note(note: str, used: int) -> str:
     return clause if used + len(clause) <= MAX_MESSAGE else ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a table is itself (hashable by identity), not its fields
 class Table:
     """A loaded table: its rows (iterating a table gives them) and its header."""
 
