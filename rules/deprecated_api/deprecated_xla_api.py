@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xlalint.rule import Invalid, Rule, Valid
 
-from ._common import MigrationVisitor, entries_doc
+from ._common import XlaMigration, entries_doc
 
 _DEPRECATED_DOC = """## What it does
 Flags uses of torch_xla APIs that still work but warn or are superseded, and code that sets an
@@ -75,14 +75,13 @@ name must be a literal in the file (or a name holding one).
 """
 
 
-class DeprecatedXlaApi(MigrationVisitor, Rule):
+class DeprecatedXlaApi(XlaMigration, Rule):
     __doc__ = _DEPRECATED_DOC.format(entries=entries_doc("deprecated"))
 
     code, name, category = "XLA602", "deprecated-xla-api", "deprecated_xla_api"
     summary = "this torch_xla API is deprecated"
     hint = ""  # the message names the replacement
     fix_availability = "sometimes"
-    status = "deprecated"
     not_for_targets = ("torchtpu",)  # advice toward newer torch_xla competes with the TPU1xx migration
 
     VALID = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from xlalint.diagnostics import Applicability
 from xlalint.rule import Invalid, Rule, Valid
 
-from ._common import MigrationVisitor, entries_doc
+from ._common import XlaMigration, entries_doc
 
 # --------------------------------------------------------------------------------------------------
 # The two codes
@@ -90,14 +90,13 @@ not reported. An environment variable is found where the code sets `os.environ` 
 """
 
 
-class RemovedXlaApi(MigrationVisitor, Rule):
+class RemovedXlaApi(XlaMigration, Rule):
     __doc__ = _REMOVED_DOC.format(entries=entries_doc("removed"))
 
     code, name, category = "XLA601", "removed-xla-api", "deprecated_xla_api"
     summary = "this torch_xla API was removed"
     hint = ""  # the message names the replacement
     fix_availability = "sometimes"
-    status = "removed"
     not_for_targets = ("torchtpu",)  # advice toward newer torch_xla competes with the TPU1xx migration
 
     VALID = [

@@ -12,12 +12,12 @@ from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
 
 from ._doc import migration_doc
-from ._migration import MigrationVisitor
+from ._migration import TorchTpuMigration
 
 XLA_DEVICE = re.compile(r"xla")  # the bare device string; `"xla:1"` names an ordinal TorchTPU spells differently
 
 
-class XlaDevice(MigrationVisitor, Rule):
+class XlaDevice(TorchTpuMigration, Rule):
     __doc__ = migration_doc(
         """
     ## What it does

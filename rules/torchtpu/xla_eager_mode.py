@@ -5,10 +5,10 @@ from __future__ import annotations
 from xlalint.rule import Invalid, Rule, Valid
 
 from ._doc import migration_doc
-from ._migration import MigrationVisitor
+from ._migration import TorchTpuMigration
 
 
-class XlaEagerMode(MigrationVisitor, Rule):
+class XlaEagerMode(TorchTpuMigration, Rule):
     __doc__ = migration_doc(
         """
     ## What it does

@@ -6,10 +6,10 @@ from xlalint.diagnostics import Applicability
 from xlalint.rule import Invalid, Rule, Valid
 
 from ._doc import migration_doc
-from ._migration import MigrationVisitor
+from ._migration import TorchTpuMigration
 
 
-class XlaSave(MigrationVisitor, Rule):
+class XlaSave(TorchTpuMigration, Rule):
     __doc__ = migration_doc(
         """
     ## What it does

@@ -176,7 +176,7 @@ def test_good_argument_entry_parses_and_sits_beside_a_function_entry():
     [
         (("position = 2\n", ""), "an argument entry needs `position`"),
         (("position = 2", 'position = "2"'), "`position` must be a non-negative integer"),
-        (("position = 2", "position = -1"), "`position` must be a non-negative integer"),
+        (("position = 2", "position = -2"), "`position` must be a non-negative integer"),
         (("position = 2", "position = true"), "`position` must be a non-negative integer"),
         (('argument = "nprocs"', 'argument = "n procs"'), "`argument` must be a parameter name"),
         (('allowed = ["None", "1"]', 'allowed = ["None", "one"]'), "`allowed` must hold Python literals"),

@@ -47,7 +47,7 @@ def function_spellings(name: str, args: str) -> list[str]:
 
 
 CALL_CASES = [pytest.param(row, code, id=f"{row.code}-{row.name}-{i}")
-              for row in TABLE if row.kind == "call"
+              for row in TABLE if row.kind == "function"
               for i, code in enumerate(function_spellings(row.name, CALL_ARGS[row.transform]))]
 
 
@@ -69,7 +69,7 @@ def test_every_call_row_through_every_spelling(row, code):
     ast.parse(fixed)
     assert fix_code(fixed, [rule], unsafe=True) == fixed, "fixing twice changed the code"
     assert all("torch_tpu.api` has no" in d.message for d in lint_code(fixed, [rule])), fixed
-    expected = {"device": 'device("tpu")', "rename": f"{(row.to or '').rpartition('.')[2]}()", "unwrap": "loader\n",
+    expected = {"device": 'device("tpu")', "rename": f"{(row.replacement or '').rpartition('.')[2]}()", "unwrap": "loader\n",
                 "compile": 'compile(step, backend="tpu")', "autocast": 'autocast("tpu", dtype=torch.bfloat16)',
                 "save": "torch.save(torch.utils._pytree.tree_map_only(torch.Tensor, torch.Tensor.cpu, state), path)"}
     assert expected[row.transform] in fixed, fixed
@@ -143,12 +143,12 @@ def test_a_torch_name_bound_to_something_else_gets_no_fix():
 # -- the table is data -------------------------------------------------------------------------------
 
 GOOD = """
-[[move]]
+[[migration]]
 code = "TPU105"
 name = "torch_xla.core.xla_model.get_ordinal"
 fix = "safe"
 transform = "rename"
-to = "torch.distributed.get_rank"
+replacement = "torch.distributed.get_rank"
 params = []
 checked = "plain PyTorch"
 note = "a note"
@@ -179,23 +179,23 @@ def test_the_shipped_table_holds_the_issue_s_moves():
     ('code = "TPU105"', 'code = "XLA105"', ),
     ('fix = "safe"', 'fix = "maybe"'),
     ('transform = "rename"', 'transform = "magic"'),
-    ('to = "torch.distributed.get_rank"', 'to = "torch_xla.runtime.global_ordinal"'),
+    ('replacement = "torch.distributed.get_rank"', 'replacement = "torch_xla.runtime.global_ordinal"'),
     ('params = []\n', ''),
     ('note = "a note"', 'note = "a note"\ncolour = "red"'),
     ('checked = "plain PyTorch"\n', ''),
 ])
 def test_bad_rows_raise_a_clear_error(change, problem):
-    with pytest.raises(MigrationTableError, match=r"\[\[move\]\] #1 \(torch_xla.core.xla_model.get_ordinal\)|#1"):
+    with pytest.raises(MigrationTableError, match=r"\[\[migration\]\] #1 \(torch_xla.core.xla_model.get_ordinal\)|#1"):
         load_table(GOOD.replace(change, problem))
 
 
 def test_the_good_row_parses_and_duplicates_do_not():
     (row,) = load_table(GOOD)
-    assert (row.transform, row.to, row.params) == ("rename", "torch.distributed.get_rank", ())
+    assert (row.transform, row.replacement, row.params) == ("rename", "torch.distributed.get_rank", ())
     with pytest.raises(MigrationTableError, match="duplicate"):
         load_table(GOOD + GOOD)
     with pytest.raises(MigrationTableError, match="not valid TOML"):
-        load_table("[[move]\n")
+        load_table("[[migration]\n")
 
 
 # -- the replacements, against torch's real API ----------------------------------------------------------
@@ -208,7 +208,7 @@ def _resolve(dotted: str):
 
 @pytest.mark.parametrize("row", [r for r in TABLE if r.transform == "rename"], ids=lambda r: r.name)
 def test_rename_targets_exist_in_torch_and_take_the_carried_arguments(row):
-    target = _resolve(row.to)
+    target = _resolve(row.replacement)
     inspect.signature(target).bind(*([None] * len(row.params)))
 
 
