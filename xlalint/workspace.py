@@ -16,7 +16,7 @@ import tempfile
 import traceback
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import NamedTuple
 
@@ -568,60 +568,50 @@ def _read(convert, entry):
 
 
 def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
+    """Every field of each module's facts, by name (a field left out would come back as its default:
+    the facts read from the cache would differ from those computed, and so would every result's key)."""
     return {
-        path: [
-            sorted(f.steps),
-            sorted(f.called),
-            sorted(f.training_calls),
-            [[list(at), helper, where, [list(r) for r in reads]] for at, helper, where, reads in f.helper_reads],
-            [[name, list(params), list(static)] for name, params, static in f.static_methods],
-            [list(c) for c in f.compiled],
-            [[list(at), kind, helper, where, detail] for at, kind, helper, where, detail in f.helper_calls],
-            f.xla_device,
-            f.replicas,
-            sorted(f.device_loader_params),
-            sorted(f.hook_calls),
-            sorted(f.host_params),
-        ]
-        for path, f in facts.items()
-        if f != NO_PROJECT
+        path: {f.name: _jsonable(getattr(value, f.name)) for f in FACT_FIELDS if getattr(value, f.name) != f.default}
+        for path, value in facts.items()
+        if value != NO_PROJECT
     }
+
+
+def _jsonable(value):
+    if isinstance(value, (frozenset, set)):
+        return sorted(_jsonable(v) for v in value)
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
-    return {
-        path: ProjectFacts(
-            frozenset(steps),
-            frozenset(called),
-            frozenset(tuple(c) for c in calls),
-            tuple(
-                (tuple(at), helper, where, tuple(ParamRead(*r) for r in reads))
-                for at, helper, where, reads in helper_reads
-            ),
-            tuple((name, tuple(params), tuple(static)) for name, params, static in static_methods),
-            tuple(tuple(c) for c in compiled),
-            tuple((tuple(at), kind, helper, where, detail) for at, kind, helper, where, detail in helper_calls),
-            bool(xla_device),
-            bool(replicas),
-            frozenset(tuple(p) for p in device_loader_params),
-            frozenset(hook_calls),
-            frozenset(tuple(p) for p in host_params),
-        )
-        for path, (
-            steps,
-            called,
-            calls,
-            helper_reads,
-            static_methods,
-            compiled,
-            helper_calls,
-            xla_device,
-            replicas,
-            device_loader_params,
-            hook_calls,
-            host_params,
-        ) in data.items()
-    }
+    result = {}
+    for path, entry in data.items():
+        if not isinstance(entry, dict) or not entry.keys() <= FACT_TYPES.keys():
+            raise ValueError("not the facts of this version")
+        values = {}
+        for name, value in entry.items():
+            value = _tuples(value)
+            if FACT_TYPES[name] is frozenset:
+                value = frozenset(value)
+            elif name == "helper_reads":
+                value = tuple(
+                    (at, helper, where, tuple(ParamRead(*r) for r in reads)) for at, helper, where, reads in value
+                )
+            elif not isinstance(value, FACT_TYPES[name]):
+                raise ValueError(f"{name}: not a {FACT_TYPES[name].__name__}")
+            values[name] = value
+        result[path] = ProjectFacts(**values)
+    return result
+
+
+FACT_FIELDS = fields(ProjectFacts)
+FACT_TYPES = {f.name: type(f.default) for f in FACT_FIELDS}
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:
