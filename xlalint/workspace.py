@@ -38,9 +38,10 @@ from .analysis.project import (
 from .analysis.reads import ParamRead
 from .cache import CACHE_DIR_NAME, ProjectCache, digest
 from .config import Settings
+from .deep import deep_stack
 from .diagnostics import Diagnostic
 from .discovery import discover
-from .engine import MARKERS, FileResult, analyse, fix_source, lint_context, lint_source
+from .engine import MARKERS, MAX_FIX_BYTES, FileResult, analyse, fix_source, lint_context, lint_source
 from .notebook import MAX_NOTEBOOK_BYTES, Notebook, is_notebook
 from .progress import Progress
 from .rules import RULES_BY_CODE
@@ -132,6 +133,7 @@ class Summarised(NamedTuple):
     asked: frozenset | None = frozenset()
 
 
+@deep_stack
 def _summarize_task(task: SummaryTask) -> Summarised:
     check = task.check
     asked = AskedFacts(task.facts)
@@ -163,6 +165,7 @@ def _source(path: str, raw: bytes) -> tuple[SourceFile, Notebook | None]:
     return decode_source(Path(path), raw), None
 
 
+@deep_stack
 def _check_task(task: CheckTask, source: SourceFile | None = None, ctx=None) -> tuple[list[dict], str | None]:
     """`source` and `ctx`: the file as a project summary already analysed it (never a notebook)."""
     notebook = None
@@ -183,17 +186,26 @@ def _check_task(task: CheckTask, source: SourceFile | None = None, ctx=None) -> 
             )
         if notebook is not None:
             found = [notebook.in_cells(d) for d in found]
-        return [d.to_json() for d in found], None
+        return [d.to_json() for d in found], _without_fixes(task.path, len(task.raw)) if found else None
     except SourceError as exc:
         return [], notebook.error_in_cells(str(exc)) if notebook is not None else str(exc)
     except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
         return [], internal_error(Path(task.path), exc)
 
 
+def _without_fixes(path: str, size: int) -> str | None:
+    """The one-line notice of a file too large for its fixes to be built (see `MAX_FIX_BYTES`)."""
+    if size <= MAX_FIX_BYTES:
+        return None
+    size_mib, budget_kib = size / (1 << 20), MAX_FIX_BYTES >> 10
+    return f"{path}: warning: {size_mib:.1f} MiB, over the {budget_kib} KiB up to which fixes are built: findings without fixes"
+
+
 def _frozen(codes: tuple[str, ...] | None) -> frozenset[str] | None:
     return None if codes is None else frozenset(codes)
 
 
+@deep_stack
 def _fix_task(task: FixTask):
     notebook = None
     try:
@@ -497,8 +509,11 @@ class Workspace:
                     ),
                     None,
                 )
-                if cached is not None and cached.error is None:
-                    self._cache(root).put_result(relpath, key, [[d.to_json() for d in cached.diagnostics], None])
+                if cached is not None and (
+                    cached.error is None or ": warning: " in cached.error and cached.diagnostics
+                ):
+                    found = [d.to_json() for d in cached.diagnostics]
+                    self._cache(root).put_result(relpath, key, [found, cached.error])
             if cached is not None:
                 outcomes[path] = cached
                 continue
@@ -507,8 +522,8 @@ class Workspace:
         self.shared = {}
         for (path, root, key), (found, error) in zip(keys, self._map(_check_task, tasks)):
             outcomes[path] = _outcome(path, found, error)
-            if error is None:
-                self._cache(root).put_result(_relative(path.resolve(), root), key, [found, None])
+            if error is None or ": warning: " in error and found:  # a notice comes with the findings
+                self._cache(root).put_result(_relative(path.resolve(), root), key, [found, error])
         return [outcomes[p] for p in files]
 
     def _default_root(self, files: list[Path]) -> None:
