@@ -9,6 +9,7 @@ project costs a hash of each file. Files are processed in parallel across `jobs`
 
 from __future__ import annotations
 
+import ast
 import multiprocessing
 import os
 import signal
@@ -38,7 +39,7 @@ from .analysis.project import (
 from .analysis.reads import ParamRead
 from .cache import CACHE_DIR_NAME, ProjectCache, digest
 from .config import Settings
-from .deep import deep_stack
+from .deep import deep_stack, python_parse
 from .diagnostics import Diagnostic
 from .discovery import discover
 from .engine import MARKERS, MAX_FIX_BYTES, FileResult, analyse, fix_source, lint_context, lint_source
@@ -412,7 +413,7 @@ class Workspace:
         cache = self._cache(root)
         members = {p.resolve() for p in self._members(root, targets)} | {t.resolve() for t in targets}
         contents: dict[Path, str] = {}
-        for path in sorted(members):
+        for path in sorted(reachable(members, [t.resolve() for t in targets])):
             if is_notebook(path):
                 continue  # no module to import from; its cells are checked on their own
             try:
@@ -548,6 +549,55 @@ class Workspace:
                     d.path = path
             outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result, stamps.get(path))
         return [outcomes[p] for p in files]
+
+
+def reachable(members: set[Path], targets: list[Path]) -> set[Path]:
+    """The members of a project that a check of `targets` learns from: the files of the targets'
+    folders (a script's neighbours call it) and, transitively, the project modules they import
+    (each found by its dotted name; a file's imports read by parsing it, reached files only).
+    A check of a few files of a large repository summarises what they can reach, not the whole
+    tree; a check of the whole project, all of it."""
+    folders = {t.parent for t in targets}
+    found = {m for m in members if m.parent in folders} | set(targets)
+    if len(found) >= len(members):
+        return members
+    by_name: dict[str, list[Path]] = {}
+    for member in members:
+        by_name.setdefault(module_name(member, source_root(member)), []).append(member)
+    pending = list(found)
+    while pending:
+        path = pending.pop()
+        for name in _imported_names(path):
+            for module in by_name.get(name, ()):
+                if module not in found:
+                    found.add(module)
+                    pending.append(module)
+    return found
+
+
+def _imported_names(path: Path) -> set[str]:
+    """The dotted names a module's imports may load: each imported module, its packages, and for
+    `from m import x` the submodule `m.x` (relative imports resolved against its own package)."""
+    try:
+        tree = python_parse(read_bounded(path)[0], str(path))
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    name = module_name(path, source_root(path))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    loaded: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - (node.level - 1)] if node.level > 1 else package if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            modules = [module, *(f"{module}.{alias.name}".lstrip(".") for alias in node.names if alias.name != "*")]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            loaded.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return loaded
 
 
 def _readable(
