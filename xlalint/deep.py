@@ -17,6 +17,7 @@ import functools
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -89,7 +90,8 @@ def _leave() -> None:
 
 
 def _depth() -> int:
-    frame, depth = sys._getframe(), 0
+    frame: FrameType | None = sys._getframe()
+    depth = 0
     while frame is not None:
         frame, depth = frame.f_back, depth + 1
     return depth
