@@ -9,9 +9,9 @@ project costs a hash of each file. Files are processed in parallel across `jobs`
 
 from __future__ import annotations
 
-import ast
 import multiprocessing
 import os
+import re
 import signal
 import tempfile
 import traceback
@@ -39,7 +39,7 @@ from .analysis.project import (
 from .analysis.reads import ParamRead
 from .cache import CACHE_DIR_NAME, ProjectCache, digest
 from .config import Settings
-from .deep import deep_stack, python_parse
+from .deep import deep_stack
 from .diagnostics import Diagnostic
 from .discovery import discover
 from .engine import MARKERS, MAX_FIX_BYTES, FileResult, analyse, fix_source, lint_context, lint_source
@@ -553,10 +553,10 @@ class Workspace:
 
 def reachable(members: set[Path], targets: list[Path]) -> set[Path]:
     """The members of a project that a check of `targets` learns from: the files of the targets'
-    folders (a script's neighbours call it) and, transitively, the project modules they import
-    (each found by its dotted name; a file's imports read by parsing it, reached files only).
-    A check of a few files of a large repository summarises what they can reach, not the whole
-    tree; a check of the whole project, all of it."""
+    folders, and, transitively, the project modules they import and those that import them (a
+    script's helpers, the training loop calling them): the part of the project its imports
+    connect them to. A check of the bundled examples of a repository summarises them, not the
+    whole tree; a check of the whole project, all of it."""
     folders = {t.parent for t in targets}
     found = {m for m in members if m.parent in folders} | set(targets)
     if len(found) >= len(members):
@@ -564,38 +564,47 @@ def reachable(members: set[Path], targets: list[Path]) -> set[Path]:
     by_name: dict[str, list[Path]] = {}
     for member in members:
         by_name.setdefault(module_name(member, source_root(member)), []).append(member)
+    edges: dict[Path, set[Path]] = {}
+    for member in members:
+        for name in _imported_names(member):
+            for module in by_name.get(name, ()):
+                if module != member:
+                    edges.setdefault(member, set()).add(module)
+                    edges.setdefault(module, set()).add(member)
     pending = list(found)
     while pending:
-        path = pending.pop()
-        for name in _imported_names(path):
-            for module in by_name.get(name, ()):
-                if module not in found:
-                    found.add(module)
-                    pending.append(module)
+        for other in edges.get(pending.pop(), ()):
+            if other not in found:
+                found.add(other)
+                pending.append(other)
     return found
 
 
+_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([^#\n]*)|import[ \t]+([^#\n]+))", re.M)
+
+
 def _imported_names(path: Path) -> set[str]:
-    """The dotted names a module's imports may load: each imported module, its packages, and for
-    `from m import x` the submodule `m.x` (relative imports resolved against its own package)."""
+    """The dotted names a module's import lines may load: each imported module, its packages, and
+    for `from m import x` the submodule `m.x` (relative imports resolved against its own package).
+    Read from the lines, not parsed: an import the lines hide only leaves a module out."""
     try:
-        tree = python_parse(read_bounded(path)[0], str(path))
-    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        raw = read_bounded(path)[0]
+    except OSError:
         return set()
     name = module_name(path, source_root(path))
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     loaded: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - (node.level - 1)] if node.level > 1 else package if node.level else []
-            module = ".".join([*base, *([node.module] if node.module else [])])
-            modules = [module, *(f"{module}.{alias.name}".lstrip(".") for alias in node.names if alias.name != "*")]
+    for dots, module, names, plain in _IMPORT.findall(raw):
+        if plain:
+            modules = [part.split()[0] for part in plain.decode("latin-1").split(",") if part.split()]
         else:
-            continue
-        for module in modules:
-            parts = module.split(".")
+            level = len(dots)
+            base = package[: len(package) - (level - 1)] if level > 1 else package if level else []
+            head = ".".join([*base, *([module.decode("latin-1")] if module else [])])
+            imported = [part.split()[0] for part in names.decode("latin-1").strip("()").split(",") if part.split()]
+            modules = [head, *(f"{head}.{alias}".lstrip(".") for alias in imported if alias != "*")]
+        for dotted in modules:
+            parts = dotted.strip(".").split(".")
             loaded.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
     return loaded
 
