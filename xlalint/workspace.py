@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import re
 import signal
 import tempfile
 import traceback
@@ -413,7 +412,7 @@ class Workspace:
         cache = self._cache(root)
         members = {p.resolve() for p in self._members(root, targets)} | {t.resolve() for t in targets}
         contents: dict[Path, str] = {}
-        for path in sorted(reachable(members, [t.resolve() for t in targets])):
+        for path in sorted(members):
             if is_notebook(path):
                 continue  # no module to import from; its cells are checked on their own
             try:
@@ -549,64 +548,6 @@ class Workspace:
                     d.path = path
             outcomes[path] = FileOutcome(path, result.diagnostics if result else [], error, result, stamps.get(path))
         return [outcomes[p] for p in files]
-
-
-def reachable(members: set[Path], targets: list[Path]) -> set[Path]:
-    """The members of a project that a check of `targets` learns from: the files of the targets'
-    folders, and, transitively, the project modules they import and those that import them (a
-    script's helpers, the training loop calling them): the part of the project its imports
-    connect them to. A check of the bundled examples of a repository summarises them, not the
-    whole tree; a check of the whole project, all of it."""
-    folders = {t.parent for t in targets}
-    found = {m for m in members if m.parent in folders} | set(targets)
-    if len(found) >= len(members):
-        return members
-    by_name: dict[str, list[Path]] = {}
-    for member in members:
-        by_name.setdefault(module_name(member, source_root(member)), []).append(member)
-    edges: dict[Path, set[Path]] = {}
-    for member in members:
-        for name in _imported_names(member):
-            for module in by_name.get(name, ()):
-                if module != member:
-                    edges.setdefault(member, set()).add(module)
-                    edges.setdefault(module, set()).add(member)
-    pending = list(found)
-    while pending:
-        for other in edges.get(pending.pop(), ()):
-            if other not in found:
-                found.add(other)
-                pending.append(other)
-    return found
-
-
-_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([^#\n]*)|import[ \t]+([^#\n]+))", re.M)
-
-
-def _imported_names(path: Path) -> set[str]:
-    """The dotted names a module's import lines may load: each imported module, its packages, and
-    for `from m import x` the submodule `m.x` (relative imports resolved against its own package).
-    Read from the lines, not parsed: an import the lines hide only leaves a module out."""
-    try:
-        raw = read_bounded(path)[0]
-    except OSError:
-        return set()
-    name = module_name(path, source_root(path))
-    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    loaded: set[str] = set()
-    for dots, module, names, plain in _IMPORT.findall(raw):
-        if plain:
-            modules = [part.split()[0] for part in plain.decode("latin-1").split(",") if part.split()]
-        else:
-            level = len(dots)
-            base = package[: len(package) - (level - 1)] if level > 1 else package if level else []
-            head = ".".join([*base, *([module.decode("latin-1")] if module else [])])
-            imported = [part.split()[0] for part in names.decode("latin-1").strip("()").split(",") if part.split()]
-            modules = [head, *(f"{head}.{alias}".lstrip(".") for alias in imported if alias != "*")]
-        for dotted in modules:
-            parts = dotted.strip(".").split(".")
-            loaded.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return loaded
 
 
 def _readable(
