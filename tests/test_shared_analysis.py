@@ -240,3 +240,46 @@ def test_every_field_of_the_facts_is_seen_through_the_recorder():
     asked = AskedFacts(NO_PROJECT)
     for name in FIELDS:
         assert not isinstance(getattr(asked, name), (frozenset, tuple)), name
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_the_run_after_a_cold_run_is_warm(run_cli, trainer, monkeypatch, jobs):
+    """The cold run caches what the next run asks for: the project's facts (every field of them)
+    and each file's result, keyed as the next run keys them. Nothing is analysed again."""
+    args = ("check", "--preview", "--jobs", jobs, "--output-format", "json", trainer)
+    code, cold, _ = run_cli(*args)
+    assert code == 1
+    analysed: Counter = Counter()
+    monkeypatch.setattr(workspace, "analyse", _counting_lint(workspace.analyse, analysed))
+    monkeypatch.setattr(workspace, "lint_source", _counting_lint(workspace.lint_source, analysed))
+    monkeypatch.setattr(workspace, "lint_context", _counting_lint(workspace.lint_context, analysed))
+    code, warm, _ = run_cli(*args)
+    assert code == 1 and json.loads(warm) == json.loads(cold)
+    assert not analysed, analysed
+
+
+def test_the_cached_facts_keep_every_field():
+    """Facts read back from the cache key the results as the facts computed do (a field left out of
+    the cache made the run after a cold run check every file again)."""
+    from dataclasses import fields
+
+    from xlalint.analysis.reads import ParamRead
+
+    examples = {
+        frozenset: lambda name: frozenset({(1, 2)}) if "calls" in name else frozenset({name}),
+        bool: lambda name: True,
+    }
+    values = {}
+    for field in fields(ProjectFacts):
+        if field.name == "helper_reads":
+            values[field.name] = (((3, 4), "f", "m.py", (ParamRead("x", 0, 7, ".item()", ""),)),)
+        elif isinstance(field.default, tuple):
+            values[field.name] = (("a", ("b",), ("c",)),)
+        else:
+            values[field.name] = examples[type(field.default)](field.name)
+    facts = ProjectFacts(**values)
+    back = workspace._facts_from_json(json.loads(json.dumps(workspace._facts_to_json({"m.py": facts}))))["m.py"]
+    assert back == facts and back.key() == facts.key()
+    for field in fields(ProjectFacts):  # each field on its own, the others at their defaults
+        alone = ProjectFacts(**{field.name: values[field.name]})
+        assert workspace._facts_from_json(json.loads(json.dumps(workspace._facts_to_json({"m": alone}))))["m"] == alone

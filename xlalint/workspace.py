@@ -16,7 +16,7 @@ import tempfile
 import traceback
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import NamedTuple
 
@@ -38,9 +38,10 @@ from .analysis.project import (
 from .analysis.reads import ParamRead
 from .cache import CACHE_DIR_NAME, ProjectCache, digest
 from .config import Settings
+from .deep import deep_stack
 from .diagnostics import Diagnostic
 from .discovery import discover
-from .engine import MARKERS, FileResult, analyse, fix_source, lint_context, lint_source
+from .engine import MARKERS, MAX_FIX_BYTES, FileResult, analyse, fix_source, lint_context, lint_source
 from .notebook import MAX_NOTEBOOK_BYTES, Notebook, is_notebook
 from .progress import Progress
 from .rules import RULES_BY_CODE
@@ -132,6 +133,7 @@ class Summarised(NamedTuple):
     asked: frozenset | None = frozenset()
 
 
+@deep_stack
 def _summarize_task(task: SummaryTask) -> Summarised:
     check = task.check
     asked = AskedFacts(task.facts)
@@ -163,6 +165,7 @@ def _source(path: str, raw: bytes) -> tuple[SourceFile, Notebook | None]:
     return decode_source(Path(path), raw), None
 
 
+@deep_stack
 def _check_task(task: CheckTask, source: SourceFile | None = None, ctx=None) -> tuple[list[dict], str | None]:
     """`source` and `ctx`: the file as a project summary already analysed it (never a notebook)."""
     notebook = None
@@ -183,17 +186,26 @@ def _check_task(task: CheckTask, source: SourceFile | None = None, ctx=None) -> 
             )
         if notebook is not None:
             found = [notebook.in_cells(d) for d in found]
-        return [d.to_json() for d in found], None
+        return [d.to_json() for d in found], _without_fixes(task.path, len(task.raw)) if found else None
     except SourceError as exc:
         return [], notebook.error_in_cells(str(exc)) if notebook is not None else str(exc)
     except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
         return [], internal_error(Path(task.path), exc)
 
 
+def _without_fixes(path: str, size: int) -> str | None:
+    """The one-line notice of a file too large for its fixes to be built (see `MAX_FIX_BYTES`)."""
+    if size <= MAX_FIX_BYTES:
+        return None
+    size_mib, budget_kib = size / (1 << 20), MAX_FIX_BYTES >> 10
+    return f"{path}: warning: {size_mib:.1f} MiB, over the {budget_kib} KiB up to which fixes are built: findings without fixes"
+
+
 def _frozen(codes: tuple[str, ...] | None) -> frozenset[str] | None:
     return None if codes is None else frozenset(codes)
 
 
+@deep_stack
 def _fix_task(task: FixTask):
     notebook = None
     try:
@@ -501,8 +513,11 @@ class Workspace:
                     ),
                     None,
                 )
-                if cached is not None and cached.error is None:
-                    self._cache(root).put_result(relpath, key, [[d.to_json() for d in cached.diagnostics], None])
+                if cached is not None and (
+                    cached.error is None or ": warning: " in cached.error and cached.diagnostics
+                ):
+                    found = [d.to_json() for d in cached.diagnostics]
+                    self._cache(root).put_result(relpath, key, [found, cached.error])
             if cached is not None:
                 outcomes[path] = cached
                 continue
@@ -511,8 +526,8 @@ class Workspace:
         self.shared = {}
         for (path, root, key), (found, error) in zip(keys, self._map(_check_task, tasks)):
             outcomes[path] = _outcome(path, found, error)
-            if error is None:
-                self._cache(root).put_result(_relative(path.resolve(), root), key, [found, None])
+            if error is None or ": warning: " in error and found:  # a notice comes with the findings
+                self._cache(root).put_result(_relative(path.resolve(), root), key, [found, error])
         return [outcomes[p] for p in files]
 
     def _default_root(self, files: list[Path]) -> None:
@@ -590,60 +605,50 @@ def _read(convert, entry):
 
 
 def _facts_to_json(facts: dict[str, ProjectFacts]) -> dict:
+    """Every field of each module's facts, by name (a field left out would come back as its default:
+    the facts read from the cache would differ from those computed, and so would every result's key)."""
     return {
-        path: [
-            sorted(f.steps),
-            sorted(f.called),
-            sorted(f.training_calls),
-            [[list(at), helper, where, [list(r) for r in reads]] for at, helper, where, reads in f.helper_reads],
-            [[name, list(params), list(static)] for name, params, static in f.static_methods],
-            [list(c) for c in f.compiled],
-            [[list(at), kind, helper, where, detail] for at, kind, helper, where, detail in f.helper_calls],
-            f.xla_device,
-            f.replicas,
-            sorted(f.device_loader_params),
-            sorted(f.hook_calls),
-            sorted(f.host_params),
-        ]
-        for path, f in facts.items()
-        if f != NO_PROJECT
+        path: {f.name: _jsonable(getattr(value, f.name)) for f in FACT_FIELDS if getattr(value, f.name) != f.default}
+        for path, value in facts.items()
+        if value != NO_PROJECT
     }
+
+
+def _jsonable(value):
+    if isinstance(value, (frozenset, set)):
+        return sorted(_jsonable(v) for v in value)
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def _facts_from_json(data: dict) -> dict[str, ProjectFacts]:
-    return {
-        path: ProjectFacts(
-            frozenset(steps),
-            frozenset(called),
-            frozenset(tuple(c) for c in calls),
-            tuple(
-                (tuple(at), helper, where, tuple(ParamRead(*r) for r in reads))
-                for at, helper, where, reads in helper_reads
-            ),
-            tuple((name, tuple(params), tuple(static)) for name, params, static in static_methods),
-            tuple(tuple(c) for c in compiled),
-            tuple((tuple(at), kind, helper, where, detail) for at, kind, helper, where, detail in helper_calls),
-            bool(xla_device),
-            bool(replicas),
-            frozenset(tuple(p) for p in device_loader_params),
-            frozenset(hook_calls),
-            frozenset(tuple(p) for p in host_params),
-        )
-        for path, (
-            steps,
-            called,
-            calls,
-            helper_reads,
-            static_methods,
-            compiled,
-            helper_calls,
-            xla_device,
-            replicas,
-            device_loader_params,
-            hook_calls,
-            host_params,
-        ) in data.items()
-    }
+    result = {}
+    for path, entry in data.items():
+        if not isinstance(entry, dict) or not entry.keys() <= FACT_TYPES.keys():
+            raise ValueError("not the facts of this version")
+        values = {}
+        for name, value in entry.items():
+            value = _tuples(value)
+            if FACT_TYPES[name] is frozenset:
+                value = frozenset(value)
+            elif name == "helper_reads":
+                value = tuple(
+                    (at, helper, where, tuple(ParamRead(*r) for r in reads)) for at, helper, where, reads in value
+                )
+            elif not isinstance(value, FACT_TYPES[name]):
+                raise ValueError(f"{name}: not a {FACT_TYPES[name].__name__}")
+            values[name] = value
+        result[path] = ProjectFacts(**values)
+    return result
+
+
+FACT_FIELDS = fields(ProjectFacts)
+FACT_TYPES = {f.name: type(f.default) for f in FACT_FIELDS}
 
 
 def _outcome(path: Path, found: list[dict], error: str | None) -> FileOutcome:

@@ -189,14 +189,13 @@ REDUCTIONS = {
     "allclose",
 }
 BRANCHES = {ast.If: "if", ast.While: "while", ast.IfExp: "if"}
+BRANCH_TYPES = tuple(BRANCHES)
 
 
 def branch_reads(ctx: FileContext, func: ast.AST):
     """(the branch's test, "if"/"while", the tensor reduced) for each test in `func` (not in nested
     functions) that decides on a reduction of a tensor: the host reads its value."""
-    for node in [n for kind in BRANCHES for n in ctx.index.by_type.get(kind, ())]:
-        if ctx.index.scope_of(node) is not func:
-            continue
+    for node in ctx.index.in_scope(BRANCH_TYPES, func):
         for part in ast.walk(node.test):
             operand = _reduced(ctx, part)
             if operand is not None:
