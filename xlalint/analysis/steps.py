@@ -604,6 +604,8 @@ def is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
 
 
 def _is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
+    if offline_loop(ctx, loop):
+        return False
     if isinstance(loop, (ast.For, ast.AsyncFor)) and (iterates_batches(ctx, loop.iter) or _slices_batches(ctx, loop)):
         return True
     data = loop_data(ctx, loop)
@@ -624,6 +626,23 @@ def _is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
         if data and _forward_on(call, data):
             return True
     return False
+
+
+def module_trains(ctx: FileContext) -> bool:
+    """Some statement of the module runs a backward, an optimizer step or a train step (here, or in
+    a function of another module it calls)."""
+    return any(_training_call(ctx, call) or ctx.trains_externally(call) for call in ctx.index.calls)
+
+
+def offline_loop(ctx: FileContext, loop: ast.AST) -> bool:
+    """A loop of a module that never trains, in code no other module calls: a prediction,
+    evaluation, export or analysis script run on its own, whose loop over data is no training step
+    (its results are wanted on the host). A function another module calls (an `evaluate` the
+    training script runs every epoch) is judged where it is called."""
+    if ctx.module_trains:
+        return False
+    func = ctx.index.enclosing_function(loop)
+    return func is None or not (ctx.externally_per_step(func) or ctx.externally_called(func))
 
 
 def _slices_batches(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
