@@ -111,10 +111,10 @@ class FileContext:
 
         # the module's own evidence first: the project's facts are asked only of a module placed
         # off XLA (a question asked is one the shared first-pass analysis must answer again)
-        if self.uses_xla:
+        if self.uses_xla or not placed_off_xla(self, xla_elsewhere=False):
             return False
         if not self.project.project_uses_xla:
-            return placed_off_xla(self, xla_elsewhere=False)
+            return True
         # a helper the XLA scripts call (a meter whose sync uses CUDA) runs on XLA there
         return placed_off_xla(self) and not self.project.called_from_xla
 

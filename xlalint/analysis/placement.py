@@ -277,7 +277,7 @@ def placed_off_xla(ctx: FileContext, *, xla_elsewhere: bool = True) -> bool:
     resolve so (a device that is a parameter, or another call's result, is one a caller could make
     XLA). In a project with no XLA code at all, no caller can: the CUDA evidence is enough, unless a
     library that picks the device for the code it runs (Accelerate, Lightning) is imported."""
-    if not xla_elsewhere and any(b.qualified.split(".")[0] in DEVICE_CHOOSERS for b in ctx.index.imports.values()):
+    if any(b.qualified.split(".")[0] in DEVICE_CHOOSERS for b in ctx.index.imports.values()):
         return False
     found = False
     for call in ctx.index.calls:
