@@ -437,22 +437,35 @@ def _lazily_initialised(ctx: FileContext, node: ast.If) -> bool:
 
 
 def _counter_bounded(ctx: FileContext, node: ast.If) -> bool:
-    """`if batch_idx == 1:`, `if j <= 4:`: a loop counter compared with a constant holds on a
-    fixed number of iterations (debug output for the first batches), not every step."""
+    """`if batch_idx == 1:`, `if j <= 4:`, `if it == 0 or it in log_iters:`, `if i == last_step:`:
+    a loop counter tested against fixed values holds on a fixed number of iterations (debug output
+    for the first batches, the chosen log steps, the last one), not every step. An `and` holds
+    when one operand is so bounded; an `or` only when each is (or is an every-N-steps test)."""
     counters = _loop_counters(ctx, node)
-    if not counters:
+    return bool(counters) and _bounded_test(node.test, counters)
+
+
+# A flag that holds on one iteration: `if is_last:`, `... or last_step`, `if final_batch:`.
+ONE_ITERATION_FLAG = re.compile(r"^_*(is_)?(last|final|first)(_(step|iter|iteration|batch|epoch))?$")
+
+
+def _bounded_test(test: ast.expr, counters: set[str]) -> bool:
+    if isinstance(test, ast.BoolOp):
+        bounded = [_bounded_test(v, counters) or is_periodic(v) for v in test.values]
+        return any(bounded) if isinstance(test.op, ast.And) else all(bounded)
+    if isinstance(test, ast.Name):
+        return bool(ONE_ITERATION_FLAG.match(test.id))
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)):
         return False
-    tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) else [node.test]
-    for test in tests:
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.Lt, ast.LtE)):
-            left, right = test.left, test.comparators[0]
-            if (
-                isinstance(left, ast.Name)
-                and left.id in counters
-                and isinstance(right, ast.Constant)
-                and type(right.value) is int
-            ):
-                return True
+    if test.left.id not in counters:
+        return False
+    op, right = test.ops[0], test.comparators[0]
+    if isinstance(op, ast.In):
+        return True  # `it in log_iters`: the iterations listed
+    if isinstance(op, (ast.Lt, ast.LtE)):
+        return isinstance(right, ast.Constant) and type(right.value) is int
+    if isinstance(op, ast.Eq):  # one iteration: a constant, or a bound (`step == total_steps - 1`)
+        return (isinstance(right, ast.Constant) and type(right.value) is int) or not _mentions(right, counters)
     return False
 
 
@@ -604,8 +617,6 @@ def is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
 
 
 def _is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
-    if offline_loop(ctx, loop):
-        return False
     if isinstance(loop, (ast.For, ast.AsyncFor)) and (iterates_batches(ctx, loop.iter) or _slices_batches(ctx, loop)):
         return True
     data = loop_data(ctx, loop)
@@ -631,7 +642,10 @@ def _is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
 def module_trains(ctx: FileContext) -> bool:
     """Some statement of the module runs a backward, an optimizer step or a train step (here, or in
     a function of another module it calls)."""
-    return any(_training_call(ctx, call) or ctx.trains_externally(call) for call in ctx.index.calls)
+    # the module's own calls first: the project's facts are asked only of a module that has none
+    return any(_training_call(ctx, call) for call in ctx.index.calls) or any(
+        ctx.trains_externally(call) for call in ctx.index.calls
+    )
 
 
 def offline_loop(ctx: FileContext, loop: ast.AST) -> bool:
@@ -639,9 +653,11 @@ def offline_loop(ctx: FileContext, loop: ast.AST) -> bool:
     evaluation, export or analysis script run on its own, whose loop over data is no training step
     (its results are wanted on the host). A function another module calls (an `evaluate` the
     training script runs every epoch) is judged where it is called."""
+    func = ctx.index.enclosing_function(loop)
+    if func is not None and is_step_function(ctx, func):
+        return False  # a loop of a `forward` runs with the step that calls it
     if ctx.module_trains:
         return False
-    func = ctx.index.enclosing_function(loop)
     return func is None or not (ctx.externally_per_step(func) or ctx.externally_called(func))
 
 
@@ -889,10 +905,16 @@ def is_per_step(ctx: FileContext, node: ast.AST, *, periodic: bool = False) -> b
 
 
 def _runs_each_iteration(ctx: FileContext, loop: ast.AST, field: str | None) -> bool:
-    """`loop` is a step loop, and its `field` (the body; a `while`'s test too) runs every step."""
+    """`loop` is a step loop, and its `field` (the body; a `while`'s test too) runs every step. The
+    loop of a script that never trains runs no training step (`offline_loop`)."""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
-        return field == "body" and is_step_loop(ctx, loop)
-    return isinstance(loop, ast.While) and field in ("body", "test") and is_step_loop(ctx, loop)
+        return field == "body" and is_step_loop(ctx, loop) and not offline_loop(ctx, loop)
+    return (
+        isinstance(loop, ast.While)
+        and field in ("body", "test")
+        and is_step_loop(ctx, loop)
+        and not offline_loop(ctx, loop)
+    )
 
 
 def _periodic_pass(ctx: FileContext, loop: ast.AST) -> bool:
