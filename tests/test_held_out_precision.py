@@ -451,3 +451,31 @@ def test_an_evaluation_that_a_training_script_calls_is_judged_per_batch(run_cli,
     )
     found = findings(run_cli, project, {"evaluation.py": evaluate, "train.py": train}, "--assume-xla")
     assert ("evaluation.py", 6, "XLA101") in found
+
+
+# -- a function that iterates its own loader runs an epoch per call ------------------------------
+
+EPOCHS = """\
+import torch_xla.core.xla_model as xm
+
+
+def train_one_epoch(model, optimizer, loader, device):
+    for x, y in loader:
+        loss = model(x.to(device), y.to(device))
+        loss.backward()
+        xm.optimizer_step(optimizer, barrier=True)
+    reduced = xm.mesh_reduce("loss", loss, lambda v: sum(v) / len(v))
+    xm.master_print(f"epoch loss {reduced}")
+
+
+def train_fn(rank, model, optimizer, loader, device):
+    for epoch in range(10):
+        train_one_epoch(model, optimizer, loader, device)
+"""
+
+
+def test_the_statements_after_an_epoch_functions_loop_run_once_per_epoch(run_cli, project):
+    # `train_fn` is a step function by its name; the epoch function it calls is not made one
+    assert findings(run_cli, project, {"train.py": EPOCHS}) == []
+    per_step = EPOCHS.replace("        loss.backward()\n", "        loss.backward()\n        xm.mesh_reduce('l', loss, sum)\n")
+    assert ("train.py", 8, "XLA105") in findings(run_cli, project, {"train.py": per_step})

@@ -122,7 +122,9 @@ def compute_step_functions(ctx: FileContext) -> set[ast.AST]:
             continue
         seen.add(body_owner)
         for callee in _local_callees(ctx, body_owner):
-            if callee not in result:
+            if callee not in result and not owns_loader_loop(ctx, callee):
+                # a callee that iterates a loader itself runs an epoch per call: its loop body is
+                # per step, the rest of it (a reduce after the loop) once per epoch
                 result.add(callee)
                 work.append(callee)
     return result
@@ -130,7 +132,9 @@ def compute_step_functions(ctx: FileContext) -> set[ast.AST]:
 
 def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
     """A step function by its name alone (`forward`, `training_step`, a loss, a per-batch hook),
-    unless it iterates a data loader itself (`def train_fn(loader): for batch in loader: ...`)."""
+    unless it iterates a data loader itself (`def train_fn(loader): for batch in loader: ...`) or
+    calls a function of this module that does (`def train_fn(rank): ... train_one_epoch(...)`, a
+    process entry above the epochs)."""
     name = func.name
     if name == "__call__":
         cls = ctx.index.enclosing_class(func)
@@ -139,7 +143,17 @@ def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
         return False
     if not STEP_FUNCTION.match(name):
         return overrides_model_hook(ctx, func)
-    return not owns_loader_loop(ctx, func) and not uncalled_hook(ctx, func) and not ctx.unused_function(func)
+    return (
+        not owns_loader_loop(ctx, func)
+        and not runs_epochs(ctx, func)
+        and not uncalled_hook(ctx, func)
+        and not ctx.unused_function(func)
+    )
+
+
+def runs_epochs(ctx: FileContext, func: ast.AST) -> bool:
+    """`func` calls a function of this module that iterates a data loader itself: an epoch."""
+    return any(owns_loader_loop(ctx, callee) for callee in _local_callees(ctx, func))
 
 
 # Names of per-batch hooks that some caller must run (a framework's base class, or the project's
