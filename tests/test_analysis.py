@@ -206,6 +206,7 @@ def test_early_return_on_a_periodic_test_gates_the_rest():
         ("if (step % 100 == 0) or last_step:\n            use(loss.item())", False),
         ("if is_metric_step:\n            use(loss.item())", False),
         ("if eval_due:\n            use(loss.item())", False),
+        ("if is_digit_step:\n            use(loss.item())", True),  # which kind of step, not how often
         ("if is_master:\n            use(loss.item())", True),  # the master reads every step
         # a running sample count crossing a multiple of a million
         ("if seen // 1_000_000 > last_million:\n            use(loss.item())", False),

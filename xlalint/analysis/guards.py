@@ -110,7 +110,9 @@ def _word_polarity(found: list[str]) -> int:
 # word must *end* with the activity: `log_writer` or `eval_loader` name objects, not decisions.
 PERIODIC_WORDS = re.compile(
     r"^_*(should|do|need|time_to)_\w+|^_*(its_?time|is_time)(_\w+)?$|"  # `if u.itstime(step, every_n):`
-    r"^_*is_\w+_(step|iter|iteration|time|epoch)$|_due$|"  # `if is_metric_step:`, `if eval_due:`
+    # `if is_metric_step:`, `if eval_due:` (not `is_digit_step`: which kind of step, not how often)
+    r"^_*is_(log|logging|metric|metrics|eval|val|validation|save|checkpoint|ckpt|print|report|display)_"
+    r"(step|iter|iteration|time|epoch)$|(^|_)(log|logging|metric|metrics|eval|val|save|checkpoint|ckpt)_due$|"
     r"(^|_)(log|logging|print|report|display|eval|evaluate|evaluation|validate|validation|save|checkpoint|ckpt|"
     r"verbose|profile|visualize|plot)(_(every|interval|freq|frequency|steps|step|now|iter|iteration|period))?$|"
     r"(log|print|eval|save|val|ckpt|checkpoint|display|report)_(every|interval|freq|frequency|steps|period)",

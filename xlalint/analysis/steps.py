@@ -114,7 +114,7 @@ def compute_step_functions(ctx: FileContext) -> set[ast.AST]:
             if (is_named_step(ctx, func) or ctx.externally_per_step(func)) and not ctx.is_step_closure(func):
                 result.add(func)
                 work.append(func)
-    work.extend(loop for loop in index.loops if is_step_loop(ctx, loop))
+    work.extend(loop for loop in index.loops if is_step_loop(ctx, loop) and not offline_loop(ctx, loop))
     seen: set[ast.AST] = set()
     while work:
         body_owner = work.pop()
@@ -273,7 +273,7 @@ def loop_reachable_functions(ctx: FileContext) -> set[ast.AST]:
     """Functions that a step loop of this file calls, directly or through module-local calls
     (unlike step functions, not functions that are per-step by their name alone)."""
     result: set[ast.AST] = set()
-    work: list[ast.AST] = [loop for loop in ctx.index.loops if is_step_loop(ctx, loop)]
+    work: list[ast.AST] = [loop for loop in ctx.index.loops if is_step_loop(ctx, loop) and not offline_loop(ctx, loop)]
     seen: set[ast.AST] = set()
     while work:
         owner = work.pop()
@@ -668,7 +668,7 @@ def offline_loop(ctx: FileContext, loop: ast.AST) -> bool:
     (its results are wanted on the host). A function another module calls (an `evaluate` the
     training script runs every epoch) is judged where it is called."""
     func = ctx.index.enclosing_function(loop)
-    if func is not None and is_step_function(ctx, func):
+    if func is not None and is_named_step(ctx, func):
         return False  # a loop of a `forward` runs with the step that calls it
     if ctx.module_trains:
         return False
