@@ -479,3 +479,34 @@ def test_the_statements_after_an_epoch_functions_loop_run_once_per_epoch(run_cli
     assert findings(run_cli, project, {"train.py": EPOCHS}) == []
     per_step = EPOCHS.replace("        loss.backward()\n", "        loss.backward()\n        xm.mesh_reduce('l', loss, sum)\n")
     assert ("train.py", 8, "XLA105") in findings(run_cli, project, {"train.py": per_step})
+
+
+# -- a name is a framework's role only where the framework is ------------------------------------
+
+CODEGEN = """\
+import numpy as np
+
+
+def block(n, packed):
+    code = ""
+    for j in range(0, n, 8):
+        code += f"load(w{j}, {packed});\\n"
+    return code
+
+
+def forward_module(n, bits, logits):
+    packed = 32 // bits
+    print(f"{logits}")
+    return block(n, packed)
+"""
+
+
+@pytest.mark.parametrize("imports, named", [("import numpy as np\n", False), ("import torch\n", True),
+                                             ("import jax\n", True)])
+def test_a_function_named_like_a_forward_is_a_step_only_where_a_framework_is(imports, named):
+    # a C-code generator's `forward_module` (numpy and pandas, no torch): no nn.Module role by its name
+    from xlalint.analysis.steps import is_named_step
+
+    ctx = context(imports + CODEGEN.split("\n", 1)[1])
+    func = next(f for f in ast.walk(ctx.tree) if isinstance(f, ast.FunctionDef) and f.name == "forward_module")
+    assert is_named_step(ctx, func) is named

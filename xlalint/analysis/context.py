@@ -119,12 +119,15 @@ class FileContext:
         return placed_off_xla(self) and not self.project.called_from_xla
 
     @cached_property
+    def imports_torch(self) -> bool:
+        """The file imports torch (or torch_xla, torchvision, ...)."""
+        return any(b.qualified.split(".")[0] in TORCH_MODULES for b in self.index.imports.values())
+
+    @cached_property
     def jax_only(self) -> bool:
         """The file imports JAX (or a library built on it) and nothing of torch: its arrays are JAX
         arrays, which the PyTorch rules do not judge (the JAX rules do)."""
-        return self.imports_jax and not any(
-            b.qualified.split(".")[0] in TORCH_MODULES for b in self.index.imports.values()
-        )
+        return self.imports_jax and not self.imports_torch
 
     @property
     def uses_xla(self) -> bool:

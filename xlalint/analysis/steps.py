@@ -141,6 +141,8 @@ def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
         return cls is not None and bool(CALLABLE_CLASS.search(cls.name))
     if NOT_STEP_FUNCTION.search(name):
         return False
+    if not (ctx.imports_torch or ctx.imports_jax):
+        return False  # a name is a framework's role only where the framework is (`forward_module` of a code generator)
     if not STEP_FUNCTION.match(name):
         return overrides_model_hook(ctx, func)
     return (
