@@ -141,8 +141,8 @@ def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
         return cls is not None and bool(CALLABLE_CLASS.search(cls.name))
     if NOT_STEP_FUNCTION.search(name):
         return False
-    if not (ctx.imports_torch or ctx.imports_jax):
-        return False  # a name is a framework's role only where the framework is (`forward_module` of a code generator)
+    if name.lstrip("_").startswith("forward") and not _framework_forward(ctx, func):
+        return False  # `forward_module` of a C-code generator: no nn.Module's forward
     if not STEP_FUNCTION.match(name):
         return overrides_model_hook(ctx, func)
     return (
@@ -150,6 +150,40 @@ def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
         and not runs_epochs(ctx, func)
         and not uncalled_hook(ctx, func)
         and not ctx.unused_function(func)
+    )
+
+
+# Libraries whose classes give `forward`, `training_step` and the like their role (beside torch and JAX).
+FRAMEWORKS = {
+    "lightning",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "transformers",
+    "accelerate",
+    "timm",
+    "diffusers",
+    "composer",
+    "ignite",
+    "deepspeed",
+    "fairseq",
+    "speechbrain",
+    "torchmetrics",
+    "ultralytics",
+    "peft",
+    "trl",
+}
+
+
+def _framework_forward(ctx: FileContext, func: ast.AST) -> bool:
+    """A `forward` is a framework's role in a class, or where a framework is imported (a functional
+    `forward(params, x)` of a torch or JAX module); a module-level `forward_*` of a module importing
+    none (numpy, pandas: a code generator) is just a name."""
+    if not isinstance(ctx.index.parent(func), ast.Module) or not ctx.index.imports:
+        return True
+    return (
+        ctx.imports_torch
+        or ctx.imports_jax
+        or any(b.qualified.split(".")[0] in FRAMEWORKS for b in ctx.index.imports.values())
     )
 
 
