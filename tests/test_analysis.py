@@ -199,11 +199,23 @@ def test_early_return_on_a_periodic_test_gates_the_rest():
         # whether a logger exists is not how often it logs
         ("if log_writer is not None:\n            log_writer.add_scalar('loss', loss.item())", True),
         ("if writer:\n            writer.add_scalar('loss', loss.item())", True),
+        # the first step or the listed log steps; the last one; a flag computed from the step
+        ("if step == 0 or step in log_iters:\n            use(loss.item())", False),
+        ("if step == 0 or loss_is_bad:\n            use(loss.item())", True),  # an `or` with any other test
+        ("if step == total_steps - 1:\n            use(loss.item())", False),
+        ("if (step % 100 == 0) or last_step:\n            use(loss.item())", False),
+        ("if is_metric_step:\n            use(loss.item())", False),
+        ("if eval_due:\n            use(loss.item())", False),
+        ("if is_digit_step:\n            use(loss.item())", True),  # which kind of step, not how often
+        ("if is_master:\n            use(loss.item())", True),  # the master reads every step
+        # a running sample count crossing a multiple of a million
+        ("if seen // 1_000_000 > last_million:\n            use(loss.item())", False),
+        ("if step != 0:\n            use(loss.item())", True),
     ],
 )
 def test_every_n_steps_gates_by_their_polarity(gate, per_step):
     ctx = context(
-        "def train(model, loader, optimizer, log_writer, writer):\n"
+        "def train(model, loader, optimizer, log_writer, writer, log_iters, total_steps, seen, last_million, is_master):\n"
         "    for step, (x, y) in enumerate(loader):\n"
         "        loss = model(x, y)\n"
         "        loss.backward()\n"
@@ -282,6 +294,11 @@ def test_mini_batches_cut_from_a_tensor_by_a_strided_counter():
             for i in range(0, n, 2):
                 x = x[:, i:]
                 use(x.tolist())
+
+        def fit(model, loader, optimizer):  # the module trains: its loops are not an offline script's
+            for x, y in loader:
+                model(x, y).backward()
+                optimizer.step()
         """
     )
     assert ctx.is_per_step(call_named(ctx, "item"))  # one read per mini-batch of the device tensor
@@ -299,6 +316,11 @@ def test_loader_iterables_through_variables_and_wrappers():
                 iterator = enumerate(metric_logger.log_every(data_loader, 10))
             for i, batch in iterator:
                 use(batch.item())
+
+        def fit(model, loader, optimizer):  # the module trains: its evaluation runs per batch
+            for x, y in loader:
+                model(x, y).backward()
+                optimizer.step()
         """
     )
     assert ctx.is_per_step(call_named(ctx, "item"))

@@ -101,27 +101,33 @@ class FileContext:
 
     @cached_property
     def placed_off_xla(self) -> bool:
-        """A module of a project that runs on XLA elsewhere, which places its tensors on CUDA (or
-        the CPU, MPS) explicitly and nowhere else (`placement.placed_off_xla`): the project's GPU path
-        or an evaluation on another device, which no XLA module calls. None of it runs on XLA, so the
-        XLA rules leave it alone. In a project with no XLA code every file is a candidate for moving
-        there, and is judged."""
+        """A module that places its tensors on CUDA (or MPS) explicitly (`placement.placed_off_xla`)
+        and that no XLA code reaches. In a project that runs on XLA elsewhere: the project's GPU path
+        or an evaluation on another device, which no XLA module calls. In a project with no XLA code
+        at all: a CUDA training script or tool, where a host read is no graph cut. None of it runs on
+        XLA, so the XLA rules leave it alone; `--assume-xla` (the migration view: the user says the
+        code moves to XLA) judges it all."""
         from .placement import placed_off_xla
 
         # the module's own evidence first: the project's facts are asked only of a module placed
         # off XLA (a question asked is one the shared first-pass analysis must answer again)
-        if self.uses_xla or not placed_off_xla(self):
+        if self.uses_xla or not placed_off_xla(self, xla_elsewhere=False):
             return False
+        if not self.project.project_uses_xla:
+            return True
         # a helper the XLA scripts call (a meter whose sync uses CUDA) runs on XLA there
-        return self.project.project_uses_xla and not self.project.called_from_xla
+        return placed_off_xla(self) and not self.project.called_from_xla
+
+    @cached_property
+    def imports_torch(self) -> bool:
+        """The file imports torch (or torch_xla, torchvision, ...)."""
+        return any(b.qualified.split(".")[0] in TORCH_MODULES for b in self.index.imports.values())
 
     @cached_property
     def jax_only(self) -> bool:
         """The file imports JAX (or a library built on it) and nothing of torch: its arrays are JAX
         arrays, which the PyTorch rules do not judge (the JAX rules do)."""
-        return self.imports_jax and not any(
-            b.qualified.split(".")[0] in TORCH_MODULES for b in self.index.imports.values()
-        )
+        return self.imports_jax and not self.imports_torch
 
     @property
     def uses_xla(self) -> bool:
@@ -399,6 +405,10 @@ class FileContext:
     def training_sources(self) -> TrainingSources:
         """What this module's training loops iterate (see `loaders.TrainingSources`)."""
         return TrainingSources(self)
+
+    @cached_property
+    def module_trains(self) -> bool:
+        return steps.module_trains(self)
 
     def is_per_step(self, node: ast.AST, *, periodic: bool = False) -> bool:
         return steps.is_per_step(self, node, periodic=periodic)
@@ -701,6 +711,11 @@ class FileContext:
                 return anc
             child = anc
         return None
+
+    def values_in_scope(self, name: ast.Name) -> list[ast.expr]:
+        """Every value assigned to `name` in its scope, whatever the branch (`reaching_values` keeps
+        the last before the use): what the name may hold somewhere in the function."""
+        return self._scope_values(self.index.scope_of(name), name.id) or self.reaching_values(name)
 
     def _scope_values(self, scope: ast.AST, name: str) -> list[ast.expr]:
         per_scope = self.index.assignments.get(scope)

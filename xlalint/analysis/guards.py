@@ -110,6 +110,9 @@ def _word_polarity(found: list[str]) -> int:
 # word must *end* with the activity: `log_writer` or `eval_loader` name objects, not decisions.
 PERIODIC_WORDS = re.compile(
     r"^_*(should|do|need|time_to)_\w+|^_*(its_?time|is_time)(_\w+)?$|"  # `if u.itstime(step, every_n):`
+    # `if is_metric_step:`, `if eval_due:` (not `is_digit_step`: which kind of step, not how often)
+    r"^_*is_(log|logging|metric|metrics|eval|val|validation|save|checkpoint|ckpt|print|report|display)_"
+    r"(step|iter|iteration|time|epoch)$|(^|_)(log|logging|metric|metrics|eval|val|save|checkpoint|ckpt)_due$|"
     r"(^|_)(log|logging|print|report|display|eval|evaluate|evaluation|validate|validation|save|checkpoint|ckpt|"
     r"verbose|profile|visualize|plot)(_(every|interval|freq|frequency|steps|step|now|iter|iteration|period))?$|"
     r"(log|print|eval|save|val|ckpt|checkpoint|display|report)_(every|interval|freq|frequency|steps|period)",
@@ -133,6 +136,8 @@ def periodic_polarity(test: ast.expr) -> int:
     if _is_modulo(test):
         return ALMOST_ALWAYS  # `if step % N:` is true whenever step is not a multiple of N
     if isinstance(test, ast.Compare):
+        if len(test.ops) == 1 and any(_is_floor_division(side) for side in (test.left, test.comparators[0])):
+            return EVERY_N  # `seen // 1_000_000 > last_million`: a counter crossing a multiple of N
         if len(test.ops) == 1 and (_is_modulo(test.left) or _is_modulo(test.comparators[0])):
             op = test.ops[0]
             if isinstance(op, (ast.Eq, ast.Lt, ast.LtE)):
@@ -148,6 +153,10 @@ def periodic_polarity(test: ast.expr) -> int:
 def is_periodic(test: ast.expr) -> bool:
     """`test` holds once every N steps: the block it guards is not per step."""
     return periodic_polarity(test) == EVERY_N
+
+
+def _is_floor_division(node: ast.AST) -> bool:
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv)
 
 
 def _is_modulo(node: ast.AST) -> bool:

@@ -5,6 +5,7 @@ through names, containers, copies and call sites. Used by XLA701 (`torch.save` o
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
 
 from .names import dotted_name, keyword_value, last_part, method_name, positional, receiver, string_value
@@ -255,30 +256,46 @@ class Placement:
 
 # -- a module placed off XLA ------------------------------------------------------------------------------
 
+# A string that names XLA or a TPU as a word ("xla:0", "--use_tpu", "TPUs"), not inside another
+# word ("output" holds "tpu").
+NAMES_XLA = re.compile(r"(?<![a-z])(xla|tpu)s?(?![a-z])", re.I)
 # Names of a device argument (`.to(device)`, `.to(self.device)`, `.to(args.dev)`), as opposed to a dtype.
 DEVICE_NAME = ("device", "dev", "rank", "local_rank", "gpu")
 
 
-def placed_off_xla(ctx: FileContext) -> bool:
-    """The module puts its tensors on another backend only: every device it names resolves to
-    `"cuda"`, `"cuda:0"`, `"cpu"` or `"mps"` (`.cuda()`, `torch.device("cuda" if ... else "cpu")`,
-    `device = "cuda"` then `.to(device)`), at least one is not the CPU, and none is a parameter or
-    something else a caller could make XLA. Nothing in it names XLA or a TPU."""
+# Libraries that choose the device for the code they run (`accelerator.device`, `self.device` in a
+# LightningModule): on a TPU host they hand it an XLA device without the project importing torch_xla.
+DEVICE_CHOOSERS = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "composer", "ignite")
+
+
+def placed_off_xla(ctx: FileContext, *, xla_elsewhere: bool = True) -> bool:
+    """The module puts its tensors on another backend: a device it names resolves to `"cuda"`,
+    `"cuda:0"` or `"mps"` (`.cuda()`, `torch.device("cuda" if ... else "cpu")`, `device = "cuda"`
+    then `.to(device)`), and nothing in it names XLA or a TPU.
+
+    Where the project runs on XLA elsewhere (`xla_elsewhere`), every device the module names must
+    resolve so (a device that is a parameter, or another call's result, is one a caller could make
+    XLA). In a project with no XLA code at all, no caller can: the CUDA evidence is enough, unless a
+    library that picks the device for the code it runs (Accelerate, Lightning) is imported."""
+    if any(b.qualified.split(".")[0] in DEVICE_CHOOSERS for b in ctx.index.imports.values()):
+        return False
     found = False
     for call in ctx.index.calls:
         for given in _device_arguments(call):
             kinds = _device_kinds(ctx, given, 0)
-            if kinds is None or True in kinds:
-                return False  # a device a caller chooses, or XLA's
+            if kinds is not None and True in kinds:
+                return False  # XLA's device
+            if kinds is None:
+                if xla_elsewhere:
+                    return False  # a device a caller chooses
+                continue
             found = found or any(k != "cpu" for k in kinds if isinstance(k, str))
         if method_name(call) == "cuda":
             found = True
     if not found:
         return False
     return not any(
-        isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and ("xla" in node.value.lower() or "tpu" in node.value.lower())
+        isinstance(node, ast.Constant) and isinstance(node.value, str) and NAMES_XLA.search(node.value)
         for node in ctx.index.by_type.get(ast.Constant, ())
     )
 
@@ -324,7 +341,8 @@ def _device_kinds(ctx: FileContext, expr: ast.expr, depth: int) -> set[str | boo
             return _device_kinds(ctx, positional(expr)[0], depth + 1)
         return None
     if isinstance(expr, (ast.Name, ast.Attribute)):
-        values = ctx.assigned_values(expr)
+        # every branch's value: `device = "cuda:0" if ... elif ...: "mps" else: "cpu"`
+        values = ctx.values_in_scope(expr) if isinstance(expr, ast.Name) else ctx.assigned_values(expr)
         if not values:
             return None
         kinds: set[str | bool] = set()

@@ -114,7 +114,7 @@ def compute_step_functions(ctx: FileContext) -> set[ast.AST]:
             if (is_named_step(ctx, func) or ctx.externally_per_step(func)) and not ctx.is_step_closure(func):
                 result.add(func)
                 work.append(func)
-    work.extend(loop for loop in index.loops if is_step_loop(ctx, loop))
+    work.extend(loop for loop in index.loops if is_step_loop(ctx, loop) and not offline_loop(ctx, loop))
     seen: set[ast.AST] = set()
     while work:
         body_owner = work.pop()
@@ -122,7 +122,9 @@ def compute_step_functions(ctx: FileContext) -> set[ast.AST]:
             continue
         seen.add(body_owner)
         for callee in _local_callees(ctx, body_owner):
-            if callee not in result:
+            if callee not in result and not owns_loader_loop(ctx, callee):
+                # a callee that iterates a loader itself runs an epoch per call: its loop body is
+                # per step, the rest of it (a reduce after the loop) once per epoch
                 result.add(callee)
                 work.append(callee)
     return result
@@ -130,16 +132,64 @@ def compute_step_functions(ctx: FileContext) -> set[ast.AST]:
 
 def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
     """A step function by its name alone (`forward`, `training_step`, a loss, a per-batch hook),
-    unless it iterates a data loader itself (`def train_fn(loader): for batch in loader: ...`)."""
+    unless it iterates a data loader itself (`def train_fn(loader): for batch in loader: ...`) or
+    calls a function of this module that does (`def train_fn(rank): ... train_one_epoch(...)`, a
+    process entry above the epochs)."""
     name = func.name
     if name == "__call__":
         cls = ctx.index.enclosing_class(func)
         return cls is not None and bool(CALLABLE_CLASS.search(cls.name))
     if NOT_STEP_FUNCTION.search(name):
         return False
+    if name.lstrip("_").startswith("forward") and not _framework_forward(ctx, func):
+        return False  # `forward_module` of a C-code generator: no nn.Module's forward
     if not STEP_FUNCTION.match(name):
         return overrides_model_hook(ctx, func)
-    return not owns_loader_loop(ctx, func) and not uncalled_hook(ctx, func) and not ctx.unused_function(func)
+    return (
+        not owns_loader_loop(ctx, func)
+        and not runs_epochs(ctx, func)
+        and not uncalled_hook(ctx, func)
+        and not ctx.unused_function(func)
+    )
+
+
+# Libraries whose classes give `forward`, `training_step` and the like their role (beside torch and JAX).
+FRAMEWORKS = {
+    "lightning",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "transformers",
+    "accelerate",
+    "timm",
+    "diffusers",
+    "composer",
+    "ignite",
+    "deepspeed",
+    "fairseq",
+    "speechbrain",
+    "torchmetrics",
+    "ultralytics",
+    "peft",
+    "trl",
+}
+
+
+def _framework_forward(ctx: FileContext, func: ast.AST) -> bool:
+    """A `forward` is a framework's role in a class, or where a framework is imported (a functional
+    `forward(params, x)` of a torch or JAX module); a module-level `forward_*` of a module importing
+    none (numpy, pandas: a code generator) is just a name."""
+    if not isinstance(ctx.index.parent(func), ast.Module) or not ctx.index.imports:
+        return True
+    return (
+        ctx.imports_torch
+        or ctx.imports_jax
+        or any(b.qualified.split(".")[0] in FRAMEWORKS for b in ctx.index.imports.values())
+    )
+
+
+def runs_epochs(ctx: FileContext, func: ast.AST) -> bool:
+    """`func` calls a function of this module that iterates a data loader itself: an epoch."""
+    return any(owns_loader_loop(ctx, callee) for callee in _local_callees(ctx, func))
 
 
 # Names of per-batch hooks that some caller must run (a framework's base class, or the project's
@@ -259,7 +309,7 @@ def loop_reachable_functions(ctx: FileContext) -> set[ast.AST]:
     """Functions that a step loop of this file calls, directly or through module-local calls
     (unlike step functions, not functions that are per-step by their name alone)."""
     result: set[ast.AST] = set()
-    work: list[ast.AST] = [loop for loop in ctx.index.loops if is_step_loop(ctx, loop)]
+    work: list[ast.AST] = [loop for loop in ctx.index.loops if is_step_loop(ctx, loop) and not offline_loop(ctx, loop)]
     seen: set[ast.AST] = set()
     while work:
         owner = work.pop()
@@ -437,22 +487,35 @@ def _lazily_initialised(ctx: FileContext, node: ast.If) -> bool:
 
 
 def _counter_bounded(ctx: FileContext, node: ast.If) -> bool:
-    """`if batch_idx == 1:`, `if j <= 4:`: a loop counter compared with a constant holds on a
-    fixed number of iterations (debug output for the first batches), not every step."""
+    """`if batch_idx == 1:`, `if j <= 4:`, `if it == 0 or it in log_iters:`, `if i == last_step:`:
+    a loop counter tested against fixed values holds on a fixed number of iterations (debug output
+    for the first batches, the chosen log steps, the last one), not every step. An `and` holds
+    when one operand is so bounded; an `or` only when each is (or is an every-N-steps test)."""
     counters = _loop_counters(ctx, node)
-    if not counters:
+    return bool(counters) and _bounded_test(node.test, counters)
+
+
+# A flag that holds on one iteration: `if is_last:`, `... or last_step`, `if final_batch:`.
+ONE_ITERATION_FLAG = re.compile(r"^_*(is_)?(last|final|first)(_(step|iter|iteration|batch|epoch))?$")
+
+
+def _bounded_test(test: ast.expr, counters: set[str]) -> bool:
+    if isinstance(test, ast.BoolOp):
+        bounded = [_bounded_test(v, counters) or is_periodic(v) for v in test.values]
+        return any(bounded) if isinstance(test.op, ast.And) else all(bounded)
+    if isinstance(test, ast.Name):
+        return bool(ONE_ITERATION_FLAG.match(test.id))
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)):
         return False
-    tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) else [node.test]
-    for test in tests:
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.Lt, ast.LtE)):
-            left, right = test.left, test.comparators[0]
-            if (
-                isinstance(left, ast.Name)
-                and left.id in counters
-                and isinstance(right, ast.Constant)
-                and type(right.value) is int
-            ):
-                return True
+    if test.left.id not in counters:
+        return False
+    op, right = test.ops[0], test.comparators[0]
+    if isinstance(op, ast.In):
+        return True  # `it in log_iters`: the iterations listed
+    if isinstance(op, (ast.Lt, ast.LtE)):
+        return isinstance(right, ast.Constant) and type(right.value) is int
+    if isinstance(op, ast.Eq):  # one iteration: a constant, or a bound (`step == total_steps - 1`)
+        return (isinstance(right, ast.Constant) and type(right.value) is int) or not _mentions(right, counters)
     return False
 
 
@@ -624,6 +687,28 @@ def _is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
         if data and _forward_on(call, data):
             return True
     return False
+
+
+def module_trains(ctx: FileContext) -> bool:
+    """Some statement of the module runs a backward, an optimizer step or a train step (here, or in
+    a function of another module it calls)."""
+    # the module's own calls first: the project's facts are asked only of a module that has none
+    return any(_training_call(ctx, call) for call in ctx.index.calls) or any(
+        ctx.trains_externally(call) for call in ctx.index.calls
+    )
+
+
+def offline_loop(ctx: FileContext, loop: ast.AST) -> bool:
+    """A loop of a module that never trains, in code no other module calls: a prediction,
+    evaluation, export or analysis script run on its own, whose loop over data is no training step
+    (its results are wanted on the host). A function another module calls (an `evaluate` the
+    training script runs every epoch) is judged where it is called."""
+    func = ctx.index.enclosing_function(loop)
+    if func is not None and is_named_step(ctx, func):
+        return False  # a loop of a `forward` runs with the step that calls it
+    if ctx.module_trains:
+        return False
+    return func is None or not (ctx.externally_per_step(func) or ctx.externally_called(func))
 
 
 def _slices_batches(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
@@ -870,10 +955,16 @@ def is_per_step(ctx: FileContext, node: ast.AST, *, periodic: bool = False) -> b
 
 
 def _runs_each_iteration(ctx: FileContext, loop: ast.AST, field: str | None) -> bool:
-    """`loop` is a step loop, and its `field` (the body; a `while`'s test too) runs every step."""
+    """`loop` is a step loop, and its `field` (the body; a `while`'s test too) runs every step. The
+    loop of a script that never trains runs no training step (`offline_loop`)."""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
-        return field == "body" and is_step_loop(ctx, loop)
-    return isinstance(loop, ast.While) and field in ("body", "test") and is_step_loop(ctx, loop)
+        return field == "body" and is_step_loop(ctx, loop) and not offline_loop(ctx, loop)
+    return (
+        isinstance(loop, ast.While)
+        and field in ("body", "test")
+        and is_step_loop(ctx, loop)
+        and not offline_loop(ctx, loop)
+    )
 
 
 def _periodic_pass(ctx: FileContext, loop: ast.AST) -> bool:
