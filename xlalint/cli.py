@@ -24,12 +24,13 @@ from .config import (
     ConfigError,
     Settings,
     load_settings,
+    parse_confidence,
     parse_platform,
     parse_target,
     pinned_torch_xla,
     validate_selectors,
 )
-from .diagnostics import Diagnostic
+from .diagnostics import CONFIDENCE_LEVELS, Diagnostic, shown
 from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
 from .noqa import add_noqa
@@ -92,6 +93,7 @@ class Options:
     cache_dir: Path | None = None
     target_version: str | None = None
     target: str | None = None  # the platform the code moves to (`torchtpu`)
+    confidence: str | None = None  # the lowest confidence shown (`high`, `possible`)
     stdin_filename: str | None = None
     color: str | None = None
     unsafe_fixes: bool = False
@@ -154,6 +156,8 @@ def prepare(opts: Options) -> Prepared:
     settings.unsafe_fixes = settings.unsafe_fixes or opts.unsafe_fixes
     if opts.target is not None:
         settings.target_platform = parse_platform(opts.target, "--target")
+    if opts.confidence is not None:
+        settings.confidence = parse_confidence(opts.confidence, "--confidence")
     if opts.target_version is not None:
         settings.target_version, settings.target_source = parse_target(opts.target_version), "--target-version"
         if settings.target_version is None:
@@ -314,6 +318,14 @@ _shared_options = _options(
             help="Where to keep the cache (default: .xlalint_cache in each project's root).",
         ),
         click.option(
+            "--confidence",
+            type=click.Choice(CONFIDENCE_LEVELS, case_sensitive=False),
+            default=None,
+            help="The lowest confidence to report: `high` (default), findings whose evidence chain was "
+            "seen; `possible`, also findings with a guessed link (a step function by its name only, a "
+            "value whose origin is not seen). `xlalint explain` says more.",
+        ),
+        click.option(
             "--target",
             default=None,
             metavar="PLATFORM",
@@ -456,6 +468,7 @@ def run_check(opts: Options) -> int:
         if outcome.error:
             failed += _outcome_error(outcome.error)
         diagnostics += outcome.diagnostics
+    diagnostics, hidden = _at_confidence(diagnostics, settings.confidence)
     diagnostics.sort(key=Diagnostic.sort_key)
     if opts.add_noqa:
         failed += _add_noqa(diagnostics, stdin)
@@ -472,12 +485,19 @@ def run_check(opts: Options) -> int:
             unsafe_fixes=run.unsafe,
             failed_files=failed,
             sources=sources,
+            hidden=hidden,
         )
     )
     report.close()
     if failed:
         return EXIT_ERROR
     return EXIT_FINDINGS if diagnostics and not opts.exit_zero else EXIT_OK
+
+
+def _at_confidence(diagnostics: list[Diagnostic], level: str) -> tuple[list[Diagnostic], int]:
+    """The findings shown at confidence `level`, and how many possible ones are hidden."""
+    kept = [d for d in diagnostics if shown(d.confidence, level)]
+    return kept, len(diagnostics) - len(kept)
 
 
 def _outcome_error(message: str) -> int:
@@ -601,6 +621,7 @@ def run_fix(opts: Options) -> int:
             fixed += result.fixed_count
             fixed_codes[outcome.path] = result.fixed_codes
         remaining += result.diagnostics
+    remaining, _ = _at_confidence(remaining, settings.confidence)
     remaining.sort(key=Diagnostic.sort_key)
     if write and remaining:
         report.echo(render(remaining, "concise", quiet=True, unsafe_fixes=unsafe))
@@ -677,6 +698,7 @@ def show_settings_text(settings: Settings, rules, files: list[Path]) -> str:
         "preview": settings.preview,
         "target-version": settings.target_version or "(the newest)",
         "target": settings.target_platform or "(none)",
+        "confidence": settings.confidence,
     }
     lines = [
         f"Resolved settings for: {first if first is not None else '(no file)'}",
@@ -723,7 +745,7 @@ def _fix_stdin(opts: Options, run: Prepared) -> int:
             click.echo(colour_diff(unified_diff(str(stdin.path), *result.diff_texts())), nl=False)
     else:
         _write_stdout(fixed)
-    remaining = sorted(result.diagnostics, key=Diagnostic.sort_key)
+    remaining = sorted(_at_confidence(result.diagnostics, run.settings.confidence)[0], key=Diagnostic.sort_key)
     if remaining and not opts.quiet:
         click.echo(render(remaining, "concise", quiet=True, unsafe_fixes=run.unsafe), nl=False, err=True)
     if diff:

@@ -43,6 +43,7 @@ class PrintTensorInStep(Rule):
     """
 
     code, name, category = "XLA104", "print-tensor-in-step", "item_sync"
+    evidence = ("step",)
     summary = "formatting a device tensor on a per-step path forces a device-to-host sync"
     hint = "log every N steps, or pass the tensor to `xm.add_step_closure` and format it there"
 
