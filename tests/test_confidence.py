@@ -182,3 +182,28 @@ def test_a_diagnostic_round_trips_through_json():
     back = Diagnostic.from_json(json.loads(json.dumps(d.to_json())))
     assert back.related == d.related and back.confidence == "possible"
     assert d.to_json()["related"][1]["filename"] == "b.py"
+
+
+# A loop over batches that runs no training step: an evaluation, an inference or an analysis
+# script, which may run once, offline.
+NO_TRAINING = """\
+import torch_xla
+
+
+def evaluate(model, loader, device):
+    for x, y in loader:
+        out = model(x.to(device))
+        print(out.argmax(-1).cpu())
+"""
+
+
+def test_a_loop_that_runs_no_training_step_is_possible_evidence(run_cli, project):
+    project.write("evaluate.py", NO_TRAINING)
+    assert check_json(run_cli, project) == []
+    (d,) = check_json(run_cli, project, "--confidence", "possible")
+    assert (d["code"], d["confidence"]) == ("XLA102", "possible")
+    assert d["related"][0]["message"] == "loop over the batches of `loader` (line 5), with no training step seen"
+    # the same loop with a backward is a training loop: high
+    project.write("evaluate.py", NO_TRAINING.replace("        print(", "        out.sum().backward()\n        print("))
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high" and d["related"][0]["message"].startswith("training loop at line 5")
