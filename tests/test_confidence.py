@@ -207,3 +207,17 @@ def test_a_loop_that_runs_no_training_step_is_possible_evidence(run_cli, project
     project.write("evaluate.py", NO_TRAINING.replace("        print(", "        out.sum().backward()\n        print("))
     (d,) = check_json(run_cli, project)
     assert d["confidence"] == "high" and d["related"][0]["message"].startswith("training loop at line 5")
+
+
+def test_a_formatted_value_is_judged_by_its_origin(run_cli, project):
+    # XLA104: `loss` from the model is seen on the device; `acc` is a tensor by its name only
+    code = (
+        "import torch_xla\n\n\ndef train(model, loader, opt, acc):\n    for x in loader:\n"
+        "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
+        "        torch_xla.sync()\n        print(f'{{{}}}')\n"
+    )
+    project.write("train.py", code.format("loss"))
+    assert [(d["code"], d["confidence"]) for d in check_json(run_cli, project)] == [("XLA104", "high")]
+    project.write("train.py", code.format("acc"))
+    assert check_json(run_cli, project) == []
+    assert [d["code"] for d in check_json(run_cli, project, "--confidence", "possible")] == ["XLA104"]
