@@ -221,3 +221,22 @@ def test_a_formatted_value_is_judged_by_its_origin(run_cli, project):
     project.write("train.py", code.format("acc"))
     assert check_json(run_cli, project) == []
     assert [d["code"] for d in check_json(run_cli, project, "--confidence", "possible")] == ["XLA104"]
+
+
+def test_losses_and_per_batch_callbacks_are_roles(run_cli, project):
+    # a loss function is computed every training step; a callback's `batch_end` runs every batch
+    project.write("pyproject.toml", '[project]\nname = "lib"\n')  # a library: its users call them
+    project.write(
+        "losses.py",
+        "import torch\n\n\ndef dice_loss(pred, target):\n    inter = (pred * target).sum()\n"
+        "    print(inter.item())\n    return inter\n",
+    )
+    project.write(
+        "callbacks.py",
+        "import torch\n\n\nclass Speed(Callback):\n    def batch_end(self, state, logger):\n"
+        "        t = torch.tensor([1.0], device=state.device)\n        logger.log(t.item())\n",
+    )
+    found = {d["filename"].rsplit("/", 1)[-1]: d for d in check_json(run_cli, project, "--assume-xla")}
+    assert found["losses.py"]["related"][0]["message"] == "`dice_loss`, a loss: computed every training step"
+    assert found["callbacks.py"]["related"][0]["message"] == "`Speed.batch_end`, called by the framework every step"
+    assert {d["confidence"] for d in found.values()} == {"high"}

@@ -210,8 +210,7 @@ def train(model, loader, device, optimizer, loss_fn, num_classes):
 def test_one_call_one_cause_one_finding(run_cli, project):
     # `super().forward(...)` starts where its `super()` does: the fact about the call is reported once
     child = CHILD.replace("def forward(self", "def dense_loss(self")
-    # (`dense_loss` is per step by its name only: a possible finding)
-    found = findings(run_cli, project, {"base.py": BASE, "child.py": child}, "--assume-xla", "--confidence", "possible")
+    found = findings(run_cli, project, {"base.py": BASE, "child.py": child}, "--assume-xla")
     assert [f for f in found if f[0] == "child.py"] == [("child.py", 7, "XLA109")]
 
 

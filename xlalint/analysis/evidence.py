@@ -21,6 +21,7 @@ Each link is a `diagnostics.Step` (a place and a short message); rules ask throu
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,6 +29,7 @@ from ..diagnostics import HIGH, POSSIBLE, Location, Step
 from .index import FUNCTIONS, qualname
 from .names import dotted_name, last_part, method_name, receiver
 from .steps import (
+    NOT_STEP_FUNCTION,
     _runs_each_iteration,
     _training_call,
     is_named_step,
@@ -67,6 +69,15 @@ ROLE_METHODS = {
     "on_before_zero_grad",
     "optimizer_step",
 }
+
+
+# Per-batch callbacks a trainer runs on every step (Lightning, ignite, composer, HF).
+BATCH_HOOK = re.compile(
+    r"^((on_)?(train_)?(batch|step|iter|iteration)_(end|start|begin|completed|started)|"
+    r"(after|before)_(train_)?(iter|step|batch))$"
+)
+# Loss functions and loss classes' methods by what they compute (`dice_loss`, `loss_labels`, `ForCTCLoss`).
+LOSS_FUNCTION = re.compile(r"(^|_)loss(es)?($|_)|[a-z0-9]Loss$")
 
 
 @dataclass(frozen=True)
@@ -217,9 +228,12 @@ def _root_evidence(ctx: FileContext, func: Any) -> Evidence | None:
 
 def framework_role(ctx: FileContext, func: Any) -> str | None:
     """`forward` of a module class, a loss's or metric's call, a trainer's or Lightning module's
-    step hook: a method a framework calls every step, on a class derived from another class."""
+    step hook, a per-batch callback: a method a framework calls every step, on a class derived
+    from another class; or a loss function, which a training step computes every step."""
     cls = ctx.index.parent(func)
-    if func.name not in ROLE_METHODS:
+    if LOSS_FUNCTION.search(func.name) and not NOT_STEP_FUNCTION.search(func.name):
+        return f"`{func.name}`, a loss: computed every training step"
+    if func.name not in ROLE_METHODS and not BATCH_HOOK.match(func.name):
         return None
     if not isinstance(cls, ast.ClassDef):
         params = func.args.posonlyargs + func.args.args
@@ -271,7 +285,9 @@ def _device_origin(ctx: FileContext, expr: ast.expr, depth: int) -> tuple[ast.AS
     if depth > MAX_VALUE_DEPTH:
         return None
     kind = ctx.tensor_kind(expr)
-    if not kind.on_device:
+    # the value itself is a device value; what it is computed from may be of unknown kind
+    # (`outputs["logits"]` of a role's input): only host values end the search there
+    if not kind.on_device and (depth == 0 or kind in (Kind.NOT_TENSOR, Kind.CPU)):
         return None
     if isinstance(expr, ast.Name):
         for value in ctx.reaching_values(expr):
