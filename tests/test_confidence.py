@@ -240,3 +240,17 @@ def test_losses_and_per_batch_callbacks_are_roles(run_cli, project):
     assert found["losses.py"]["related"][0]["message"] == "`dice_loss`, a loss: computed every training step"
     assert found["callbacks.py"]["related"][0]["message"] == "`Speed.batch_end`, called by the framework every step"
     assert {d["confidence"] for d in found.values()} == {"high"}
+
+
+def test_fix_applies_a_possible_findings_fix_only_when_asked(run_cli, project):
+    # `eval_step` is a step by its name only: its boolean-mask assignment (XLA303) is possible
+    code = (
+        "import torch\nimport torch_xla\n\n\ndef eval_step(scores, threshold):\n"
+        "    scores = scores.softmax(-1)\n    scores[scores < threshold] = 0.0\n    return scores\n"
+    )
+    project.write("pyproject.toml", '[project]\nname = "lib"\n')
+    path = project.write("steps.py", code)
+    run_cli("fix", "--no-cache", "--write", "--unsafe-fixes", ".", cwd=project)
+    assert path.read_text() == code
+    run_cli("fix", "--no-cache", "--write", "--unsafe-fixes", "--confidence", "possible", ".", cwd=project)
+    assert "masked_fill_(scores < threshold, 0.0)" in path.read_text()
