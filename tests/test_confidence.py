@@ -254,3 +254,20 @@ def test_fix_applies_a_possible_findings_fix_only_when_asked(run_cli, project):
     assert path.read_text() == code
     run_cli("fix", "--no-cache", "--write", "--unsafe-fixes", "--confidence", "possible", ".", cwd=project)
     assert "masked_fill_(scores < threshold, 0.0)" in path.read_text()
+
+
+def test_a_loss_without_callers_in_the_project_is_high(run_cli, project):
+    # a library's loss function, called by its users' training steps (no caller in the project);
+    # a `_check_*` input validation run on every call is by its name only: possible
+    project.write("pyproject.toml", '[project]\nname = "lib"\n')
+    project.write(
+        "losses.py",
+        "import torch\nimport torch_xla\n\n\ndef ForCTCLoss(logits, labels):\n"
+        "    keep = labels.nonzero()\n    return logits[keep].sum()\n\n\n"
+        "def _check_shapes(preds):\n    keep = preds.nonzero()\n    return keep\n",
+    )
+    found = check_json(run_cli, project, "--confidence", "possible")
+    assert [(d["location"]["row"], d["code"], d["confidence"]) for d in found] == [
+        (6, "XLA301", "high"),
+        (11, "XLA301", "possible"),
+    ]

@@ -77,7 +77,7 @@ BATCH_HOOK = re.compile(
     r"(after|before)_(train_)?(iter|step|batch))$"
 )
 # Loss functions and loss classes' methods by what they compute (`dice_loss`, `loss_labels`, `ForCTCLoss`).
-LOSS_FUNCTION = re.compile(r"(^|_)loss(es)?($|_)|[a-z0-9]Loss$")
+LOSS_FUNCTION = re.compile(r"(^|_)loss(es)?($|_)|[A-Za-z0-9]Loss$")
 
 
 @dataclass(frozen=True)
@@ -162,6 +162,9 @@ def function_evidence(ctx: FileContext, func: Any) -> Evidence:
     origin = origins(ctx).get(func)
     if origin is None:
         if func in ctx.per_call_functions:
+            role = framework_role(ctx, func)  # a loss, run by every training step that calls it
+            if role is not None:
+                return Evidence(HIGH, (_at(ctx, func, role),))
             return Evidence(POSSIBLE, (_at(ctx, func, f"`{func.name}` runs on every call by its name"),))
         return Evidence(POSSIBLE)
     return origin
