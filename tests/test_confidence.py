@@ -271,3 +271,14 @@ def test_a_loss_without_callers_in_the_project_is_high(run_cli, project):
         (6, "XLA301", "high"),
         (11, "XLA301", "possible"),
     ]
+
+
+def test_a_validation_loop_of_a_training_script_is_high(run_cli, project):
+    # the evaluation loop runs while training: its reads cost the training run
+    train = (
+        "\n\ndef train(model, loader, opt, device):\n    for x, y in loader:\n"
+        "        model(x.to(device)).sum().backward()\n        opt.step()\n        torch_xla.sync()\n"
+    )
+    project.write("evaluate.py", NO_TRAINING + train)
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high" and d["related"][0]["message"] == "loop over the batches of `loader` (line 5)"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ..diagnostics import HIGH, POSSIBLE, Location, Step
@@ -122,10 +122,24 @@ def step_evidence(ctx: FileContext, node: ast.AST) -> Evidence:
 
 
 def loop_evidence(ctx: FileContext, loop: ast.AST) -> Evidence:
-    """A step loop that trains is high evidence; one that only runs a model over batches (an
-    evaluation, an inference or analysis script) may as well run once, offline: possible."""
+    """A step loop that trains is high evidence, and so is a loop over batches in a file that
+    trains (its validation); one in a file that never trains (an offline evaluation, inference or
+    analysis script) may as well run once: possible."""
     step = loop_step(ctx, loop)
-    return Evidence(HIGH if step.message.startswith("training loop") else POSSIBLE, (step,))
+    if step.message.startswith("training loop"):
+        return Evidence(HIGH, (step,))
+    if _file_trains(ctx):  # a validation loop of a training script: it runs while training
+        return Evidence(HIGH, (replace(step, message=step.message.replace(", with no training step seen", "")),))
+    return Evidence(POSSIBLE, (step,))
+
+
+def _file_trains(ctx: FileContext) -> bool:
+    """Some loop or function of this file runs a training step."""
+    cached = ctx.analysis_cache.get("file-trains")
+    if cached is None:
+        cached = any(is_step_loop(ctx, loop) and _training_call_in(ctx, loop) is not None for loop in ctx.index.loops)
+        ctx.analysis_cache["file-trains"] = cached
+    return bool(cached)
 
 
 def loop_step(ctx: FileContext, loop: Any) -> Step:
