@@ -31,9 +31,10 @@ import torch
 from pkg.metrics import Meter, check_targets, log_loss
 
 
-def train(model, loader, optimizer):
+def train(model, loader, optimizer, device):
     meter = Meter()
     for step, (x, y) in enumerate(loader):
+        y = y.to(device)
         check_targets(y, 10)
         loss = model(x, y)
         loss.backward()
@@ -71,12 +72,20 @@ def test_one_file_still_sees_its_callers(run_cli, package):
 
 
 def test_a_loop_calling_a_trainer_elsewhere_is_a_step_loop(run_cli, package):
-    package.write("pkg/steps.py", "def run_step(model, batch, opt):\n    model(batch).sum().backward()\n    opt.step()\n")
-    package.write("pkg/fit.py", "import torch\nfrom pkg.steps import run_step as once\n\n\n"
-                                "def fit(model, stream, opt):\n    for batch in stream():\n"
-                                "        once(model, batch, opt)\n        seen.append(batch.sum().item())\n")
-    code, out, _ = run_cli("check", "--output-format", "json", package / "pkg" / "fit.py")
+    package.write(
+        "pkg/steps.py", "def run_step(model, batch, opt):\n    model(batch).sum().backward()\n    opt.step()\n"
+    )
+    package.write(
+        "pkg/fit.py",
+        "import torch\nfrom pkg.steps import run_step as once\n\n\n"
+        "def fit(model, stream, opt):\n    for batch in stream():\n"
+        "        once(model, batch, opt)\n        seen.append(batch.sum().item())\n",
+    )
+    # (what `stream()` yields is not seen on the device: the read is a possible finding)
+    args = ("check", "--output-format", "json", "--confidence", "possible", package / "pkg" / "fit.py")
+    code, out, _ = run_cli(*args)
     assert rows(out, "fit.py") == [8]
+    assert json.loads(out)[0]["related"][0]["message"] == "training loop at line 6 (once at 7)"
 
 
 def test_the_cache_follows_the_callers(run_cli, package):
@@ -86,8 +95,12 @@ def test_the_cache_follows_the_callers(run_cli, package):
     assert run_cli(*args)[1] == first  # warm: the same answer
     # only the caller changes (it checks targets every 100 steps): the helper file is the same,
     # its findings are not
-    package.write("pkg/train.py", TRAIN.replace("        check_targets(y, 10)\n", "").replace(
-        "            log_loss(loss)\n", "            log_loss(loss)\n            check_targets(y, 10)\n"))
+    package.write(
+        "pkg/train.py",
+        TRAIN.replace("        check_targets(y, 10)\n", "").replace(
+            "            log_loss(loss)\n", "            log_loss(loss)\n            check_targets(y, 10)\n"
+        ),
+    )
     assert rows(run_cli(*args)[1], "metrics.py") == [9]
 
 
@@ -102,8 +115,9 @@ def test_a_damaged_cache_is_ignored(run_cli, package):
     code, out, err = run_cli(*args)
     assert code == 1 and not err
     assert rows(out, "metrics.py") == [9, 13, 14]
-    (package / ".xlalint_cache").joinpath(next(iter(p.name for p in (package / ".xlalint_cache").glob("*.json")))) \
-        .write_text("{not json")
+    (package / ".xlalint_cache").joinpath(
+        next(iter(p.name for p in (package / ".xlalint_cache").glob("*.json")))
+    ).write_text("{not json")
     assert rows(run_cli(*args)[1], "metrics.py") == [9, 13, 14]
 
 
@@ -132,6 +146,7 @@ def test_editing_a_rule_invalidates_the_cache():
     import os
 
     import xlalint.rules.host_sync.item_in_step as family
+
     from xlalint.cache import code_fingerprint
 
     path = family.__file__

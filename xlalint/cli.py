@@ -24,12 +24,13 @@ from .config import (
     ConfigError,
     Settings,
     load_settings,
+    parse_confidence,
     parse_platform,
     parse_target,
     pinned_torch_xla,
     validate_selectors,
 )
-from .diagnostics import Diagnostic
+from .diagnostics import CONFIDENCE_LEVELS, Diagnostic, shown_at
 from .discovery import discover, is_excluded
 from .explain import explain_text, rules_table
 from .noqa import add_noqa
@@ -101,6 +102,7 @@ class Options:
     cache_dir: Path | None = None
     target_version: str | None = None
     target: str | None = None  # the platform the code moves to (`torchtpu`)
+    confidence: str | None = None  # the lowest confidence shown (`high`, `possible`)
     stdin_filename: str | None = None
     color: str | None = None
     unsafe_fixes: bool = False
@@ -160,6 +162,8 @@ def resolve_settings(opts: Options, targets: list[Path]) -> Settings:
     settings.unsafe_fixes = settings.unsafe_fixes or opts.unsafe_fixes
     if opts.target is not None:
         settings.target_platform = parse_platform(opts.target, "--target")
+    if opts.confidence is not None:
+        settings.confidence = parse_confidence(opts.confidence, "--confidence")
     if opts.target_version is not None:
         settings.target_version, settings.target_source = parse_target(opts.target_version), "--target-version"
         if settings.target_version is None:
@@ -352,6 +356,14 @@ _shared_options = _options(
             type=click.Path(file_okay=False, path_type=Path),
             envvar="XLALINT_CACHE_DIR",
             help="Where to keep the cache (default: .xlalint_cache in each project's root).",
+        ),
+        click.option(
+            "--confidence",
+            type=click.Choice(CONFIDENCE_LEVELS, case_sensitive=False),
+            default=None,
+            help="The lowest confidence to report: `high` (default), findings whose evidence chain was "
+            "seen; `possible`, also findings with a guessed link (a step function by its name only, a "
+            "value whose origin is not seen). `xlalint explain` says more.",
         ),
         click.option(
             "--target",
@@ -563,6 +575,7 @@ def run_check(opts: Options) -> int:
         if outcome.error:
             failed += _outcome_error(outcome.error)
         diagnostics += outcome.diagnostics
+    diagnostics, hidden = _at_confidence(diagnostics, settings.confidence)
     diagnostics.sort(key=Diagnostic.sort_key)
     if opts.add_noqa:
         failed += _add_noqa(diagnostics, stdin)
@@ -579,6 +592,7 @@ def run_check(opts: Options) -> int:
             unsafe_fixes=run.unsafe,
             failed_files=failed,
             sources=sources,
+            hidden=hidden,
         )
     )
     report.close()
@@ -596,6 +610,12 @@ def _listing(opts: Options, run: Prepared) -> int:
         nl=False,
     )
     return EXIT_ERROR if run.missing else EXIT_OK
+
+
+def _at_confidence(diagnostics: list[Diagnostic], level: str) -> tuple[list[Diagnostic], int]:
+    """The findings shown at confidence `level`, and how many possible ones are hidden."""
+    kept = [d for d in diagnostics if shown_at(d.confidence, level)]
+    return kept, len(diagnostics) - len(kept)
 
 
 def _outcome_error(message: str) -> int:
@@ -724,6 +744,7 @@ def run_fix(opts: Options) -> int:
             fixed += result.fixed_count
             fixed_codes[outcome.path] = result.fixed_codes
         remaining += result.diagnostics
+    remaining, _ = _at_confidence(remaining, settings.confidence)
     remaining.sort(key=Diagnostic.sort_key)
     if write and opts.show_statistics:
         report.echo(statistics(remaining, opts.output_format or "concise", unsafe_fixes=unsafe))
@@ -804,6 +825,7 @@ def show_settings_text(settings: Settings, rules, files: list[Path]) -> str:
         "preview": settings.preview,
         "target-version": settings.target_version or "(the newest)",
         "target": settings.target_platform or "(none)",
+        "confidence": settings.confidence,
     }
     lines = [
         f"Resolved settings for: {shown(first) if first is not None else '(no file)'}",
@@ -850,7 +872,7 @@ def _fix_stdin(opts: Options, run: Prepared) -> int:
             click.echo(colour_diff(unified_diff(shown(stdin.path), *result.diff_texts())), nl=False)
     else:
         _write_stdout(fixed)
-    remaining = sorted(result.diagnostics, key=Diagnostic.sort_key)
+    remaining = sorted(_at_confidence(result.diagnostics, run.settings.confidence)[0], key=Diagnostic.sort_key)
     if opts.show_statistics and not diff:
         click.echo(statistics(remaining, opts.output_format or "concise", unsafe_fixes=run.unsafe), nl=False, err=True)
     elif remaining and not opts.quiet:

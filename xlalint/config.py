@@ -31,6 +31,7 @@ KNOWN_KEYS = {
     "fixable",
     "unfixable",
     "target",
+    "confidence",
 }
 # platforms `--target` / `target = ...` can name: migration rules toward it turn on
 TARGETS = ("torchtpu",)
@@ -92,6 +93,8 @@ class Settings:
     # the platform the code is being moved to (`--target torchtpu`): its migration rules run, and
     # rules whose advice points to the platform being left step aside
     target_platform: str | None = None
+    # the lowest confidence shown (`diagnostics.CONFIDENCE_LEVELS`): `high` hides possible findings
+    confidence: str = "high"
 
     @property
     def target(self) -> tuple[int, ...] | None:
@@ -243,6 +246,8 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: `{key}` must be true or false")
             setattr(settings, attr, table[key])
+    if "confidence" in table:
+        settings.confidence = parse_confidence(table["confidence"], f"{where}: `confidence`")
     if "target" in table:
         settings.target_platform = parse_platform(table["target"], f"{where}: `target`")
     if "target-version" in table:
@@ -258,6 +263,15 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
 _VERSION = re.compile(r"^\s*(?:torch[_-]xla\s*(?:\[[^\]]*\])?\s*(?:==|~=|>=)?)?\s*v?(\d+(?:\.\d+){0,2})\s*$", re.I)
 # a pin in requirements*.txt or pyproject.toml: `torch_xla==2.5.1`, `torch-xla[tpu]~=2.6.0`, `torch_xla>=2.4`
 _PIN = re.compile(r"""(?:^|["'\s])torch[_-]xla\s*(?:\[[^\]]*\])?\s*(?:==|~=|>=)\s*(\d+(?:\.\d+){0,2})""", re.I | re.M)
+
+
+def parse_confidence(value, where: str) -> str:
+    """The lowest confidence to show (`high`, `possible`); a ConfigError naming `where` otherwise."""
+    from .diagnostics import CONFIDENCE_LEVELS
+
+    if not isinstance(value, str) or value.strip().lower() not in CONFIDENCE_LEVELS:
+        raise ConfigError(f"{where} must be one of {', '.join(map(repr, CONFIDENCE_LEVELS))}, got {value!r}")
+    return value.strip().lower()
 
 
 def parse_platform(value, where: str) -> str:

@@ -19,6 +19,19 @@ CATEGORIES = (
 
 DOCS_URL = "https://github.com/xlalint/xlalint/blob/main/docs/rules/{name}.md"
 
+# How sure a finding is (pylint's confidence): `high`, every link of its evidence chain was seen
+# (a loop that trains or a framework role reaches it through resolved calls; the value's origin on
+# the device is shown); `possible`, a link is guessed (a step function by its name only, an
+# unresolved call, a value whose origin is not seen). Possible findings are off by default.
+HIGH = "high"
+POSSIBLE = "possible"
+CONFIDENCE_LEVELS = (HIGH, POSSIBLE)
+
+
+def shown_at(confidence: str, level: str) -> bool:
+    """A finding of `confidence` is shown at the level asked for (`--confidence`)."""
+    return confidence == HIGH or level == POSSIBLE
+
 
 class Applicability(str, enum.Enum):
     """Ruff's fix applicability: safe fixes keep meaning, unsafe ones may change behaviour."""
@@ -120,6 +133,30 @@ class Fix:
         )
 
 
+@dataclass(frozen=True)
+class Step:
+    """One link of a finding's evidence chain: where (`path`; None for the finding's own file) and
+    what it shows (`training loop at line 120 (backward at 131)`, `calls `log` (line 140)`)."""
+
+    location: Location
+    message: str
+    path: str | None = None
+
+    def to_json(self, filename: str) -> dict:
+        return {"filename": self.path or filename, "location": self.location.to_json(), "message": self.message}
+
+    @classmethod
+    def from_json(cls, data: dict, filename: str) -> Step:
+        path = data.get("filename")
+        return cls(Location.from_json(data["location"]), data.get("message", ""), None if path == filename else path)
+
+    def short(self) -> str:
+        """`message`, with the place when the message does not say it (text output's `via` line)."""
+        if self.path:
+            return f"{self.message} ({Path(self.path).name}:{self.location.row})"
+        return self.message if str(self.location.row) in self.message else f"{self.message} (line {self.location.row})"
+
+
 @dataclass
 class Diagnostic:
     code: str
@@ -133,8 +170,11 @@ class Diagnostic:
     noqa_row: int | None = None
     cell: int | None = None  # in a notebook: the cell (from 1), and rows count in that cell
     hint: str | None = None  # what to do instead, where the context changes the rule's own hint
-    # other places of the same cause in this file (the per-step calls of a helper whose read this is)
-    related: tuple[Location, ...] = ()
+    # the evidence chain, in order (the loop or role that runs it, the calls on the way, where the
+    # value comes from), then other places of the same cause (the per-step calls of a helper whose
+    # read this is)
+    related: tuple[Step, ...] = ()
+    confidence: str = HIGH
 
     @property
     def url(self) -> str:
@@ -164,7 +204,8 @@ class Diagnostic:
             "severity": "error",
             "url": self.url,
             **({"hint": self.hint} if self.hint else {}),
-            **({"related": [r.to_json() for r in self.related]} if self.related else {}),
+            "confidence": self.confidence,
+            **({"related": [r.to_json(str(self.path)) for r in self.related]} if self.related else {}),
         }
 
     @classmethod
@@ -181,5 +222,6 @@ class Diagnostic:
             data["noqa_row"],
             data.get("cell"),
             data.get("hint"),
-            tuple(Location.from_json(r) for r in data.get("related", ())),
+            tuple(Step.from_json(r, data["filename"]) for r in data.get("related", ())),
+            data.get("confidence", HIGH),
         )

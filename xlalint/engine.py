@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .analysis.context import FileContext
 from .analysis.project import NO_PROJECT, ProjectFacts, ProjectIndex, summarize
 from .deep import deep_stack, python_parse
-from .diagnostics import Applicability, Diagnostic, Fix, Location
+from .diagnostics import HIGH, Applicability, Diagnostic, Fix, Location, Step, shown_at
 from .noqa import parse_noqa
 from .rule import FixBuilder, Rule
 from .source import NewerSyntax, SourceError, SourceFile, SourceText, decode_source
@@ -112,6 +112,8 @@ class _Found:
     hint: str | None = None
     cause: tuple[str, int] | None = None  # see `Report.cause`
     related: list[_Found] = field(default_factory=list)  # findings of the same cause merged into this one
+    confidence: str = HIGH
+    chain: tuple[Step, ...] = ()
 
 
 def _location(ctx: FileContext, node: ast.AST) -> tuple[Location, Location]:
@@ -140,7 +142,19 @@ def _run_rules(ctx: FileContext, rules: list[type[Rule]]) -> list[_Found]:
     for rule in active:
         for report in rule.reports:
             start, end = _location(ctx, report.node)
-            found.append(_Found(type(rule), report.node, report.message, report.fix, start, end, cause=report.cause))
+            found.append(
+                _Found(
+                    type(rule),
+                    report.node,
+                    report.message,
+                    report.fix,
+                    start,
+                    end,
+                    cause=report.cause,
+                    confidence=report.confidence,
+                    chain=report.chain,
+                )
+            )
     found.sort(key=lambda f: (f.start, f.rule.code))
     return _one_per_cause(ctx, _in_compiled_regions(ctx, found))
 
@@ -274,13 +288,13 @@ def _build_fixes(
     *,
     with_edits: bool,
     fixable: frozenset[str] | None = None,
+    confidence: str = HIGH,
 ) -> CstContext | None:
     """Run the fix builders of `found` on the file's libcst tree (parsed here, and only here);
     `fixable`: the codes whose fixes may be built (None: all; `--fixable`/`--unfixable`)."""
-    if fixable is not None:
-        for item in found:
-            if item.rule.code not in fixable:
-                item.builder = None
+    for item in found:
+        if (fixable is not None and item.rule.code not in fixable) or not shown_at(item.confidence, confidence):
+            item.builder = None  # a hidden (possible) finding's fix is not applied either
     if not any(item.builder for item in found) or len(source.raw) > MAX_FIX_BYTES:
         return None
     from .fixing.apply import FixEdits, imports_the_linter
@@ -328,7 +342,12 @@ def _diagnostic(source: SourceFile, item: _Found) -> Diagnostic:
         item.fix,
         noqa_row=item.start.row,
         hint=item.hint,
-        related=tuple(sorted({r.start for r in item.related if r.start.row != item.start.row})),
+        related=item.chain
+        + tuple(
+            Step(place, "another place of the same cause")
+            for place in sorted({r.start for r in item.related if r.start.row != item.start.row})
+        ),
+        confidence=item.confidence,
     )
 
 
@@ -418,6 +437,7 @@ def fix_source(
     project: ProjectFacts = NO_PROJECT,
     target_version: tuple[int, ...] | None = None,
     fixable: frozenset[str] | None = None,
+    confidence: str = HIGH,
 ) -> FileResult:
     """Apply fixes until none applies; the result is re-parsed each pass, so it is valid Python."""
     result = FileResult(source.path, source=source)
@@ -428,7 +448,7 @@ def fix_source(
     for _ in range(MAX_FIX_PASSES):
         ctx = analyse(current, assume_xla=assume_xla, project=project, target_version=target_version)
         found = _keep(current, _run_rules(ctx, rules), ctx, rules)
-        cst_ctx = _build_fixes(current, ctx, found, with_edits=False, fixable=fixable)
+        cst_ctx = _build_fixes(current, ctx, found, with_edits=False, fixable=fixable, confidence=confidence)
         diagnostics = [_diagnostic(current, item) for item in found]
         if current is source:
             result.found = diagnostics

@@ -8,6 +8,29 @@ from pathlib import Path
 from .diagnostics import DOCS_URL
 from .rule import Rule
 
+# What each confidence level means, for the rules whose findings rest on evidence (`Rule.evidence`).
+EVIDENCE_TEXT = {
+    "step": "that the code runs every step (a loop that trains or iterates a loader's batches, or a "
+    "framework role such as `forward`, `training_step` or a loss, reaches it through resolved calls)",
+    "value": "that the value is on the device (its origin is seen: moved to a device, a model's "
+    "output, a gradient, a device loader's batch, an op on such values)",
+}
+
+
+def confidence_text(rule: type[Rule]) -> str:
+    """What `high` and `possible` mean for this rule's findings ("" when the pattern is the finding)."""
+    shown = [EVIDENCE_TEXT[e] for e in rule.evidence if e in EVIDENCE_TEXT]
+    if not shown:
+        return ""
+    return (
+        "Confidence: `high` when the evidence " + " and ".join(shown) + " was seen, and the finding shows "
+        "it as its chain (`via` in the text output, `related` in JSON, `relatedLocations` in SARIF); "
+        "`possible` when a link is guessed (a step function by its name only, an unresolved call, a "
+        "value whose origin is not seen). Possible findings are hidden unless `--confidence possible` "
+        '(or `confidence = "possible"` in the configuration).'
+    )
+
+
 FIX_LINE = {"always": "Fix is always available.", "sometimes": "Fix is sometimes available."}
 
 
@@ -36,6 +59,9 @@ def header(rule: type[Rule]) -> str:
         lines.append(f"Off with `--target {target}`: its advice points to torch_xla, which that migration leaves.")
     if rule.fix_availability in FIX_LINE:
         lines.append(FIX_LINE[rule.fix_availability])
+    confidence = confidence_text(rule)
+    if confidence:
+        lines.append(confidence)
     return "\n".join(lines)
 
 
@@ -68,6 +94,7 @@ def rule_json(rule: type[Rule]) -> dict:
         "xla_only": rule.xla_only,
         "preview": rule.preview,
         "target": rule.target,
+        "evidence": list(rule.evidence),
         "explanation": rule.documentation(),
         "url": DOCS_URL.format(name=rule.name),
         "page": str(doc_page(rule) or ""),

@@ -15,7 +15,7 @@ from xml.etree import ElementTree
 
 import click
 
-from .diagnostics import Applicability, Diagnostic
+from .diagnostics import POSSIBLE, Applicability, Diagnostic
 from .rules import RULES_BY_CODE
 from .sarif import render_sarif
 
@@ -160,7 +160,9 @@ def render(
     unsafe_fixes: bool = False,
     failed_files: int = 0,
     sources: SourceLines | None = None,
+    hidden: int = 0,
 ) -> str:
+    """`hidden`: possible findings left out at the confidence asked for (named in the summary)."""
     if fmt == "json":
         return json.dumps([encodable(d.to_json()) for d in diagnostics], indent=2) + "\n"
     if fmt == "json-lines":
@@ -189,10 +191,13 @@ def render(
             fixable = click.style(" [*]", fg="cyan")
         elif d.fix is not None and d.fix.applicability is Applicability.UNSAFE:
             fixable = click.style(" [unsafe fix]", fg="cyan")
-        lines.append(f"{where} {click.style(d.code, fg='red', bold=True)}{fixable} {printable(d.message)}")
+        possible = click.style(" [possible]", fg="yellow") if d.confidence == POSSIBLE else ""
+        lines.append(f"{where} {click.style(d.code, fg='red', bold=True)}{fixable}{possible} {printable(d.message)}")
         hint = d.hint or (RULES_BY_CODE[d.code].hint if d.code in RULES_BY_CODE else "")
         if fmt == "text" and not quiet:
             lines += _frame(d, sources or SourceLines())
+            if d.related:
+                lines.append(f"  {click.style('via:', fg='magenta')} {printable(via(d))}")
             if d.fix is not None and d.fix.title:
                 lines.append(
                     f"  {click.style('fix:', fg='cyan')} {printable(d.fix.title)} ({d.fix.applicability.value})"
@@ -201,7 +206,21 @@ def render(
                 lines.append(f"  {click.style('hint:', fg='blue')} {hint}")
     if not quiet:
         lines.append(summary(diagnostics, unsafe_fixes, failed_files))
+        if hidden:
+            lines.append(
+                f"{hidden} possible finding{'s' if hidden != 1 else ''} hidden (--confidence possible shows them)."
+            )
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+MAX_VIA = 4  # links of a chain shown on the `via` line
+
+
+def via(d: Diagnostic) -> str:
+    """The evidence chain on one line: `training loop (backward at 12) -> calls `log` (line 14)`."""
+    steps = [step.short() for step in d.related[:MAX_VIA]]
+    more = len(d.related) - MAX_VIA
+    return " -> ".join(steps) + (f" (+{more} more)" if more > 0 else "")
 
 
 def summary(diagnostics: list[Diagnostic], unsafe_fixes: bool, failed_files: int = 0) -> str:

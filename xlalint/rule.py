@@ -18,10 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from .diagnostics import CATEGORIES, Applicability, Fix
+from .diagnostics import CATEGORIES, HIGH, Applicability, Fix, Step
 
 if TYPE_CHECKING:
     from .analysis.context import FileContext
+    from .analysis.evidence import Evidence
     from .fixing.context import CstContext
 
 FixBuilder = Callable[["CstContext"], "Fix | None"]
@@ -75,6 +76,8 @@ class Report:
     # the host read this finding is a consequence of: (its file, "" for this one; its line). The
     # engine reports one finding per cause (see `engine._one_per_cause`).
     cause: tuple[str, int] | None = None
+    confidence: str = HIGH  # see `diagnostics.CONFIDENCE_LEVELS`
+    chain: tuple[Step, ...] = ()  # the evidence: the loop or role, the calls, the value's origin
 
 
 class Rule:
@@ -98,6 +101,10 @@ class Rule:
     # a compiled region): there, their finding on the same code gives way to this one, and when this
     # rule is not selected their hint becomes this one's (see `engine._in_compiled_regions`)
     covers: ClassVar[tuple[str, ...]] = ()
+    # what a finding of this rule rests on, asked of the analysis at `report` (see
+    # `analysis.evidence`): "step", the node runs every step; "value", the `value` given to
+    # `report` is a device tensor. A link that is only guessed makes the finding `possible`.
+    evidence: ClassVar[tuple[str, ...]] = ()
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
@@ -135,8 +142,25 @@ class Rule:
         *,
         fix: FixBuilder | None = None,
         cause: tuple[str, int] | None = None,
+        value: ast.expr | None = None,
+        evidence: Evidence | None = None,
     ) -> None:
-        self.reports.append(Report(node, message or self.summary, fix, cause))
+        """Report `node`. The confidence and chain come from `evidence` when given, else from what
+        the rule's `evidence` names: the per-step judgement of `node`, the origin of `value`."""
+        if evidence is None:
+            evidence = self.evidence_for(node, value)
+        confidence, chain = (evidence.confidence, evidence.chain) if evidence is not None else (HIGH, ())
+        self.reports.append(Report(node, message or self.summary, fix, cause, confidence, chain))
+
+    def evidence_for(self, node: ast.AST, value: ast.expr | None = None) -> Evidence | None:
+        """The evidence this rule's findings rest on (None: the pattern alone is the finding)."""
+        found: Evidence | None = None
+        if "step" in self.evidence:
+            found = self.ctx.step_evidence(node)
+        if "value" in self.evidence and value is not None:
+            judged = self.ctx.value_evidence(value)
+            found = judged if found is None else found & judged
+        return found
 
     def finish(self) -> None:
         """Called after every node was visited (for findings that need the whole file)."""

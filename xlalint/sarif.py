@@ -94,15 +94,16 @@ def _result(d: Diagnostic, index: dict[str, int], root: Path) -> dict:
     }
     if d.code in index:
         result["ruleIndex"] = index[d.code]
-    if d.related:  # the other places of the same cause (SARIF 2.1.0, 3.27.22)
+    result["properties"]["confidence"] = d.confidence
+    if d.related:  # the evidence chain, and other places of the same cause (SARIF 2.1.0, 3.27.22)
         result["relatedLocations"] = [
             {
                 "id": i,
                 "physicalLocation": {
-                    "artifactLocation": artifact,
-                    "region": {"startLine": r.row, "startColumn": r.column},
+                    "artifactLocation": _artifact(Path(r.path), root) if r.path else artifact,
+                    "region": {"startLine": r.location.row, "startColumn": r.location.column},
                 },
-                "message": {"text": "another place of the same cause"},
+                "message": {"text": r.message},
             }
             for i, r in enumerate(d.related)
         ]

@@ -157,19 +157,16 @@ def replace_edit(before: str, after: str, lines: Lines) -> list[lsp.TextEdit]:
 
 
 def related_information(finding: Diagnostic, uri: str, lines: Lines) -> list[lsp.DiagnosticRelatedInformation]:
-    """A finding's related places as `relatedInformation`. Today each is a `Location` in the same
-    file; a richer step (an evidence chain) may carry its own `path`, `location`/`end_location` and
-    `message`: each is read where present, so such steps need no change here."""
+    """A finding's evidence chain (`Diagnostic.related`: each step's place, in this file or another,
+    and what it shows) as `relatedInformation`."""
     found = []
     for step in finding.related:
-        start = getattr(step, "location", step)
-        end = getattr(step, "end_location", None) or start
-        message = getattr(step, "message", None) or RELATED_MESSAGE
-        path = getattr(step, "path", None)
-        if path is None or Path(path) == finding.path:
+        start = end = step.location
+        message = step.message or RELATED_MESSAGE
+        if step.path is None or Path(step.path) == finding.path:
             where = lsp.Location(uri, lines.range(start, end))
         else:
-            other = Path(path) if Path(path).is_absolute() else finding.path.parent / path
+            other = Path(step.path) if Path(step.path).is_absolute() else finding.path.parent / step.path
             where = lsp.Location(other.resolve().as_uri(), _other_file_range(other, start, end))
         found.append(lsp.DiagnosticRelatedInformation(where, message))
     return found

@@ -116,6 +116,7 @@ class FixTask(NamedTuple):
     fixable: tuple[str, ...] | None
     facts: ProjectFacts
     unsafe: bool
+    confidence: str = "high"  # possible findings' fixes apply only at `possible`
 
 
 class SummaryTask(NamedTuple):
@@ -218,6 +219,7 @@ def _fix_task(task: FixTask):
             project=task.facts,
             target_version=task.target,
             fixable=_frozen(task.fixable),
+            confidence=task.confidence,
         )
         for diagnostic in [*result.diagnostics, *result.found]:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
@@ -544,7 +546,17 @@ class Workspace:
         outcomes: dict[Path, FileOutcome] = {}
         tasks, paths, stamps = [], [], {}
         for path, raw in _readable(files, outcomes, given, stamps):
-            tasks.append(FixTask(str(path), raw, self._codes(path), *self._options, facts[path], unsafe))
+            tasks.append(
+                FixTask(
+                    str(path),
+                    raw,
+                    self._codes(path),
+                    *self._options,
+                    facts[path],
+                    unsafe,
+                    self.settings.confidence,
+                )
+            )
             paths.append(path)
         for path, (result, error) in zip(paths, self._map(_fix_task, tasks)):
             if result is not None:

@@ -51,6 +51,7 @@ class HelperBranchInStep(Rule):
     """
 
     code, name, category = "XLA203", "helper-branch-in-step", "control_flow_on_tensor"
+    evidence = ("step",)
     summary = (
         "`{helper}()` branches on the device tensor passed as `{param}` (an `{what}` at {where}): "
         "a host sync every step"

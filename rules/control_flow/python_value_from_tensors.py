@@ -58,6 +58,7 @@ class PythonValueFromTensors(Rule):
     """
 
     code, name, category = "XLA202", "python-value-from-tensors", "control_flow_on_tensor"
+    evidence = ("step",)
     summary = "`{func}` of device tensors returns a Python value: a host sync on a per-step path"
     hint = "compare on the device (`(a == b).all()`, `torch.isclose`, `torch.maximum`) and read results every N steps"
     fix_availability = "sometimes"

@@ -64,6 +64,7 @@ class TensorCondition(Rule):
     """
 
     code, name, category = "XLA201", "tensor-condition", "control_flow_on_tensor"
+    evidence = ("step",)
     summary = "Python branches on the value of a device tensor on a per-step path: a host sync and a graph cut"
     hint = "keep the decision on the device (`torch.where`, `torch.clamp`, a mask), or check it every N steps"
 

@@ -70,6 +70,7 @@ class BooleanMaskAssign(Rule):
     """
 
     code, name, category = "XLA303", "boolean-mask-assign", "dynamic_shape"
+    evidence = ("step",)
     summary = "boolean-mask assignment on XLA goes through `index_put` with `nonzero` indices: a fallback and data-dependent shapes"
     hint = "use `x.masked_fill_(m, v)` for a scalar, `torch.where(m, y, x)` for tensor values"
     fix_availability = "sometimes"

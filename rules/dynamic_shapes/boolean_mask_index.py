@@ -79,6 +79,7 @@ class BooleanMaskIndex(Rule):
     """
 
     code, name, category = "XLA302", "boolean-mask-index", "dynamic_shape"
+    evidence = ("step",)
     summary = "boolean-mask indexing of a device tensor has a data-dependent shape (`nonzero` fallback)"
     hint = "keep the full shape and mask instead: `torch.where(m, x, 0)`, loss `ignore_index`, masked reductions"
     fix_availability = "sometimes"

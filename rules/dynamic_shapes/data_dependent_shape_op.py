@@ -70,6 +70,7 @@ class DataDependentShapeOp(Rule):
     """
 
     code, name, category = "XLA301", "data-dependent-shape-op", "dynamic_shape"
+    evidence = ("step",)
     summary = "`{op}` on a device tensor has a data-dependent output shape: a CPU fallback and recompilations"
     hint = "use static-shape alternatives: 3-argument `torch.where`, masks, `nonzero_static(m, size=K)`, `unique` over a known range via `bincount(minlength=K)`"
 

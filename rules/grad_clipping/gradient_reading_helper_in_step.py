@@ -60,6 +60,7 @@ class GradientReadingHelperInStep(Rule):
     """
 
     code, name, category = "XLA504", "gradient-reading-helper-in-step", "clip_grad_norm"
+    evidence = ("step",)
     summary = (
         "`{helper}()` reads the gradients of the model passed as `{param}` to the host "
         "({what} at {where}): a sync every step"

@@ -72,6 +72,7 @@ class AnomalyDetectionInStep(Rule):
     """
 
     code, name, category = "XLA106", "anomaly-detection-in-step", "item_sync"
+    evidence = ("step",)
     summary = "`{func}` turns on autograd anomaly mode for training: a host read per backward function, every step"
     hint = "enable anomaly mode only while debugging (behind a flag), or pass `check_nan=False`"
 

@@ -66,6 +66,7 @@ class HelperReadInStep(Rule):
     """
 
     code, name, category = "XLA109", "helper-read-in-step", "item_sync"
+    evidence = ("step",)
     summary = (
         "`{helper}()` reads the device tensor passed as `{param}` to the host ({what} at {where}): a sync every step"
     )

@@ -51,6 +51,7 @@ class HostCollectiveInStep(Rule):
     """
 
     code, name, category = "XLA105", "host-collective-in-step", "item_sync"
+    evidence = ("step",)
     summary = "`{func}` on a per-step path is a graph sync, a host read and a barrier across replicas every step"
     hint = "use `xm.all_reduce` on device tensors (it stays in the step's graph), or synchronise once per epoch"
     xla_only = True

@@ -39,6 +39,7 @@ class HostCopyInStep(Rule):
     """
 
     code, name, category = "XLA102", "host-copy-in-step", "item_sync"
+    evidence = ("step", "value")
     summary = "`{what}` on a per-step path copies a device tensor to the host every step"
     hint = "keep results on the device and move them to the host once, after the loop or every N steps"
 
@@ -103,7 +104,7 @@ class HostCopyInStep(Rule):
             return
         if not self.ctx.on_device(receiver(node)) or not self.ctx.runs_hot(node):
             return
-        self.report(node, self.summary.format(what=what))
+        self.report(node, self.summary.format(what=what), value=receiver(node))
 
 
 def _to_cpu(node: ast.Call) -> bool:

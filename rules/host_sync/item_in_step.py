@@ -45,6 +45,7 @@ class ItemInStep(Rule):
     """
 
     code, name, category = "XLA101", "item-in-step", "item_sync"
+    evidence = ("step", "value")
     summary = "`.{method}()` on a per-step path forces a device-to-host sync every step"
     hint = "keep a device tensor (e.g. `total += loss.detach()`) and read it after the loop, every N steps, or in `xm.add_step_closure`"
 
@@ -122,4 +123,4 @@ class ItemInStep(Rule):
         kind = self.ctx.tensor_kind(receiver(node))
         if kind in (Kind.NOT_TENSOR, Kind.CPU) or not self.ctx.runs_hot(node):
             return
-        self.report(node, self.summary.format(method=method))
+        self.report(node, self.summary.format(method=method), value=receiver(node))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from xlalint.analysis.names import dotted_name, is_string, last_part, method_name, positional, receiver, string_value
+from xlalint.diagnostics import HIGH
 from xlalint.rule import Invalid, Rule, Valid
 
 
@@ -43,6 +44,7 @@ class PrintTensorInStep(Rule):
     """
 
     code, name, category = "XLA104", "print-tensor-in-step", "item_sync"
+    evidence = ("step", "value")
     summary = "formatting a device tensor on a per-step path forces a device-to-host sync"
     hint = "log every N steps, or pass the tensor to `xm.add_step_closure` and format it there"
 
@@ -150,11 +152,11 @@ class PrintTensorInStep(Rule):
         else:
             return
         if any(self.ctx.on_device(t) for t in targets) and self.ctx.runs_hot(node):
-            self.report(node)
+            self.report(node, value=self._formatted(targets))
 
     def visit_FormattedValue(self, node: ast.FormattedValue) -> None:
         if self.ctx.on_device(node.value) and self.ctx.runs_hot(node):
-            self.report(node)
+            self.report(node, value=node.value)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if not isinstance(node.op, ast.Mod) or not _format_string(node.left):
@@ -162,7 +164,12 @@ class PrintTensorInStep(Rule):
         right = node.right
         values = list(right.elts) if isinstance(right, ast.Tuple) else [right]
         if any(self.ctx.on_device(v) for v in values) and self.ctx.runs_hot(node):
-            self.report(node)
+            self.report(node, value=self._formatted(values))
+
+    def _formatted(self, values: list[ast.expr]) -> ast.expr:
+        """The device value formatted whose origin is best seen (its evidence is the finding's)."""
+        on_device = [v for v in values if self.ctx.on_device(v)]
+        return next((v for v in on_device if self.ctx.value_evidence(v).confidence == HIGH), on_device[0])
 
 
 def _format_string(node: ast.expr) -> bool:

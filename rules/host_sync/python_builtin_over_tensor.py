@@ -74,6 +74,7 @@ class PythonBuiltinOverTensor(Rule):
     """
 
     code, name, category = "XLA107", "python-builtin-over-tensor", "item_sync"
+    evidence = ("step",)
     summary = "device tensor values read on the host on a per-step path: {detail}"
     hint = (
         "use the tensor's own reduction (`t.any()`, `t.max()`, `t.sum(0)`, `torch.stack(...)`) and keep the "

@@ -39,6 +39,7 @@ class ScalarConversionInStep(Rule):
     """
 
     code, name, category = "XLA103", "scalar-conversion-in-step", "item_sync"
+    evidence = ("step", "value")
     summary = "`{func}()` of a device tensor on a per-step path forces a device-to-host sync"
     hint = "keep the value as a tensor; convert it after the loop or in `xm.add_step_closure`"
 
@@ -76,4 +77,4 @@ class ScalarConversionInStep(Rule):
             return
         if not self.ctx.on_device(node.args[0]) or not self.ctx.runs_hot(node):
             return
-        self.report(node, self.summary.format(func=func))
+        self.report(node, self.summary.format(func=func), value=node.args[0])

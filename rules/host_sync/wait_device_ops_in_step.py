@@ -51,6 +51,7 @@ class WaitDeviceOpsInStep(Rule):
     """
 
     code, name, category = "XLA108", "wait-device-ops-in-step", "item_sync"
+    evidence = ("step",)
     summary = "`xm.wait_device_ops()` on a per-step path blocks until the device is idle every step"
     hint = "wait once after training (or per epoch); `torch_xla.sync()` alone keeps tracing overlapped with execution"
     xla_only = True

@@ -78,6 +78,7 @@ class DataDependentSize(Rule):
     """
 
     code, name, category = "XLA313", "data-dependent-size", "varying_shape"
+    evidence = ("step",)
     summary = "{what} takes its size from tensor data on a per-step path: one compilation per distinct value"
     hint = "keep a static size (the padded length, a fixed bound or bucket) and mask; gather a fixed-length window with `index_select(0, s + torch.arange(L))`"
 

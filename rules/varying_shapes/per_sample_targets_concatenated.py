@@ -53,6 +53,7 @@ class PerSampleTargetsConcatenated(Rule):
     """
 
     code, name, category = "XLA314", "per-sample-targets-concatenated", "varying_shape"
+    evidence = ("step",)
     xla_only = True
     summary = "`{what}` joins a field of each sample per step: one row per object, a new shape per batch"
     hint = "pad the targets to a fixed number of objects per sample in the collate function and carry a validity mask"

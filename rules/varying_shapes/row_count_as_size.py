@@ -60,6 +60,7 @@ class RowCountAsSize(Rule):
     """
 
     code, name, category = "XLA316", "row-count-as-size", "varying_shape"
+    evidence = ("step",)
     # a loss module need not import torch_xla: the evidence says whether XLA code feeds it
     summary = "`{count}` counts the batch's objects (rows concatenated at {where}); sizing `{use}` by it recompiles every batch"
     at_call = "`{helper}()` sizes a tensor by the row count of `{arg}` ({where}), the batch's objects (concatenated at {collate}): a recompile per batch"

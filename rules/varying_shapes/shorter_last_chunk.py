@@ -46,6 +46,7 @@ class ShorterLastChunk(Rule):
     """
 
     code, name, category = "XLA315", "shorter-last-chunk", "varying_shape"
+    evidence = ("step",)
     xla_only = True
     summary = "`{clip}` clips the chunk of `{source}` to what is left: a shorter last chunk, one more shape (and compilation) per pass"
     hint = "drop the remainder (end the range `bptt` before the end) or pad the last chunk to the full length"

@@ -30,6 +30,7 @@ from .tensors import Kind, TensorInference
 
 if TYPE_CHECKING:
     from .compiled import CompiledRegions
+    from .evidence import Evidence
     from .jax_tracing import JittedCallable
 
 XLA_MODULES = ("torch_xla", "torchax")
@@ -69,6 +70,7 @@ class FileContext:
         self.tensors = TensorInference(self)
         self.step_loop_cache: dict[ast.AST, bool] = {}
         self.trains_cache: dict[ast.AST, bool] = {}
+        self.analysis_cache: dict[str, object] = {}  # whole-file answers of `evidence`
         self.gradients_cache: dict[ast.AST, bool] = {}  # see jax_tracing.computes_gradients
         self.jitted_cache: dict[ast.AST, JittedCallable] = {}  # see jax_tracing._decorated
         self.if_gate_cache: dict[tuple[ast.AST, str | None], bool] = {}  # see steps.gated_by
@@ -492,6 +494,18 @@ class FileContext:
     def runs_hot(self, node: ast.AST) -> bool:
         """Runs every step (or on every call of a loss/metric check), and may run on XLA."""
         return steps.runs_hot(self, node)
+
+    def step_evidence(self, node: ast.AST) -> Evidence:
+        """Why `node` runs every step, and how sure that is (see `evidence`)."""
+        from . import evidence
+
+        return evidence.step_evidence(self, node)
+
+    def value_evidence(self, node: ast.expr | None) -> Evidence:
+        """Where the device value `node` comes from, and how sure that is (see `evidence`)."""
+        from . import evidence
+
+        return evidence.value_evidence(self, node)
 
     # -- device guards --------------------------------------------------------------------------
     def in_non_xla_code(self, node: ast.AST) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from ..diagnostics import HIGH
 from ..source import is_file, stat_or_none
 from .guards import names_non_xla_feature
 from .index import FUNCTIONS, qualname
@@ -109,7 +110,8 @@ class ProjectFacts:
     # hook-like method names some module of the project calls (`steps.uncalled_hook`)
     hook_calls: frozenset[str] = frozenset()
     # its functions' parameters that every call in the project passes a host value: (qualname, "0" /
-    # "k:name", "cpu" when one of them is a host tensor, else "py")
+    # "k:name", "cpu" when one of them is a host tensor, else "py"); and, with "dev", those that some
+    # call passes a device value whose origin is seen (`evidence.value_evidence`)
     host_params: frozenset[tuple[str, str, str]] = frozenset()
     # row tables of a batch's objects (see `rows`): (collate reference as its loops write it,
     # position in the batch, "file:line" of the concatenation), and its functions' parameters that a
@@ -511,9 +513,16 @@ def _host_args(ctx, call: ast.Call) -> tuple[str, ...]:
     passed += [(f"k:{kw.arg}", kw.value) for kw in call.keywords if kw.arg]
     kinds = [(key, host.get(ctx.tensor_kind(value))) for key, value in passed]
     found = [f"{key}={kind}" for key, kind in kinds if kind]
+    # "0=dev": a device value whose origin is seen (`evidence.value_evidence`): the callee's
+    # parameter is then a device value by evidence, not by its name
+    found += [
+        f"{key}=dev"
+        for key, value in passed
+        if ctx.tensor_kind(value).on_device and ctx.value_evidence(value).confidence == HIGH
+    ]
     # "k:**": every keyword it passes is on the host (what a `**kwargs` parameter collects), none
     # unpacked from a mapping (`update(**losses)`)
-    words = [kind for key, kind in kinds if key.startswith("k:")]
+    words = [kind for key, kind in kinds if key.startswith("k:")]  # (host kinds only)
     if all(kw.arg for kw in call.keywords) and all(words):
         found.append("k:**=" + ("cpu" if "cpu" in words else "py"))
     return tuple(found)
@@ -905,13 +914,18 @@ class ProjectIndex:
         """Module path -> (qualname, argument key, "cpu"/"py") of its functions' parameters that
         every call the project makes of them passes a value evidently on the host."""
         passed: dict[FunctionRef, dict[str, str]] = {}
+        device: dict[FunctionRef, set[str]] = defaultdict(set)
         for _summary, call, target in resolved:
-            here = dict(entry.rpartition("=")[::2] for entry in call.host_args)
+            entries = [entry.rpartition("=")[::2] for entry in call.host_args]
+            device[target].update(key for key, kind in entries if kind == "dev")
+            here = {key: kind for key, kind in entries if kind != "dev"}
             before = passed.get(target, here)
             passed[target] = {k: "cpu" if "cpu" in (before[k], here[k]) else "py" for k in before.keys() & here.keys()}
         found: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
         for (path, name), keys in passed.items():
             found[path].update((name, key, kind) for key, kind in keys.items())
+        for (path, name), device_keys in device.items():  # some call passes a device value of seen origin
+            found[path].update((name, key, "dev") for key in device_keys)
         return found
 
     def _compiled(self, resolved) -> dict[str, dict[str, str]]:

@@ -1,0 +1,284 @@
+"""Findings report on evidence (issue 37): each carries its chain (the loop or role that runs it,
+the calls on the way, where the value comes from) and a confidence; `possible` findings, with a
+guessed link, are hidden unless asked for (`--confidence possible`, `confidence = "possible"`)."""
+
+import json
+
+from xlalint.diagnostics import Diagnostic, Location, Step
+
+# Every link seen: a loop that trains calls `log_metrics`, whose argument is the model's output.
+SEEN = """\
+import torch_xla
+
+
+def log_metrics(loss):
+    print(loss.item())
+
+
+def run(model, loader, opt):
+    for x, y in loader:
+        out = model(x)
+        loss = out.sum()
+        loss.backward()
+        opt.step()
+        torch_xla.sync()
+        log_metrics(loss)
+"""
+
+# The loop is seen (it runs a step function), but what `step_fn` returns is not: `loss` is a
+# tensor by its name only.
+GUESSED_VALUE = """\
+import torch_xla
+from helpers import forward_backward
+
+
+def report(loss):
+    print(loss.item())
+
+
+def run(loader):
+    for batch in loader:
+        loss = forward_backward(batch)
+        torch_xla.sync()
+        report(loss)
+"""
+
+# Per step by its name only: no loop, role or training call reaches `train_step`.
+GUESSED_STEP = """\
+import torch_xla
+
+
+def train_step(model, x):
+    out = model(x)
+    return out.sum().item()
+"""
+
+
+def check_json(run_cli, project, *args):
+    code, out, err = run_cli("check", "--no-cache", "--output-format", "json", *args, ".", cwd=project)
+    assert code in (0, 1), err
+    return json.loads(out)
+
+
+def test_a_seen_chain_is_high_and_shown_in_json(run_cli, project):
+    project.write("train.py", SEEN)
+    (d,) = [d for d in check_json(run_cli, project) if d["code"] == "XLA101"]
+    assert d["confidence"] == "high"
+    messages = [r["message"] for r in d["related"]]
+    assert messages[0] == "training loop at line 9 (backward at 12)"
+    assert messages[1] == "calls `log_metrics` (line 15)"
+    assert messages[2] == "value from `model(x)` (line 10)"
+    assert [r["location"]["row"] for r in d["related"]] == [9, 15, 10]
+    assert all(r["filename"].endswith("train.py") for r in d["related"])
+
+
+def test_the_chain_is_a_via_line_in_text_output(run_cli, project):
+    project.write("train.py", SEEN)
+    _, out, _ = run_cli("check", "--no-cache", "train.py", cwd=project)
+    assert (
+        "  via: training loop at line 9 (backward at 12) -> calls `log_metrics` (line 15) -> value from "
+        "`model(x)` (line 10)"
+    ) in out
+    assert "[possible]" not in out and "hidden" not in out
+    _, concise, _ = run_cli("check", "--no-cache", "--output-format", "concise", "train.py", cwd=project)
+    assert "via:" not in concise  # one line a finding
+
+
+def test_a_value_whose_origin_is_not_seen_is_possible_and_hidden_by_default(run_cli, project):
+    project.write("train.py", GUESSED_VALUE)
+    assert [d["code"] for d in check_json(run_cli, project)] == []
+    code, out, _ = run_cli("check", "--no-cache", "train.py", cwd=project)
+    assert code == 0
+    assert "1 possible finding hidden (--confidence possible shows them)." in out
+    shown = check_json(run_cli, project, "--confidence", "possible")
+    assert [(d["code"], d["confidence"]) for d in shown] == [("XLA101", "possible")]
+    code, out, _ = run_cli("check", "--no-cache", "--confidence", "possible", "train.py", cwd=project)
+    assert code == 1 and "XLA101 [possible]" in out and "hidden" not in out
+    assert "-> `loss` is taken for a device tensor; its origin is not seen (line 6)" in out
+
+
+def test_a_step_function_by_its_name_only_is_possible(run_cli, project):
+    project.write("lib/steps.py", GUESSED_STEP)
+    project.write("lib/__init__.py", "")
+    project.write("pyproject.toml", '[project]\nname = "lib"\n')
+    assert check_json(run_cli, project) == []
+    shown = check_json(run_cli, project, "--confidence", "possible")
+    assert [(d["code"], d["confidence"]) for d in shown] == [("XLA101", "possible")]
+    assert shown[0]["related"][0]["message"] == "`train_step` is a step by its name"
+
+
+def test_a_framework_role_is_high_evidence(run_cli, project):
+    project.write(
+        "model.py",
+        "import torch.nn as nn\nimport torch_xla\n\n\nclass Net(nn.Module):\n"
+        "    def forward(self, x):\n        h = self.layer(x)\n        print(h.sum().item())\n        return h\n",
+    )
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high"
+    assert d["related"][0]["message"] == "`Net.forward`, called by the framework every step"
+
+
+def test_confidence_from_the_configuration(run_cli, project):
+    project.write("train.py", GUESSED_VALUE)
+    project.write("pyproject.toml", '[tool.xlalint]\nconfidence = "possible"\n')
+    assert [d["confidence"] for d in check_json(run_cli, project)] == ["possible"]
+    # the command line wins
+    assert check_json(run_cli, project, "--confidence", "high") == []
+    project.write("pyproject.toml", '[tool.xlalint]\nconfidence = "sure"\n')
+    code, out, err = run_cli("check", "--no-cache", ".", cwd=project)
+    assert code == 2 and "`confidence` must be one of 'high', 'possible'" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_bad_confidence_on_the_command_line_is_an_error(run_cli, project):
+    project.write("train.py", SEEN)
+    code, _, err = run_cli("check", "--confidence", "maybe", ".", cwd=project)
+    assert code == 2 and "--confidence" in err
+
+
+def test_the_cache_round_trips_confidence_and_chain(run_cli, project):
+    project.write("train.py", SEEN)
+    project.write("other.py", GUESSED_VALUE)
+    args = ("check", "--output-format", "json", "--confidence", "possible", ".")
+    first = json.loads(run_cli(*args, cwd=project)[1])
+    second = json.loads(run_cli(*args, cwd=project)[1])  # from the cache
+    assert (project / ".xlalint_cache").is_dir()
+    assert first == second
+    assert {d["confidence"] for d in second} == {"high", "possible"}
+
+
+def test_sarif_carries_the_chain_with_messages_and_the_confidence(run_cli, project):
+    project.write("train.py", SEEN)
+    _, out, _ = run_cli("check", "--no-cache", "--output-format", "sarif", ".", cwd=project)
+    (result,) = [r for r in json.loads(out)["runs"][0]["results"] if r["ruleId"] == "XLA101"]
+    assert result["properties"]["confidence"] == "high"
+    related = result["relatedLocations"]
+    assert [r["message"]["text"] for r in related][:2] == [
+        "training loop at line 9 (backward at 12)",
+        "calls `log_metrics` (line 15)",
+    ]
+    assert [r["physicalLocation"]["region"]["startLine"] for r in related] == [9, 15, 10]
+
+
+def test_explain_says_what_each_level_means(run_cli):
+    _, out, _ = run_cli("explain", "XLA101")
+    assert "Confidence: `high` when the evidence" in out and "`possible` when a link is guessed" in out
+    _, out, _ = run_cli("explain", "XLA601")  # a migration rule: the pattern is the finding
+    assert "Confidence:" not in out
+
+
+def test_a_diagnostic_round_trips_through_json():
+    d = Diagnostic(
+        "XLA101",
+        "item-in-step",
+        "m",
+        "item_sync",
+        __import__("pathlib").Path("a.py"),
+        Location(3, 1),
+        Location(3, 5),
+        related=(Step(Location(1, 1), "training loop at line 1"), Step(Location(7, 2), "in b", "b.py")),
+        confidence="possible",
+    )
+    back = Diagnostic.from_json(json.loads(json.dumps(d.to_json())))
+    assert back.related == d.related and back.confidence == "possible"
+    assert d.to_json()["related"][1]["filename"] == "b.py"
+
+
+# A loop over batches that runs no training step: an evaluation, an inference or an analysis
+# script, which may run once, offline.
+NO_TRAINING = """\
+import torch_xla
+
+
+def evaluate(model, loader, device):
+    for x, y in loader:
+        out = model(x.to(device))
+        print(out.argmax(-1).cpu())
+"""
+
+
+def test_a_loop_that_runs_no_training_step_is_possible_evidence(run_cli, project):
+    project.write("evaluate.py", NO_TRAINING)
+    assert check_json(run_cli, project) == []
+    (d,) = check_json(run_cli, project, "--confidence", "possible")
+    assert (d["code"], d["confidence"]) == ("XLA102", "possible")
+    assert d["related"][0]["message"] == "loop over the batches of `loader` (line 5), with no training step seen"
+    # the same loop with a backward is a training loop: high
+    project.write("evaluate.py", NO_TRAINING.replace("        print(", "        out.sum().backward()\n        print("))
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high" and d["related"][0]["message"].startswith("training loop at line 5")
+
+
+def test_a_formatted_value_is_judged_by_its_origin(run_cli, project):
+    # XLA104: `loss` from the model is seen on the device; `acc` is a tensor by its name only
+    code = (
+        "import torch_xla\n\n\ndef train(model, loader, opt, acc):\n    for x in loader:\n"
+        "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
+        "        torch_xla.sync()\n        print(f'{{{}}}')\n"
+    )
+    project.write("train.py", code.format("loss"))
+    assert [(d["code"], d["confidence"]) for d in check_json(run_cli, project)] == [("XLA104", "high")]
+    project.write("train.py", code.format("acc"))
+    assert check_json(run_cli, project) == []
+    assert [d["code"] for d in check_json(run_cli, project, "--confidence", "possible")] == ["XLA104"]
+
+
+def test_losses_and_per_batch_callbacks_are_roles(run_cli, project):
+    # a loss function is computed every training step; a callback's `batch_end` runs every batch
+    project.write("pyproject.toml", '[project]\nname = "lib"\n')  # a library: its users call them
+    project.write(
+        "losses.py",
+        "import torch\n\n\ndef dice_loss(pred, target):\n    inter = (pred * target).sum()\n"
+        "    print(inter.item())\n    return inter\n",
+    )
+    project.write(
+        "callbacks.py",
+        "import torch\n\n\nclass Speed(Callback):\n    def batch_end(self, state, logger):\n"
+        "        t = torch.tensor([1.0], device=state.device)\n        logger.log(t.item())\n",
+    )
+    found = {d["filename"].rsplit("/", 1)[-1]: d for d in check_json(run_cli, project, "--assume-xla")}
+    assert found["losses.py"]["related"][0]["message"] == "`dice_loss`, a loss: computed every training step"
+    assert found["callbacks.py"]["related"][0]["message"] == "`Speed.batch_end`, called by the framework every step"
+    assert {d["confidence"] for d in found.values()} == {"high"}
+
+
+def test_fix_applies_a_possible_findings_fix_only_when_asked(run_cli, project):
+    # `eval_step` is a step by its name only: its boolean-mask assignment (XLA303) is possible
+    code = (
+        "import torch\nimport torch_xla\n\n\ndef eval_step(scores, threshold):\n"
+        "    scores = scores.softmax(-1)\n    scores[scores < threshold] = 0.0\n    return scores\n"
+    )
+    project.write("pyproject.toml", '[project]\nname = "lib"\n')
+    path = project.write("steps.py", code)
+    run_cli("fix", "--no-cache", "--write", "--unsafe-fixes", ".", cwd=project)
+    assert path.read_text() == code
+    run_cli("fix", "--no-cache", "--write", "--unsafe-fixes", "--confidence", "possible", ".", cwd=project)
+    assert "masked_fill_(scores < threshold, 0.0)" in path.read_text()
+
+
+def test_a_loss_without_callers_in_the_project_is_high(run_cli, project):
+    # a library's loss function, called by its users' training steps (no caller in the project);
+    # a `_check_*` input validation run on every call is by its name only: possible
+    project.write("pyproject.toml", '[project]\nname = "lib"\n')
+    project.write(
+        "losses.py",
+        "import torch\nimport torch_xla\n\n\ndef ForCTCLoss(logits, labels):\n"
+        "    keep = labels.nonzero()\n    return logits[keep].sum()\n\n\n"
+        "def _check_shapes(preds):\n    keep = preds.nonzero()\n    return keep\n",
+    )
+    found = check_json(run_cli, project, "--confidence", "possible")
+    assert [(d["location"]["row"], d["code"], d["confidence"]) for d in found] == [
+        (6, "XLA301", "high"),
+        (11, "XLA301", "possible"),
+    ]
+
+
+def test_a_validation_loop_of_a_training_script_is_high(run_cli, project):
+    # the evaluation loop runs while training: its reads cost the training run
+    train = (
+        "\n\ndef train(model, loader, opt, device):\n    for x, y in loader:\n"
+        "        model(x.to(device)).sum().backward()\n        opt.step()\n        torch_xla.sync()\n"
+    )
+    project.write("evaluate.py", NO_TRAINING + train)
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high" and d["related"][0]["message"] == "loop over the batches of `loader` (line 5)"

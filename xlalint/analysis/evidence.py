@@ -1,0 +1,368 @@
+"""Why a finding holds: the evidence chain behind the per-step and device-value judgements.
+
+`steps.runs_hot` and `tensors.TensorInference.kind` answer yes or no; a finding also needs to say
+*why*, and how sure it is (`diagnostics.HIGH` / `POSSIBLE`):
+
+- *runs every step*: the code is reached from a loop that trains (a backward, an optimizer step or
+  a step call in the loop) or iterates a data loader's batches, or from a role the frameworks
+  define (`forward` of a module class, a loss or metric class, Lightning's `training_step`, a
+  trainer's `compute_loss`, a per-batch hook), or from a function that itself runs a backward or
+  optimizer step, through resolved calls of this module or, by the project index, another one. A
+  function taken for a step function by its name alone (`def train_step(...)` with no loop, role or
+  training call behind it) is a guess: the finding is `possible`.
+- *a device value*: its origin is seen (moved to a device, a model's output, a gradient, a batch of
+  a device loader, an op on such values, a parameter of a framework role). A value that is a tensor
+  only by its name, or whose origin is not seen, is a guess: `possible`.
+
+Each link is a `diagnostics.Step` (a place and a short message); rules ask through
+`FileContext.step_evidence` / `value_evidence` (see `Rule.report`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
+
+from ..diagnostics import HIGH, POSSIBLE, Location, Step
+from .index import FUNCTIONS, qualname
+from .names import dotted_name, last_part, method_name, receiver
+from .steps import (
+    NOT_STEP_FUNCTION,
+    _runs_each_iteration,
+    _training_call,
+    is_named_step,
+    is_step_loop,
+    iterates_batches,
+    local_callees_of,
+    runs_less_often,
+    trains,
+)
+from .tensors import Kind
+
+if TYPE_CHECKING:
+    from .context import FileContext
+
+MAX_CHAIN = 4  # links shown: the root, the calls nearest to the finding
+MAX_VALUE_DEPTH = 8
+
+# Bases that make a class no framework class (its `forward` is only a name).
+PLAIN_BASES = {"object", "ABC", "abc.ABC", "Protocol", "typing.Protocol", "Generic", "NamedTuple", "Enum"}
+# Methods a framework calls every step on its subclasses: a module's forward, a loss's or metric's
+# call and update, Lightning's and trainers' step hooks, per-batch callbacks.
+ROLE_METHODS = {
+    "forward",
+    "__call__",
+    "training_step",
+    "validation_step",
+    "test_step",
+    "predict_step",
+    "compute_loss",
+    "training_step_end",
+    "update",
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_before_optimizer_step",
+    "on_after_backward",
+    "on_before_backward",
+    "on_before_zero_grad",
+    "optimizer_step",
+}
+
+
+# Per-batch callbacks a trainer runs on every step (Lightning, ignite, composer, HF).
+BATCH_HOOK = re.compile(
+    r"^((on_)?(train_)?(batch|step|iter|iteration)_(end|start|begin|completed|started)|"
+    r"(after|before)_(train_)?(iter|step|batch))$"
+)
+# Loss functions and loss classes' methods by what they compute (`dice_loss`, `loss_labels`, `ForCTCLoss`).
+LOSS_FUNCTION = re.compile(r"(^|_)loss(es)?($|_)|[A-Za-z0-9]Loss$")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A judgement's confidence and its chain of steps (root first)."""
+
+    confidence: str
+    chain: tuple[Step, ...] = ()
+
+    def __and__(self, other: Evidence) -> Evidence:
+        """Both judgements hold: possible when either is, the chains one after the other."""
+        confidence = POSSIBLE if POSSIBLE in (self.confidence, other.confidence) else HIGH
+        return Evidence(confidence, self.chain + other.chain)
+
+
+def _at(ctx: FileContext, node: ast.AST, message: str) -> Step:
+    line = getattr(node, "lineno", 1)
+    return Step(Location(line, ctx.text.column(line, getattr(node, "col_offset", 0)) + 1), message)
+
+
+def _code(node: ast.AST, limit: int = 40) -> str:
+    text = " ".join(ast.unparse(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- runs every step ---------------------------------------------------------------------------------
+
+
+def step_evidence(ctx: FileContext, node: ast.AST) -> Evidence:
+    """Why `node` runs every step (the loop or role, the calls on the way), and how sure that is."""
+    child = node
+    for anc in ctx.index.ancestors(node):
+        field = ctx.index.field_of(child)
+        if isinstance(anc, FUNCTIONS):
+            return function_evidence(ctx, anc)
+        if isinstance(anc, ast.Lambda):
+            break
+        if _runs_each_iteration(ctx, anc, field):
+            return loop_evidence(ctx, anc)
+        child = anc
+    return Evidence(POSSIBLE)
+
+
+def loop_evidence(ctx: FileContext, loop: ast.AST) -> Evidence:
+    """A step loop that trains is high evidence, and so is a loop over batches in a file that
+    trains (its validation); one in a file that never trains (an offline evaluation, inference or
+    analysis script) may as well run once: possible."""
+    step = loop_step(ctx, loop)
+    if step.message.startswith("training loop"):
+        return Evidence(HIGH, (step,))
+    if _file_trains(ctx):  # a validation loop of a training script: it runs while training
+        return Evidence(HIGH, (replace(step, message=step.message.replace(", with no training step seen", "")),))
+    return Evidence(POSSIBLE, (step,))
+
+
+def _file_trains(ctx: FileContext) -> bool:
+    """Some loop or function of this file runs a training step."""
+    cached = ctx.analysis_cache.get("file-trains")
+    if cached is None:
+        cached = any(is_step_loop(ctx, loop) and _training_call_in(ctx, loop) is not None for loop in ctx.index.loops)
+        ctx.analysis_cache["file-trains"] = cached
+    return bool(cached)
+
+
+def loop_step(ctx: FileContext, loop: Any) -> Step:
+    """The step loop as a link: what makes it one (its training call, or the batches it iterates)."""
+    training = _training_call_in(ctx, loop)
+    if training is not None:
+        return _at(ctx, loop, f"training loop at line {loop.lineno} ({_call_label(training)} at {training.lineno})")
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter):
+        where = f"loop over the batches of `{_code(loop.iter, 30)}` (line {loop.lineno})"
+    else:
+        where = f"step loop at line {loop.lineno}"
+    return _at(ctx, loop, f"{where}, with no training step seen")
+
+
+def _call_label(call: ast.Call) -> str:
+    return method_name(call) or last_part(dotted_name(call.func)) or "step"
+
+
+def _training_call_in(ctx: FileContext, owner: ast.AST) -> ast.Call | None:
+    """The first backward / optimizer step / training call `owner` runs each time (itself or
+    through a function of this module it calls)."""
+    for call in ctx.calls_within(owner):
+        if runs_less_often(ctx, call, owner):
+            continue
+        if _training_call(ctx, call) or ctx.trains_externally(call):
+            return call
+        if any(trains(ctx, f) for f in local_callees_of(ctx, call)):
+            return call
+    return None
+
+
+def function_evidence(ctx: FileContext, func: Any) -> Evidence:
+    """Why every call of `func` is a step: see `origins`."""
+    origin = origins(ctx).get(func)
+    if origin is None:
+        if func in ctx.per_call_functions:
+            role = framework_role(ctx, func)  # a loss, run by every training step that calls it
+            if role is not None:
+                return Evidence(HIGH, (_at(ctx, func, role),))
+            return Evidence(POSSIBLE, (_at(ctx, func, f"`{func.name}` runs on every call by its name"),))
+        return Evidence(POSSIBLE)
+    return origin
+
+
+def origins(ctx: FileContext) -> dict[ast.AST, Evidence]:
+    """The evidence for each step function of the file, found breadth-first from the best roots:
+    step loops, functions that train, framework roles and other modules' step calls (high), then
+    functions that are steps by their name only (possible)."""
+    cached = ctx.analysis_cache.get("step-origins")
+    if cached is not None:
+        return cast("dict[ast.AST, Evidence]", cached)
+    result: dict[ast.AST, Evidence] = {}
+    high: list[tuple[ast.AST, Evidence]] = []
+    guessed: list[tuple[ast.AST, Evidence]] = []
+    for loop in ctx.index.loops:
+        if is_step_loop(ctx, loop):
+            evidence = loop_evidence(ctx, loop)
+            (high if evidence.confidence == HIGH else guessed).append((loop, evidence))
+    for defs in ctx.index.functions.values():
+        for func in defs:
+            if func not in ctx.step_functions or ctx.is_step_closure(func):
+                continue
+            root = _root_evidence(ctx, func)
+            if root is not None:
+                high.append((func, root))
+            elif is_named_step(ctx, func):
+                guessed.append((func, Evidence(POSSIBLE, (_at(ctx, func, f"`{func.name}` is a step by its name"),))))
+    for roots in (high, guessed):
+        queue = list(roots)
+        for owner, evidence in roots:
+            if isinstance(owner, FUNCTIONS) and owner not in result:
+                result[owner] = evidence
+        while queue:
+            owner, evidence = queue.pop(0)
+            for call in ctx.calls_within(owner):
+                if runs_less_often(ctx, call, owner):
+                    continue
+                for callee in local_callees_of(ctx, call):
+                    if callee in result:
+                        continue
+                    link = _at(ctx, call, f"calls `{callee.name}` (line {call.lineno})")
+                    found = Evidence(evidence.confidence, (*evidence.chain, link)[-MAX_CHAIN:])
+                    result[callee] = found
+                    queue.append((callee, found))
+    ctx.analysis_cache["step-origins"] = result
+    return result
+
+
+def _root_evidence(ctx: FileContext, func: Any) -> Evidence | None:
+    """High evidence that `func` runs every step by itself: another module's step loop calls it,
+    it trains (one backward or optimizer step a call), or a framework calls it each step."""
+    if ctx.externally_per_step(func):
+        return Evidence(HIGH, (_at(ctx, func, f"`{func.name}` is called every step from another module"),))
+    if trains(ctx, func):
+        call = _training_call_in(ctx, func)
+        where = f" ({_call_label(call)} at {call.lineno})" if call is not None else ""
+        return Evidence(HIGH, (_at(ctx, func, f"`{func.name}` runs a training step{where}"),))
+    role = framework_role(ctx, func)
+    if role is not None:
+        return Evidence(HIGH, (_at(ctx, func, role),))
+    return None
+
+
+def framework_role(ctx: FileContext, func: Any) -> str | None:
+    """`forward` of a module class, a loss's or metric's call, a trainer's or Lightning module's
+    step hook, a per-batch callback: a method a framework calls every step, on a class derived
+    from another class; or a loss function, which a training step computes every step."""
+    cls = ctx.index.parent(func)
+    if LOSS_FUNCTION.search(func.name) and not NOT_STEP_FUNCTION.search(func.name):
+        return f"`{func.name}`, a loss: computed every training step"
+    if func.name not in ROLE_METHODS and not BATCH_HOOK.match(func.name):
+        return None
+    if not isinstance(cls, ast.ClassDef):
+        params = func.args.posonlyargs + func.args.args
+        if params and params[0].arg == "self" and func.name != "__call__":
+            return f"`{func.name}`, a method the framework calls every step"  # set on a class elsewhere
+        return None
+    bases = [dotted_name(b) or "" for b in cls.bases]
+    if not bases or all(b in PLAIN_BASES for b in bases):
+        return None
+    return f"`{cls.name}.{func.name}`, called by the framework every step"
+
+
+# -- a device value ----------------------------------------------------------------------------------
+
+
+def value_evidence(ctx: FileContext, expr: ast.expr | None) -> Evidence:
+    """Where the value of `expr` comes from, when its origin on the device is seen (high);
+    possible when it is a tensor only by its name or its origin is not seen."""
+    if expr is None:
+        return Evidence(POSSIBLE)
+    origin = _device_origin(ctx, expr, 0)
+    if origin is None:
+        guess = f"`{_code(expr)}` is taken for a device tensor; its origin is not seen"
+        return Evidence(POSSIBLE, (_at(ctx, expr, guess),))
+    node, why = origin
+    if node is expr and not why:
+        return Evidence(HIGH)
+    line = getattr(node, "lineno", 1)
+    return Evidence(HIGH, (_at(ctx, node, why or f"value from `{_code(node)}` (line {line})"),))
+
+
+def _passed_from_device(ctx: FileContext, func: Any, param: ast.arg) -> bool:
+    """A call of `func` in another module passes a device value of seen origin for `param`
+    (`ProjectFacts.host_params`, kind "dev")."""
+    facts = ctx.project.host_params
+    if not facts:
+        return False
+    params = [*func.args.posonlyargs, *func.args.args]
+    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
+        params = params[1:]
+    keys = [f"k:{param.arg}", *([str(params.index(param))] if param in params else [])]
+    name = qualname(ctx.index, func)
+    return any((name, key, "dev") in facts for key in keys)
+
+
+def _device_origin(ctx: FileContext, expr: ast.expr, depth: int) -> tuple[ast.AST, str] | None:
+    """The expression that makes `expr` a device value, followed back through names, attributes,
+    subscripts, methods and operations; None when none is seen."""
+    if depth > MAX_VALUE_DEPTH:
+        return None
+    kind = ctx.tensor_kind(expr)
+    # the value itself is a device value; what it is computed from may be of unknown kind
+    # (`outputs["logits"]` of a role's input): only host values end the search there
+    if not kind.on_device and (depth == 0 or kind in (Kind.NOT_TENSOR, Kind.CPU)):
+        return None
+    if isinstance(expr, ast.Name):
+        for value in ctx.reaching_values(expr):
+            found = _device_origin(ctx, value, depth + 1)
+            if found is not None:
+                return found
+        iterables = ctx.loop_iterables(expr)
+        if iterables:
+            for iterable in iterables:  # `for n in t.amax(1):` elements of a device tensor
+                found = _device_origin(ctx, iterable, depth + 1)
+                if found is not None:
+                    return found
+            if kind == Kind.DEVICE:  # a device loader's batch
+                return iterables[0], f"a batch of `{_code(iterables[0], 30)}` (line {iterables[0].lineno})"
+            return None
+        param = ctx.parameter(expr)
+        if param is not None:
+            func = ctx.index.parent(ctx.index.parent(param))
+            if isinstance(func, FUNCTIONS) and framework_role(ctx, func) is not None:
+                return param, f"input `{param.arg}` of `{func.name}`"
+            for passed in ctx.arguments_for(param):
+                if passed is not None:
+                    found = _device_origin(ctx, passed, depth + 1)
+                    if found is not None:
+                        return found
+            if isinstance(func, FUNCTIONS) and _passed_from_device(ctx, func, param):
+                return param, f"`{param.arg}`: a call elsewhere passes `{func.name}` a device value"
+        return None
+    if isinstance(expr, ast.Attribute):
+        if expr.attr == "grad":
+            return expr, f"a gradient `{_code(expr)}` (line {expr.lineno})"
+        name = dotted_name(expr)
+        for value in ctx.attribute_values(name) if name else ():
+            found = _device_origin(ctx, value, depth + 1)
+            if found is not None:
+                return found
+        return _device_origin(ctx, expr.value, depth + 1)
+    if isinstance(expr, ast.Subscript):
+        return _device_origin(ctx, expr.value, depth + 1)
+    if isinstance(expr, (ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Tuple, ast.List)):
+        for child in ast.iter_child_nodes(expr):
+            if isinstance(child, ast.expr):
+                found = _device_origin(ctx, child, depth + 1)
+                if found is not None:
+                    return found
+        return None
+    if isinstance(expr, ast.Call):
+        recv = receiver(expr) if method_name(expr) else None
+        if kind == Kind.DEVICE:  # placed on a device, a model's output, a collective
+            # `out.sum()`, `loss.detach()`: where the device value they compute on comes from
+            found = _device_origin(ctx, recv, depth + 1) if isinstance(recv, ast.expr) else None
+            return found or (expr, "")
+        for operand in (recv, *expr.args):
+            if isinstance(operand, ast.expr):
+                found = _device_origin(ctx, operand, depth + 1)
+                if found is not None:
+                    return found
+        return None
+    if isinstance(expr, (ast.Await, ast.NamedExpr, ast.Starred)):
+        return _device_origin(ctx, expr.value, depth + 1)
+    return None
