@@ -185,7 +185,8 @@ def test_functions_no_one_uses_in_an_application_run_at_no_step(run_cli, project
     ],
 )
 def test_named_by_evidence_they_stay_per_call(run_cli, project, files, package):
-    found = findings(run_cli, project, files, package=package)
+    # per call, not per step: a guessed link (a loss by its name), shown at `--confidence possible`
+    found = findings(run_cli, project, files, "--confidence", "possible", package=package)
     assert ("losses.py", 17, "XLA201") in found
 
 
@@ -273,7 +274,8 @@ def train(model, loader, optimizer, lr):
 )
 def test_a_kwargs_meter_reads_the_device_only_when_a_caller_passes_a_tensor(run_cli, project, passed, reported):
     files = {"meter.py": METER, "train.py": STEPS.format(passed=passed)}
-    found = findings(run_cli, project, files, "--select", "XLA101,XLA103,XLA109")
+    # the meter's value comes from another module's call: possible evidence (issue 37)
+    found = findings(run_cli, project, files, "--select", "XLA101,XLA103,XLA109", "--confidence", "possible")
     assert found == reported
 
 
@@ -283,7 +285,7 @@ def test_an_optimizers_param_groups_hold_python_hyper_parameters(run_cli, projec
     assert findings(run_cli, project, files, "--select", "XLA101,XLA109") == []
     # the groups' parameters keep their gradients on the device
     files["train.py"] = STEPS.format(passed="norm=[p.grad.norm() for g in optimizer.param_groups for p in g['params']][0]")
-    assert ("meter.py", 11, "XLA101") in findings(run_cli, project, files, "--select", "XLA101")
+    assert ("meter.py", 11, "XLA101") in findings(run_cli, project, files, "--select", "XLA101", "--confidence", "possible")
 
 
 # -- a comprehension's variable is its own, not the function's --------------------------------------

@@ -169,7 +169,9 @@ def check(run_cli, root, monkeypatch, *, share: bool):
     monkeypatch.setattr(workspace, "lint_source", _counting_lint(workspace.lint_source, analysed))
     if not share:  # every file checked on an analysis of its own, with its facts (as before)
         monkeypatch.setattr(workspace, "holds", lambda *args: False)
-    code, out, err = run_cli("check", "--preview", "--no-cache", "--jobs", "1", "--output-format", "json", root)
+    code, out, err = run_cli(
+        "check", "--preview", "--confidence", "possible", "--no-cache", "--jobs", "1", "--output-format", "json", root
+    )
     monkeypatch.undo()
     assert code == 1 and err == "", err
     return json.loads(out), analysed

@@ -36,6 +36,7 @@ from .steps import (
     is_step_loop,
     iterates_batches,
     local_callees_of,
+    offline_loop,
     runs_less_often,
     trains,
 )
@@ -128,18 +129,9 @@ def loop_evidence(ctx: FileContext, loop: ast.AST) -> Evidence:
     step = loop_step(ctx, loop)
     if step.message.startswith("training loop"):
         return Evidence(HIGH, (step,))
-    if _file_trains(ctx):  # a validation loop of a training script: it runs while training
+    if not offline_loop(ctx, loop):  # a validation loop of a training program: it runs while training
         return Evidence(HIGH, (replace(step, message=step.message.replace(", with no training step seen", "")),))
     return Evidence(POSSIBLE, (step,))
-
-
-def _file_trains(ctx: FileContext) -> bool:
-    """Some loop or function of this file runs a training step."""
-    cached = ctx.analysis_cache.get("file-trains")
-    if cached is None:
-        cached = any(is_step_loop(ctx, loop) and _training_call_in(ctx, loop) is not None for loop in ctx.index.loops)
-        ctx.analysis_cache["file-trains"] = cached
-    return bool(cached)
 
 
 def loop_step(ctx: FileContext, loop: Any) -> Step:

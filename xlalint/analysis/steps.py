@@ -955,16 +955,11 @@ def is_per_step(ctx: FileContext, node: ast.AST, *, periodic: bool = False) -> b
 
 
 def _runs_each_iteration(ctx: FileContext, loop: ast.AST, field: str | None) -> bool:
-    """`loop` is a step loop, and its `field` (the body; a `while`'s test too) runs every step. The
-    loop of a script that never trains runs no training step (`offline_loop`)."""
+    """`loop` is a step loop, and its `field` (the body; a `while`'s test too) runs every step. (The
+    loop of a script that never trains is one too, with only possible evidence: `offline_loop`.)"""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
-        return field == "body" and is_step_loop(ctx, loop) and not offline_loop(ctx, loop)
-    return (
-        isinstance(loop, ast.While)
-        and field in ("body", "test")
-        and is_step_loop(ctx, loop)
-        and not offline_loop(ctx, loop)
-    )
+        return field == "body" and is_step_loop(ctx, loop)
+    return isinstance(loop, ast.While) and field in ("body", "test") and is_step_loop(ctx, loop)
 
 
 def _periodic_pass(ctx: FileContext, loop: ast.AST) -> bool:
