@@ -109,3 +109,22 @@ def test_safe_fixes_never_make_the_examples_import_the_linter(tmp_path):
     assert added and not [line for line in added if "xlalint" in line]
     unsafe = xlalint("fix", "--no-cache", "--unsafe-fixes", copy)
     assert "+from xlalint.runtime import" in unsafe.stdout  # what the safe run leaves out
+
+
+def test_checking_the_examples_reads_their_projects_not_the_checkout_around_them(run_cli, monkeypatch):
+    """Each example is a project of its own (its pyproject.toml): `xlalint check examples/` in a clone
+    summarises the examples' files, not the linter's 250 modules around them (issue 40, item 11)."""
+    from xlalint import workspace
+
+    read: list[Path] = []
+    real = workspace.analyse
+
+    def counting(source, **kwargs):
+        read.append(Path(source.path).resolve())
+        return real(source, **kwargs)
+
+    monkeypatch.setattr(workspace, "analyse", counting)
+    code, out, _ = run_cli("check", "--preview", "--no-cache", "--jobs", "1", "--output-format", "json", EXAMPLES)
+    monkeypatch.undo()
+    assert code == 1 and len(json.loads(out)) >= 40
+    assert read and all(EXAMPLES in p.parents for p in read), sorted({str(p) for p in read if EXAMPLES not in p.parents})[:5]
