@@ -282,3 +282,22 @@ def test_a_validation_loop_of_a_training_script_is_high(run_cli, project):
     project.write("evaluate.py", NO_TRAINING + train)
     (d,) = check_json(run_cli, project)
     assert d["confidence"] == "high" and d["related"][0]["message"] == "loop over the batches of `loader` (line 5)"
+
+
+def test_an_override_of_a_library_models_hook_is_a_framework_role(run_cli, project):
+    # the library model's forward calls the hook every step; nothing in the project calls it
+    project.write("model.py", """\
+import torch
+import torch_xla
+from transformers import LlavaForConditionalGeneration
+
+
+class TpuLlava(LlavaForConditionalGeneration):
+    def _merge_input_ids_with_image_features(self, image_features, inputs_embeds, input_ids, attention_mask, labels):
+        if torch.sum(input_ids == self.pad_token_id) > 0:
+            inputs_embeds = inputs_embeds * 1
+        return inputs_embeds
+""")
+    (d,) = [d for d in check_json(run_cli, project) if d["code"] == "XLA201"]
+    assert d["confidence"] == "high"
+    assert "overrides a hook the library model's forward calls every step" in d["related"][0]["message"]

@@ -37,6 +37,7 @@ from .steps import (
     iterates_batches,
     local_callees_of,
     offline_loop,
+    overrides_model_hook,
     runs_less_often,
     trains,
 )
@@ -242,6 +243,8 @@ def framework_role(ctx: FileContext, func: Any) -> str | None:
     cls = ctx.index.parent(func)
     if LOSS_FUNCTION.search(func.name) and not NOT_STEP_FUNCTION.search(func.name):
         return f"`{func.name}`, a loss: computed every training step"
+    if isinstance(cls, ast.ClassDef) and overrides_model_hook(ctx, func):
+        return f"`{cls.name}.{func.name}` overrides a hook the library model's forward calls every step"
     if func.name not in ROLE_METHODS and not BATCH_HOOK.match(func.name):
         return None
     if not isinstance(cls, ast.ClassDef):
