@@ -277,3 +277,26 @@ def test_ledger_rows_point_at_their_source_lines_in_the_corpus():
         pytest.skip("the corpus here has none of the ledger's repositories")
     stale = [r for r in rows if check._source_line(lines, r.repo, r.path, r.line) != r.text]
     assert not stale, f"{len(stale)} ledger rows no longer match their source line, e.g. {stale[0]}"
+
+
+def test_possible_findings_have_a_precision_of_their_own():
+    high, guessed = finding(1, "XLA101", "a"), check.Finding("o/a", "train.py", 2, "XLA101", "m", "b", "possible")
+    ledger = [
+        check.Entry(f.repo, f.path, f.line, f.code, "no", verdict, "why", f.text, f.message)
+        for f, verdict in ((high, "right"), (guessed, "wrong"))
+    ]
+    tallies = check.precision_by_family(check.judge([high, guessed], ledger))
+    assert (tallies["XLA"].right, tallies["XLA"].wrong) == (1, 0)
+    assert (tallies["possible:XLA"].right, tallies["possible:XLA"].wrong) == (0, 1)
+
+
+def test_loop_hazards_count_as_found_possible_or_missed():
+    loops = [
+        {"repo": "o/a", "path": "train.py", "line": "4", "category": "host-sync"},
+        {"repo": "o/a", "path": "train.py", "line": "5", "category": "host-sync"},
+        {"repo": "o/a", "path": "train.py", "line": "6", "category": "host-sync"},
+        {"repo": "o/a", "path": "train.py", "line": "-", "category": "none"},  # a clean loop: not counted
+    ]
+    head = [finding(4, "XLA101", "x"), check.Finding("o/a", "train.py", 5, "XLA201", "m", "y", "possible")]
+    counts = check.loop_recall(loops, head)
+    assert counts["all"] == {"found": 1, "possible": 1, "missed": 1}

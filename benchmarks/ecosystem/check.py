@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_LEDGER = os.path.join(HERE, "ledger.tsv")
+DEFAULT_LOOPS = os.path.join(HERE, "loops.tsv")
 
 
 def _find_repos_list() -> str:
@@ -83,6 +84,7 @@ class Finding:
     code: str
     message: str
     text: str  # the finding's source line, stripped: what a verdict is attached to
+    confidence: str = "high"  # "possible": shown only with --confidence possible (issue 37)
 
     @property
     def anchor(self) -> tuple[str, str, str, str]:
@@ -131,6 +133,7 @@ def parse_report(repo: str, raw: str | bytes, lines_of) -> list[Finding]:
                 code,
                 " ".join(str(item.get("message", "")).split()),
                 _source_line(lines_of, repo, path, line),
+                str(item.get("confidence") or "high"),
             )
         )
     return sorted(found, key=lambda f: (f.repo, f.path, f.line, f.code, f.message))
@@ -263,13 +266,48 @@ class Tally:
 
 
 def precision_by_family(judged: list[tuple[Finding, Entry | None]]) -> dict[str, Tally]:
+    """Per family (and "all") for the default findings; a possible finding (a run with
+    `--confidence possible`) counts under "possible:<family>", apart: its precision is its own."""
     tallies: dict[str, Tally] = {}
     for f, entry in judged:
-        for name in (family(f.code), "all"):
+        prefix = "" if f.confidence == "high" else f"{f.confidence}:"
+        for name in (prefix + family(f.code), prefix + "all"):
             t = tallies.setdefault(name, Tally())
             verdict = entry.verdict if entry is not None else "unjudged"
             setattr(t, verdict, getattr(t, verdict) + 1)
     return tallies
+
+
+LOOP_STATES = ("found", "possible", "missed")
+
+
+def loop_recall(loops: list[dict[str, str]], head: list[Finding]) -> dict[str, dict[str, int]]:
+    """The hazards read in training loops (`loops.tsv`: repo, path, line, category, ...) against the
+    head's findings: `found` when a default finding is on that line, `possible` when only a possible
+    one is, else `missed`; per repository kind of code ("all" and each repo) and overall. Rows whose
+    line is not a number (a loop read and found clean) are left out."""
+    at: dict[tuple[str, str, int], set[str]] = defaultdict(set)
+    for f in head:
+        at[(f.repo, f.path, f.line)].add(f.confidence)
+    out: dict[str, dict[str, int]] = {}
+    for row in loops:
+        if not str(row.get("line", "")).strip().isdigit():
+            continue
+        seen = at.get((local_name(row["repo"]), row["path"], int(row["line"])), set()) | at.get(
+            (row["repo"], row["path"], int(row["line"])), set()
+        )
+        state = "found" if "high" in seen else "possible" if seen else "missed"
+        for key in ("all", row["repo"]):
+            counts = out.setdefault(key, dict.fromkeys(LOOP_STATES, 0))
+            counts[state] += 1
+    return out
+
+
+def read_loops(path: str) -> list[dict[str, str]]:
+    if not os.path.isfile(path):
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 def new_entries(judged: list[tuple[Finding, Entry | None]], preview: bool) -> list[Entry]:
@@ -524,7 +562,7 @@ def _write_atomic(path: str, content: str) -> None:
 # Reports
 
 
-def summarize(d: Diff, tallies: dict[str, Tally] | None) -> dict:
+def summarize(d: Diff, tallies: dict[str, Tally] | None, loops: dict[str, dict[str, int]] | None = None) -> dict:
     per_rule: dict[str, dict[str, list[dict]]] = defaultdict(lambda: {"appeared": [], "disappeared": []})
     for kind, items in (("appeared", d.appeared), ("disappeared", d.disappeared)):
         for f in items:
@@ -542,8 +580,10 @@ def summarize(d: Diff, tallies: dict[str, Tally] | None) -> dict:
     if tallies is not None:
         out["ledger"] = {
             name: {**asdict(t), "precision": t.precision}
-            for name, t in sorted(tallies.items(), key=lambda kv: (kv[0] == "all", kv[0]))
+            for name, t in sorted(tallies.items(), key=lambda kv: (":" in kv[0], kv[0].endswith("all"), kv[0]))
         }
+    if loops:
+        out["loops"] = loops
     return out
 
 
@@ -572,6 +612,14 @@ def render(summary: dict, labels: tuple[str, str]) -> str:
             lines.append(
                 f"{name:<14}{total:>9}{row['right']:>7}{row['wrong']:>7}{row['debatable']:>7}{row['unjudged']:>9}{p:>10}"
             )
+    if "loops" in summary:
+        c = summary["loops"]["all"]
+        read = sum(c.values())
+        lines.append("")
+        lines.append(
+            f"hazards read in training loops: {read}; reported {c['found']} ({c['found'] / read:.2f}), "
+            f"possible only {c['possible']}, missed {c['missed']}"
+        )
     return "\n".join(lines)
 
 
@@ -612,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mirrors", default=None, help="git mirrors to extract missing checkouts from")
     p.add_argument("--save", help="keep each version's raw reports under DIR/base and DIR/head")
     p.add_argument("--ledger", default=DEFAULT_LEDGER, help="the verdicts (default: %(default)s)")
+    p.add_argument("--loops", default=DEFAULT_LOOPS, help="hazards read in training loops (default: %(default)s)")
     p.add_argument("--update-ledger", action="store_true", help="append the head's unjudged findings as rows")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-j", "--jobs", type=int, default=1, help="repositories checked at once")
@@ -653,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
             if added:
                 write_ledger(ns.ledger, ledger + added)
             print(f"ledger: {len(added)} unjudged row(s) added to {ns.ledger}", file=sys.stderr)
-        summary = summarize(d, tallies)
+        summary = summarize(d, tallies, loop_recall(read_loops(ns.loops), results["head"]))
         print(json.dumps(summary, indent=1) if ns.json else render(summary, ("base", "head")))
         return 0
     except CheckError as exc:
