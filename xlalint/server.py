@@ -602,10 +602,12 @@ async def _resolve_fix_all(ls: XlalintServer, action: lsp.CodeAction) -> lsp.Cod
 
 def serve() -> None:
     """Serve the protocol on standard input and output until the client says `exit`."""
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    text_out = sys.stdout  # kept: a text stream dropped closes its buffer, the protocol's stream
+    stdin, stdout = sys.stdin.buffer, text_out.buffer
     sys.stdout = sys.stderr  # anything printed by mistake must not corrupt the protocol's stream
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="xlalint server: %(levelname)s: %(message)s")
     server.start_io(stdin, stdout)
+    text_out.flush()
     server.checker.shutdown(wait=False, cancel_futures=True)  # a check still running is not waited for
     # LSP: exit code 0 after a `shutdown` request, 1 when the client exits without one (pygls's own
     # `sys.exit` inside its loop is caught by its runner)
