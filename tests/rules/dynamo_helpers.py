@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import textwrap
+import types
 from dataclasses import dataclass, field
 
 import torch
@@ -105,8 +107,12 @@ def load(source: str, backend) -> dict:
         options["backend"] = backend
         return real_module_compile(self, *args, **options)
 
-    namespace: dict = {"__name__": "example"}
+    # A real module in sys.modules: Dynamo of torch 2.11 imports a frame's module by its __name__
+    # while it builds guards (2.13 does not), so a bare namespace dict fails there.
+    module = types.ModuleType("example")
+    namespace: dict = module.__dict__
     torch.compile, torch.nn.Module.compile = compile_, module_compile
+    sys.modules["example"] = module
     try:
         exec(compile(textwrap.dedent(source), "example", "exec"), namespace)
     finally:
