@@ -1,5 +1,9 @@
 """The bundled JAX project: `xlalint check` finds its hazards, the original fails under `jit`, and the
-fixed form computes what the original computes eagerly, compiling each function once."""
+fixed form computes what the original computes eagerly, compiling each function once.
+
+Backend: nothing here depends on it. "Once" is each jitted function's own cache (`_cache_size()`), one
+entry per input signature on any backend; the numbers are compared with a tolerance (rel 1e-5).
+It passed on CPU and on CUDA (jax 0.11.2, one H200) alike."""
 
 import difflib
 import importlib.util

@@ -41,6 +41,27 @@ def _summary(rule: type[Rule]) -> str:
     return re.sub(r"\{(\w+)\}", r"<\1>", rule.summary)
 
 
+def torch_lines(rule: type[Rule]) -> list[str]:
+    """The torch releases a DYN rule was proven on, the graph-break ids each prints, and the
+    examples whose claim does not hold on one of them."""
+    if not rule.torch_proven:
+        return []
+    from xlalint.rules.dynamo._common import gb_page
+
+    lines = [f"Proven on torch {', '.join(rule.torch_proven)} (its examples run under Dynamo there)."]
+    by_torch = rule.gb_ids_by_torch()
+    if by_torch:
+        lines.append("Graph-break ids by torch release (a message names the installed torch's):")
+        lines += [f"- torch {v}: " + ", ".join(f"[{gb}]({gb_page(gb)})" for gb in ids) for v, ids in by_torch.items()]
+    differences: list[str] = getattr(rule, "torch_differences", list)()
+    if differences:
+        lines.append("Where the releases differ:")
+        lines += [f"- {line}" for line in differences]
+    for case, releases in rule.torch_not_held.items():
+        lines += [f"Not on torch {v}: {case} ({why})." for v, why in releases.items()]
+    return lines
+
+
 def header(rule: type[Rule]) -> str:
     lines = [f"# {rule.name} ({rule.code})", "", f"Category: `{rule.category}`."]
     if rule.target is not None:
@@ -59,6 +80,7 @@ def header(rule: type[Rule]) -> str:
         lines.append(f"Off with `--target {target}`: its advice points to torch_xla, which that migration leaves.")
     if rule.fix_availability in FIX_LINE:
         lines.append(FIX_LINE[rule.fix_availability])
+    lines.extend(torch_lines(rule))
     confidence = confidence_text(rule)
     if confidence:
         lines.append(confidence)

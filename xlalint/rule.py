@@ -105,6 +105,10 @@ class Rule:
     # `analysis.evidence`): "step", the node runs every step; "value", the `value` given to
     # `report` is a device tensor. A link that is only guessed makes the finding `possible`.
     evidence: ClassVar[tuple[str, ...]] = ()
+    # the torch releases ("2.11") a DYN rule's Dynamo proofs pass on; `torch_not_held` names the
+    # examples ("VALID_2") whose claim does not hold on a proven release, with why
+    torch_proven: ClassVar[tuple[str, ...]] = ()
+    torch_not_held: ClassVar[dict[str, dict[str, str]]] = {}
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
@@ -122,6 +126,13 @@ class Rule:
         for attr in dir(cls):
             if attr.startswith("visit_"):
                 assert isinstance(getattr(ast, attr[6:], None), type), f"{cls.__name__}.{attr}: no such ast node"
+
+    @classmethod
+    def gb_ids_by_torch(cls) -> dict[str, tuple[str, ...]]:
+        """The graph-break ids its proofs saw on each proven torch release (the same on each,
+        unless a rule's data says otherwise)."""
+        ids = tuple(getattr(cls, "gb_ids", ()))
+        return {version: ids for version in cls.torch_proven} if ids else {}
 
     @classmethod
     def visited_types(cls) -> dict[type, str]:

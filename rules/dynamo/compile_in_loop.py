@@ -40,6 +40,7 @@ class CompileInLoop(Rule):
     """
 
     code, name, category = "DYN205", "compile-in-loop", "varying_shape"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     summary = "`torch.compile` of a new closure over `{name}` at every iteration: a recompilation per value of `{name}`"
     hint = "compile once before the loop a function that takes what changes as a (tensor) argument"

@@ -53,6 +53,7 @@ class DisabledCalleeInCompiled(Rule):
     """
 
     code, name, category = "DYN122", "disabled-callee-in-compiled", "other"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     summary = (
         "`{func}` is under `torch.compiler.disable`: calling it inside a compiled function is {consequence} (GB0098)"

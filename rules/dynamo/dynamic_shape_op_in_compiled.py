@@ -51,6 +51,7 @@ class DynamicShapeOpInCompiled(Rule):
     """
 
     code, name, category = "DYN111", "dynamic-shape-op-in-compiled", "dynamic_shape"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     covers = ("XLA301",)  # the same hazard, in torch_xla's words
     summary = "`{op}` has a data-dependent output shape inside a compiled function: {consequence} (GB0036)"

@@ -53,6 +53,7 @@ class ItemInCompiled(Rule):
     """
 
     code, name, category = "DYN101", "item-in-compiled", "item_sync"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     # stable: right on 25 of 26 executed lines of the real-code oracle (benchmarks/compile_oracle)
     covers = ("XLA101",)  # the same hazard, in torch_xla's words
     summary = "`.{method}()` inside a compiled function: {consequence} and a host read ({gb})"

@@ -59,6 +59,7 @@ class LoggingInCompiled(Rule):
     """
 
     code, name, category = "DYN106", "logging-in-compiled", "other"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     summary = "`{func}` inside a compiled function: {consequence} ({gb})"
     hint = "log after the compiled call returns, or register the method in `torch._dynamo.config.ignore_logger_methods`"

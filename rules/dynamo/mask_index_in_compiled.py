@@ -125,6 +125,7 @@ class MaskIndexInCompiled(Rule):
     """
 
     code, name, category = "DYN112", "mask-index-in-compiled", "dynamic_shape"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     covers = ("XLA302",)  # the same hazard, in torch_xla's words
     summary = (

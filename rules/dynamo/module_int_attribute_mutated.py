@@ -52,6 +52,7 @@ class ModuleIntAttributeMutated(Rule):
     """
 
     code, name, category = "DYN202", "module-int-attribute-mutated", "varying_shape"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     summary = "`{attr}` is a Python int of a compiled module changed at every call: a recompilation per value, then eager after the limit of 8"
     hint = "keep the counter in a tensor buffer (`register_buffer`) or outside the module"

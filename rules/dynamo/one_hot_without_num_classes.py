@@ -51,6 +51,7 @@ class OneHotWithoutNumClasses(Rule):
     """
 
     code, name, category = "DYN113", "one-hot-without-num-classes", "dynamic_shape"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     summary = (
         "`one_hot` without `num_classes` inside a compiled function: a data-dependent width, {consequence} (GB0246)"

@@ -52,6 +52,7 @@ class PrintInCompiled(Rule):
     """
 
     code, name, category = "DYN105", "print-in-compiled", "item_sync"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     covers = ("XLA104",)  # the same hazard, in torch_xla's words
     summary = "`{func}` inside a compiled function: {consequence} ({gb})"

@@ -51,6 +51,7 @@ class ScalarArgumentPerCall(Rule):
     """
 
     code, name, category = "DYN201", "python-scalar-argument-per-call", "varying_shape"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     summary = "`{value}` changes every iteration and is passed to the compiled `{func}`: {consequence}"
     hint = "pass it as a tensor (`torch.tensor(step)`, updated in place), or keep it out of the compiled function"

@@ -40,6 +40,7 @@ class ScalarConversionInCompiled(Rule):
     """
 
     code, name, category = "DYN102", "scalar-conversion-in-compiled", "item_sync"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     covers = ("XLA103",)  # the same hazard, in torch_xla's words
     summary = "`{func}()` of a tensor inside a compiled function: {consequence} and a host read (GB0124)"

@@ -44,6 +44,7 @@ class ScheduledLrInCompiledStep(Rule):
     """
 
     code, name, category = "DYN203", "scheduled-lr-in-compiled-step", "varying_shape"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     summary = "`{opt}.step()` in a compiled function reads a float learning rate a scheduler changes: {consequence}"
     hint = "create the optimizer with `lr=torch.tensor(lr)`: the scheduler then updates a tensor, not a guarded float"

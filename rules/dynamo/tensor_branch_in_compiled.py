@@ -46,6 +46,8 @@ class TensorBranchInCompiled(Rule):
     """
 
     code, name, category = "DYN104", "tensor-branch-in-compiled", "control_flow_on_tensor"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
+    torch_not_held = {"VALID_2": {"2.11": "torch 2.11 breaks the graph at `tensor == None` (GB0208): fixed in 2.13"}}
     # stable: right on 25 of 26 executed lines of the real-code oracle (benchmarks/compile_oracle)
     covers = ("XLA201",)  # the same hazard, in torch_xla's words
     summary = "Python branches on a tensor inside a compiled function: {consequence} (GB0170)"

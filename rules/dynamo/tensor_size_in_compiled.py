@@ -50,6 +50,7 @@ class TensorSizeInCompiled(Rule):
     """
 
     code, name, category = "DYN103", "tensor-size-in-compiled", "varying_shape"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     covers = ("XLA313",)  # the same hazard, in torch_xla's words
     summary = "a tensor as {what} inside a compiled function: {consequence} and a host read (GB0124/GB0033)"

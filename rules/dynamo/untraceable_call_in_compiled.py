@@ -1,8 +1,9 @@
 """DYN121 untraceable-call-in-compiled: Flags, inside a function `torch.compile` traces, calls Dynamo cannot
 trace, listed as data in `rules/dynamo/untraceable.toml` with the graph-break id each gives (measured on
-torch 2.13): the clock (`time.time`, `perf_counter`, `monotonic`, `sleep`), `os.getpid`, Python's
-`random`, `torch.manual_seed`, `torch.save`, `copy.deepcopy`, `json.dumps`, `nn.Parameter(...)` created
-inside, `t.backward()` and `torch.autograd.grad` inside, `t.data_ptr()`, `Variable(...)`, packing
+torch 2.11 and 2.13, per release where they differ): the clock (`time.time`, `perf_counter`,
+`monotonic`, `sleep`), `os.getpid`, Python's `random`, `torch.manual_seed`, `torch.save`,
+`copy.deepcopy`, `json.dumps`, `nn.Parameter(...)` created inside, `t.backward()`
+and `torch.autograd.grad` inside, `t.data_ptr()`, `Variable(...)`, packing
 sequences (`pack_padded_sequence`, ...), an RNN's `flatten_parameters()`, an optimizer's `step()`, and a
 leftover `torch._dynamo.graph_break()`."""
 
@@ -17,6 +18,7 @@ from importlib import resources
 from xlalint.rules.dynamo._common import break_note, compiled_options, is_tensor
 
 from xlalint.rule import Invalid, Rule, Valid
+from xlalint.torch_version import gb_for_installed, version_key
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,8 +26,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TABLE_FILE = "untraceable.toml"
-KEYS = {"name", "gb", "what", "example", "torch", "note", "receiver", "setup", "alone_ok"}
-REQUIRED = KEYS - {"note", "receiver", "setup", "alone_ok"}
+OPTIONAL = {"note", "receiver", "setup", "alone_ok", "gb_by_torch", "no_break_on"}
+KEYS = {"name", "gb", "what", "example", "proven"} | OPTIONAL
+REQUIRED = KEYS - OPTIONAL
+RELEASE = re.compile(r"\d+\.\d+")  # a torch release, "2.11"
 
 
 @dataclass(frozen=True)
@@ -34,11 +38,23 @@ class Untraceable:
     gb: str
     what: str
     example: str
-    torch: str
+    proven: tuple[str, ...]  # the torch releases its example was proven on ("2.11", "2.13")
     note: str = ""
     receiver: tuple[str, ...] = ()  # a method's receiver is built from one of these classes (else: a tensor)
     setup: str = ""  # the example's module-level statement
     alone_ok: bool = False  # harmless as the compiled function's only statement
+    gb_by_torch: tuple[tuple[str, str], ...] = ()  # (release, id) where a proven release prints another id
+    no_break_on: tuple[tuple[str, str], ...] = ()  # (release, why) where a proven release gives no id
+
+    def gb_on(self, release: str) -> str | None:
+        """The id a proven release prints (None: no break there); `gb` on other releases."""
+        if release in dict(self.no_break_on):
+            return None
+        return dict(self.gb_by_torch).get(release, self.gb)
+
+    @property
+    def ids_by_torch(self) -> dict[str, str | None]:
+        return {release: self.gb_on(release) for release in self.proven}
 
     def receiver_matches(self, qualified: str) -> bool:
         return any(re.fullmatch(re.escape(p).replace(r"\*", r"[A-Za-z_]\w*"), qualified) for p in self.receiver)
@@ -67,7 +83,24 @@ def load_table(text: str, source: str = TABLE_FILE) -> tuple[Untraceable, ...]:
             or not all(isinstance(r, str) and re.fullmatch(r"[A-Za-z_][\w.*]*", r) for r in receiver)
         ):
             raise ValueError(f"{where}: `receiver` is a list of class names, for a method only")
-        found.append(Untraceable(**{**row, "receiver": tuple(receiver)}))
+        proven = row["proven"]
+        if not (
+            isinstance(proven, list) and proven and all(isinstance(v, str) and RELEASE.fullmatch(v) for v in proven)
+        ):
+            raise ValueError(f'{where}: `proven` is a list of torch releases such as "2.11"')
+        per_release = {}
+        for key, pattern in (("gb_by_torch", r"GB\d{4}"), ("no_break_on", r".+")):
+            table = row.get(key, {})
+            if not isinstance(table, dict) or not all(
+                k in proven and isinstance(v, str) and re.fullmatch(pattern, v) for k, v in table.items()
+            ):
+                raise ValueError(
+                    f"{where}: `{key}` maps proven releases to {'ids' if key == 'gb_by_torch' else 'reasons'}"
+                )
+            per_release[key] = tuple(sorted(table.items()))
+        if set(row.get("gb_by_torch", {})) & set(row.get("no_break_on", {})):
+            raise ValueError(f"{where}: a release in both `gb_by_torch` and `no_break_on`")
+        found.append(Untraceable(**{**row, "receiver": tuple(receiver), "proven": tuple(proven), **per_release}))
     if not found:
         raise ValueError(f"{source}: no [[untraceable]] rows")
     return tuple(found)
@@ -84,8 +117,8 @@ for _row in TABLE:
 class UntraceableCallInCompiled(Rule):
     """## What it does
     Flags, inside a function `torch.compile` traces, calls Dynamo cannot trace, listed as data in
-    `rules/dynamo/untraceable.toml` with the graph-break id each gives (measured on torch 2.13):
-    the clock (`time.time`, `perf_counter`, `monotonic`, `sleep`), `os.getpid`, Python's `random`,
+    `rules/dynamo/untraceable.toml` with the graph-break id each gives (measured on torch 2.11 and 2.13;
+    per release where they differ, and a message names the id of the installed torch): the clock (`time.time`, `perf_counter`, `monotonic`, `sleep`), `os.getpid`, Python's `random`,
     `torch.manual_seed`, `torch.save`, `copy.deepcopy`, `json.dumps`, `nn.Parameter(...)` created
     inside, `t.backward()` and `torch.autograd.grad` inside, `t.data_ptr()`, `Variable(...)`, packing
     sequences (`pack_padded_sequence`, `pack_sequence`, `pad_packed_sequence`), an RNN module's
@@ -140,10 +173,26 @@ class UntraceableCallInCompiled(Rule):
     """
 
     code, name, category = "DYN121", "untraceable-call-in-compiled", "other"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     # stable: right on 25 of 26 executed lines of the real-code oracle (benchmarks/compile_oracle)
     summary = "`{func}` {what} inside a compiled function: {consequence} ({gb})"
     hint = "move it out of the compiled function (before or after the call), or use the traced torch equivalent"
-    gb_ids = tuple(sorted({row.gb for row in TABLE}))
+    gb_ids = tuple(sorted({gb for row in TABLE for gb in row.ids_by_torch.values() if gb is not None}))
+
+    @classmethod
+    def torch_differences(cls) -> list[str]:
+        """The rows whose id differs between proven releases, one line each."""
+        return [
+            f"`{row.name}`: " + ", ".join(f"{gb or 'no break id'} on torch {v}" for v, gb in row.ids_by_torch.items())
+            for row in TABLE
+            if len(set(row.ids_by_torch.values())) > 1
+        ]
+
+    @classmethod
+    def gb_ids_by_torch(cls) -> dict[str, tuple[str, ...]]:
+        """Per proven release, the ids its rows print there (from the table)."""
+        releases = sorted({v for row in TABLE for v in row.proven}, key=version_key)
+        return {v: tuple(sorted({gb for row in TABLE if (gb := row.ids_by_torch.get(v))})) for v in releases}
 
     VALID = [
         Valid(
@@ -268,7 +317,8 @@ class UntraceableCallInCompiled(Rule):
         options = compiled_options(self.ctx, node)
         if options is None or (row.alone_ok and self._alone(node)):
             return
-        message = self.summary.format(func=func, what=row.what, consequence=break_note(options), gb=row.gb)
+        gb = gb_for_installed(row.ids_by_torch)
+        message = self.summary.format(func=func, what=row.what, consequence=break_note(options), gb=gb)
         self.report(node, f"{message}; {row.note}" if row.note else message)
 
     def _receiver_fits(self, row: Untraceable, receiver: ast.expr) -> bool:

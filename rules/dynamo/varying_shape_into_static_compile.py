@@ -52,6 +52,7 @@ class VaryingShapeIntoStaticCompile(Rule):
     """
 
     code, name, category = "DYN204", "varying-shape-into-static-compile", "varying_shape"
+    torch_proven = ("2.11", "2.13")  # where its Dynamo proofs (tests/rules/test_dynamo_rules.py) pass
     preview = True
     summary = (
         "`{func}` is compiled with static shapes and gets batches padded to their own longest sequence: {consequence}"

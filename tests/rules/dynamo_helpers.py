@@ -3,9 +3,12 @@ Dynamo did (graphs compiled, graph-break ids, recompilations) from its own count
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
+import sys
 import textwrap
+import types
 from dataclasses import dataclass, field
 
 import torch
@@ -14,6 +17,7 @@ from torch._dynamo.testing import CompileCounter
 
 LOGGERS = ("torch._dynamo.symbolic_convert.__graph_breaks", "torch._dynamo.guards.__recompiles")
 GB_ID = re.compile(r"gb/(gb\d+)\.html")
+_EXAMPLES = itertools.count()
 
 
 class _Collect(logging.Handler):
@@ -105,8 +109,13 @@ def load(source: str, backend) -> dict:
         options["backend"] = backend
         return real_module_compile(self, *args, **options)
 
-    namespace: dict = {"__name__": "example"}
+    # A real module in sys.modules: Dynamo of torch 2.11 imports a frame's module by its __name__
+    # while it builds guards (2.13 does not), so a bare namespace dict fails there; and it keeps what
+    # it imported, so each example gets a module name of its own (a reused name finds the last one).
+    module = types.ModuleType(f"xlalint_example_{next(_EXAMPLES)}")
+    namespace: dict = module.__dict__
     torch.compile, torch.nn.Module.compile = compile_, module_compile
+    sys.modules[module.__name__] = module
     try:
         exec(compile(textwrap.dedent(source), "example", "exec"), namespace)
     finally:

@@ -25,7 +25,9 @@ jax.monitoring.register_event_duration_secs_listener(_count)
 
 
 def compiles(run) -> int:
-    """How many programs JAX compiles while `run()` runs."""
+    """How many programs JAX compiles while `run()` runs: every backend compilation, helper programs
+    included, so the count depends on the backend (CUDA compiles some helpers CPU does not; a test
+    that asserts an exact count says on which backend it holds)."""
     before = COMPILES["n"]
     run()
     return COMPILES["n"] - before

@@ -1,4 +1,12 @@
-"""JAX rules: the INVALID examples fail under real JAX (CPU), the fixed forms run and compile once."""
+"""JAX rules: the INVALID examples fail under real JAX (CPU), the fixed forms run and compile once.
+
+Backend assumptions: the compile counts and host waits below were measured on the CPU backend, and
+on CUDA (jax 0.11.2, one H200) every claim held but two, which assert what holds on every backend
+and say so: the sweep over literal configurations compiles once per configuration at least (4 on
+CPU, 6 on CUDA, which compiles helper programs too), and whether a step's value is still being
+computed when the host reads it is a timing claim asserted on CPU only (CUDA's first timed step
+was already done).
+"""
 
 import textwrap
 import warnings
@@ -22,6 +30,7 @@ from jax_helpers import compiles, load  # noqa: E402  (tests/rules/jax_helpers.p
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
+ON_CPU = jax.default_backend() == "cpu"  # the backend the exact counts and timings were measured on
 
 
 def test_nonzero_without_size_raises_under_jit_and_the_sized_form_compiles_once():
@@ -266,10 +275,12 @@ def test_a_control_flow_bodys_default_stays_python_under_real_jax():
 
 
 def test_sweeps_over_literal_configurations_compile_per_configuration_on_purpose():
+    """Once per configuration at least, on every backend: exactly 4 on CPU, 6 on CUDA."""
     source = JitRebuiltInLoop.VALID[2].code
     data = {"step": lambda x, b, u: x * b + u, "timings": {}, "x": jnp.ones(2),
             "benchmark": lambda kernel, x: float(kernel(x)[0])}
-    assert compiles(lambda: exec(compile(source, "example", "exec"), data)) == 4  # one per configuration
+    count = compiles(lambda: exec(compile(source, "example", "exec"), data))
+    assert count == 4 if ON_CPU else count >= 4, count  # one per configuration (CUDA adds helpers)
     assert data["timings"] == {(64, 1): 65.0, (64, 2): 66.0, (128, 1): 129.0, (128, 2): 130.0}
     assert len(lint_code(source.replace("(64, 128)", "range(steps)"), [JitRebuiltInLoop])) == 1  # steps, not configurations
     over_data = "import jax\n\nfor batch in batches:\n    f = jax.jit(lambda x: x + batch)\n"
@@ -277,6 +288,9 @@ def test_sweeps_over_literal_configurations_compile_per_configuration_on_purpose
 
 
 def test_a_per_step_host_read_waits_for_every_step_and_without_it_the_host_runs_ahead():
+    """On every backend, the host reads each step's loss, and without the read the loop ends before
+    the device does. That the host found each timed step still running (it waited) is asserted on
+    CPU only: it is a race, and on CUDA the first timed step was already done when read."""
     import builtins
 
     def loss_fn(params, batch):  # heavy enough that a step takes far longer than its dispatch
@@ -293,7 +307,9 @@ def test_a_per_step_host_read_waits_for_every_step_and_without_it_the_host_runs_
     batches = [jnp.full((300, 300), 0.01 * (k + 1)) for k in range(4)]
     namespace = {"loss_fn": loss_fn, "batches": batches, "num_steps": 4, "params": jnp.float32(1.0), "float": float_}
     exec(compile(HostReadPerStep.INVALID[0].code, "example", "exec"), namespace)  # compiles, then 4 steps
-    assert waited[1:] == [True, True, True]  # every step: the host stopped until the device finished
+    assert len(waited) == 4  # a host read every step
+    if ON_CPU:
+        assert waited[1:] == [True, True, True]  # every step: the host stopped until the device finished
     kept_on_device = HostReadPerStep.INVALID[0].code.replace("float(loss)", "loss")
     namespace = {"loss_fn": loss_fn, "batches": batches, "num_steps": 4, "params": jnp.float32(1.0)}
     exec(compile(kept_on_device, "example", "exec"), namespace)
