@@ -59,7 +59,9 @@ def test_nesting_python_compiles_is_checked(run_cli, project, shape):
     assert python_compiles(source)
     project.write("train.py", source)
     # (no fixes: libcst's own parser is slow on such trees; the test below builds them)
-    code, out, err = run_cli("check", "--no-cache", "--jobs", "1", "--unfixable", "ALL",
+    # (`--confidence possible`: the value analysis follows a few levels, so `loss` of a 2,800-level
+    # expression has no origin it can show; what is tested here is that the file is checked at all)
+    code, out, err = run_cli("check", "--no-cache", "--jobs", "1", "--unfixable", "ALL", "--confidence", "possible",
                              "--output-format", "json", project / "train.py")
     assert (code, err) == (1, ""), err
     assert {"XLA101", "XLA401"} <= {d["code"] for d in json.loads(out)}
