@@ -17,7 +17,8 @@ import xlalint.rules
 PACKAGES = {"xlalint": Path(xlalint.__file__).parent, "xlalint.rules": Path(xlalint.rules.__file__).parent}
 
 # What a rule module may import besides the standard library, the analysis, the fixing toolkit and its own package.
-RULE_API = ("xlalint.rule", "xlalint.diagnostics", "xlalint.config")
+# (torch_version: which graph-break ids the installed torch prints, for the DYN rules' messages)
+RULE_API = ("xlalint.rule", "xlalint.diagnostics", "xlalint.config", "xlalint.torch_version")
 THIRD_PARTY_FOR_RULES = ("tomli",)  # the migration table's parser before Python 3.11
 
 

@@ -29,6 +29,7 @@ from ..diagnostics import HIGH, POSSIBLE, Location, Step
 from .index import FUNCTIONS, qualname
 from .names import dotted_name, last_part, method_name, receiver
 from .steps import (
+    CALLABLE_CLASS,
     NOT_STEP_FUNCTION,
     _runs_each_iteration,
     _training_call,
@@ -243,6 +244,8 @@ def framework_role(ctx: FileContext, func: Any) -> str | None:
     cls = ctx.index.parent(func)
     if LOSS_FUNCTION.search(func.name) and not NOT_STEP_FUNCTION.search(func.name):
         return f"`{func.name}`, a loss: computed every training step"
+    if isinstance(cls, ast.ClassDef) and func.name == "__call__" and CALLABLE_CLASS.search(cls.name):
+        return f"`{cls.name}.__call__`, a loss or metric: computed every training step"
     if isinstance(cls, ast.ClassDef) and overrides_model_hook(ctx, func):
         return f"`{cls.name}.{func.name}` overrides a hook the library model's forward calls every step"
     if func.name not in ROLE_METHODS and not BATCH_HOOK.match(func.name):

@@ -141,7 +141,7 @@ def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
         return cls is not None and bool(CALLABLE_CLASS.search(cls.name))
     if NOT_STEP_FUNCTION.search(name):
         return False
-    if name.lstrip("_").startswith("forward") and not _framework_forward(ctx, func):
+    if name.lstrip("_").startswith("forward_") and not _framework_forward(ctx, func):
         return False  # `forward_module` of a C-code generator: no nn.Module's forward
     if not STEP_FUNCTION.match(name):
         return overrides_model_hook(ctx, func)
@@ -178,8 +178,11 @@ def _framework_forward(ctx: FileContext, func: ast.AST) -> bool:
     """A `forward` is a framework's role in a class, or where a framework is imported (a functional
     `forward(params, x)` of a torch or JAX module); a module-level `forward_*` of a module importing
     none (numpy, pandas: a code generator) is just a name."""
+    params = function_params(func)
     if not isinstance(ctx.index.parent(func), ast.Module) or not ctx.index.imports:
         return True
+    if params and params[0].arg == "self":
+        return True  # a method set on a class elsewhere
     return (
         ctx.imports_torch
         or ctx.imports_jax
