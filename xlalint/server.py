@@ -607,7 +607,6 @@ def serve() -> None:
     sys.stdout = sys.stderr  # anything printed by mistake must not corrupt the protocol's stream
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="xlalint server: %(levelname)s: %(message)s")
     server.start_io(stdin, stdout)
-    text_out.flush()
     server.checker.shutdown(wait=False, cancel_futures=True)  # a check still running is not waited for
     # LSP: exit code 0 after a `shutdown` request, 1 when the client exits without one (pygls's own
     # `sys.exit` inside its loop is caught by its runner)
