@@ -103,22 +103,24 @@ class FileContext:
 
     @cached_property
     def placed_off_xla(self) -> bool:
-        """A module that places its tensors on CUDA (or MPS) explicitly (`placement.placed_off_xla`)
+        """A module that places its tensors on CUDA (or MPS) explicitly (`placement.off_xla_placement`)
         and that no XLA code reaches. In a project that runs on XLA elsewhere: the project's GPU path
         or an evaluation on another device, which no XLA module calls. In a project with no XLA code
         at all: a CUDA training script or tool, where a host read is no graph cut. None of it runs on
         XLA, so the XLA rules leave it alone; `--assume-xla` (the migration view: the user says the
         code moves to XLA) judges it all."""
-        from .placement import placed_off_xla
+        from .placement import ONLY_OFF_XLA, off_xla_placement
 
         # the module's own evidence first: the project's facts are asked only of a module placed
         # off XLA (a question asked is one the shared first-pass analysis must answer again)
-        if self.uses_xla or not placed_off_xla(self, xla_elsewhere=False):
+        placement = None if self.uses_xla else off_xla_placement(self)
+        if placement is None:
             return False
         if not self.project.project_uses_xla:
             return True
-        # a helper the XLA scripts call (a meter whose sync uses CUDA) runs on XLA there
-        return placed_off_xla(self) and not self.project.called_from_xla
+        # a device a caller chooses may be XLA's; a helper the XLA scripts call (a meter whose sync
+        # uses CUDA) runs on XLA there
+        return placement == ONLY_OFF_XLA and not self.project.called_from_xla
 
     @cached_property
     def imports_torch(self) -> bool:

@@ -268,36 +268,39 @@ DEVICE_NAME = ("device", "dev", "rank", "local_rank", "gpu")
 DEVICE_CHOOSERS = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "composer", "ignite")
 
 
-def placed_off_xla(ctx: FileContext, *, xla_elsewhere: bool = True) -> bool:
-    """The module puts its tensors on another backend: a device it names resolves to `"cuda"`,
-    `"cuda:0"` or `"mps"` (`.cuda()`, `torch.device("cuda" if ... else "cpu")`, `device = "cuda"`
-    then `.to(device)`), and nothing in it names XLA or a TPU.
+# What `off_xla_placement` finds of a module's own devices.
+ONLY_OFF_XLA, ALSO_CHOSEN = "only", "also-chosen"
 
-    Where the project runs on XLA elsewhere (`xla_elsewhere`), every device the module names must
-    resolve so (a device that is a parameter, or another call's result, is one a caller could make
-    XLA). In a project with no XLA code at all, no caller can: the CUDA evidence is enough, unless a
-    library that picks the device for the code it runs (Accelerate, Lightning) is imported."""
+
+def off_xla_placement(ctx: FileContext) -> str | None:
+    """How the module puts its tensors on another backend, from one pass over its device arguments:
+    a device it names resolves to `"cuda"`, `"cuda:0"` or `"mps"` (`.cuda()`, `torch.device("cuda"
+    if ... else "cpu")`, `device = "cuda"` then `.to(device)`), and nothing in it names XLA or a TPU.
+    `ONLY_OFF_XLA` when every device it names resolves so; `ALSO_CHOSEN` when some device is a
+    parameter or another call's result (one a caller could make XLA where the project runs on XLA
+    elsewhere; in a project with no XLA code no caller can). None when it shows no such placement,
+    or imports a library that picks the device for the code it runs (Accelerate, Lightning: on a
+    TPU host it hands that code an XLA device)."""
     if any(b.qualified.split(".")[0] in DEVICE_CHOOSERS for b in ctx.index.imports.values()):
-        return False
-    found = False
+        return None
+    found = chosen = False
     for call in ctx.index.calls:
         for given in _device_arguments(call):
             kinds = _device_kinds(ctx, given, 0)
-            if kinds is not None and True in kinds:
-                return False  # XLA's device
             if kinds is None:
-                if xla_elsewhere:
-                    return False  # a device a caller chooses
-                continue
-            found = found or any(k != "cpu" for k in kinds if isinstance(k, str))
+                chosen = True  # a device a caller chooses
+            elif True in kinds:
+                return None  # XLA's device
+            else:
+                found = found or any(k != "cpu" for k in kinds if isinstance(k, str))
         if method_name(call) == "cuda":
             found = True
-    if not found:
-        return False
-    return not any(
+    if not found or any(
         isinstance(node, ast.Constant) and isinstance(node.value, str) and NAMES_XLA.search(node.value)
         for node in ctx.index.by_type.get(ast.Constant, ())
-    )
+    ):
+        return None
+    return ALSO_CHOSEN if chosen else ONLY_OFF_XLA
 
 
 def _device_arguments(call: ast.Call) -> list[ast.expr]:
