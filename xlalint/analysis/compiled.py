@@ -221,7 +221,7 @@ class CompiledRegions:
         found = []
         for value in values:
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-                found += [c for c in self.ctx.index.by_type.get(ast.ClassDef, ()) if c.name == value.func.id]
+                found += [c for c in self.ctx.index.of_type(ast.ClassDef) if c.name == value.func.id]
         return found
 
     # -- what the roots call ------------------------------------------------------------------------
@@ -349,7 +349,7 @@ class CompiledRegions:
     def config(self) -> dict[str, bool]:
         """`torch._dynamo.config.<name> = True/False` set anywhere in the file (the last wins)."""
         found: dict[str, bool] = {}
-        for node in self.ctx.index.by_type.get(ast.Assign, ()):
+        for node in self.ctx.index.of_type(ast.Assign):
             for target in node.targets:
                 name = self.ctx.qualified_name(target) or ""
                 if name.startswith(CONFIG) and isinstance(node.value, ast.Constant):
@@ -436,10 +436,12 @@ def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], l
             and not isinstance(target.value, ast.Call)
             and not ctx.assigned_values(target)
         ):  # `torch.compile(model.generate)`: a bound method
-            target, method = target.value, f":{target.attr}"
+            method = f":{target.attr}"
+            target = target.value
         for value in [target, *ctx.assigned_values(target)]:
-            if isinstance(value, ast.Call) and (dotted_name(value.func) or "").partition(".")[0] in ctx.index.imports:
-                imported[dotted_name(value.func) + method] = options_of(ctx, call).key()
+            callee = dotted_name(value.func) if isinstance(value, ast.Call) else None
+            if callee is not None and callee.partition(".")[0] in ctx.index.imports:
+                imported[callee + method] = options_of(ctx, call).key()
     disabled = [qualname(ctx.index, f) for f in regions.disabled]
     return compiled, imported, disabled
 
@@ -460,12 +462,13 @@ def compiled_arguments(ctx: FileContext, param: ast.arg) -> list[ast.expr] | Non
         position -= 1
     names = {name for name, (f, _) in regions.callables.items() if f is func}
     values = [argument(call, position, param.arg) for call in ctx.index.calls if dotted_name(call.func) in names]
-    if not values or any(v is None for v in values):
+    passed = [v for v in values if v is not None]
+    if not values or len(passed) != len(values):
         return None
-    return values
+    return passed
 
 
-def passed_positions(func: ast.AST) -> list[str]:
+def passed_positions(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[str]:
     """A compiled function's parameters in call order (`self` left out)."""
     params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
     return params[1:] if params and params[0] in ("self", "cls") else params

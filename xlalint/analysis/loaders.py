@@ -272,7 +272,7 @@ class TrainingSources:
                 continue
             param = self.ctx.parameter(leaf)
             func = self.ctx.index.parent(self.ctx.index.parent(param)) if param is not None else None
-            if not isinstance(func, FUNCTIONS):
+            if param is None or not isinstance(func, FUNCTIONS):
                 continue
             positional_params = [*func.args.posonlyargs, *func.args.args]
             if (
@@ -410,7 +410,11 @@ def moves_batches_by_hand(ctx: FileContext, loop: ast.AST) -> bool:
         return False
     targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
     for call in ctx.calls_within(loop):
-        if method_name(call) != "to" or not isinstance(call.func.value, ast.Name):
+        if (
+            method_name(call) != "to"
+            or not isinstance(call.func, ast.Attribute)
+            or not isinstance(call.func.value, ast.Name)
+        ):
             continue
         where = keyword_value(call, "device") or (call.args[0] if call.args else None)
         if where is None or not DEVICE_WORDS.search(ctx.code(where)):

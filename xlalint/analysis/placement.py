@@ -133,9 +133,9 @@ class Placement:
             return self.of(receiver(call), depth)
         if qualified.startswith("torch."):
             tail = last_part(qualified)
-            device = keyword_value(call, "device")
-            if device is not None:  # `torch.randn(n, device=d)`, `nn.Linear(4, 4, device=d)`
-                return self.device(device, depth)
+            device_arg = keyword_value(call, "device")
+            if device_arg is not None:  # `torch.randn(n, device=d)`, `nn.Linear(4, 4, device=d)`
+                return self.device(device_arg, depth)
             if tail in FACTORIES:
                 return False  # created on the CPU
             if tail in LIKE_FACTORIES:

@@ -13,7 +13,7 @@ import ast
 import os
 from typing import TYPE_CHECKING, NamedTuple
 
-from .index import COMPREHENSIONS, target_names
+from .index import COMPREHENSIONS, Function, target_names
 from .names import argument, dotted_name, method_name, param_default, receiver
 from .steps import in_raise, local_callees_of, runs_less_often
 
@@ -105,7 +105,7 @@ def _parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]
     reads = [(call, *host_read(call, given=True)) for call in ctx.calls_within(func)]
     reads += [(test, what, operand) for test, what, operand in branch_reads(ctx, func)]
     for call, what, operand in reads:
-        if what is None:
+        if what is None or operand is None:  # (no read has no operand: host_read gives both or neither)
             continue
         sources = [o for o in map(origins.of, _uses(operand)) if o is not None]
         if not sources or in_raise(ctx, call) or ctx.in_non_xla_code(call) or runs_less_often(ctx, call, func):
@@ -196,6 +196,8 @@ def branch_reads(ctx: FileContext, func: ast.AST):
     """(the branch's test, "if"/"while", the tensor reduced) for each test in `func` (not in nested
     functions) that decides on a reduction of a tensor: the host reads its value."""
     for node in ctx.index.in_scope(BRANCH_TYPES, func):
+        if not isinstance(node, (ast.If, ast.While, ast.IfExp)):  # (all are: in_scope gives BRANCH_TYPES)
+            continue
         for part in ast.walk(node.test):
             operand = _reduced(ctx, part)
             if operand is not None:
@@ -222,12 +224,12 @@ def is_branch(read: ParamRead) -> bool:
     return read.what in BRANCHES.values()
 
 
-def state_reads(ctx: FileContext, func: ast.AST) -> list[tuple[int, str]]:
+def state_reads(ctx: FileContext, func: Function) -> list[tuple[int, str]]:
     """(line, read) for the host reads `func` makes on every call, itself or through the functions
     of this module it calls, of device tensors it is not given: its object's weights, gradients or
     state (`th.norm(p.grad).item()` for each `p` in `self.master_params`). Its callers pay them."""
     found: list[tuple[int, str]] = []
-    pending, seen = [func], set()
+    pending, seen = [func], set[ast.AST]()
     while pending:
         owner = pending.pop()
         if owner in seen or len(seen) > 20:

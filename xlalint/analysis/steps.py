@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from . import jax_tracing
 from .guards import ALMOST_ALWAYS, EVERY_N, is_periodic, periodic_polarity, skips_rest
-from .index import FUNCTIONS, LOOPS, loop_bindings
+from .index import FUNCTIONS, LOOPS, Function, loop_bindings
 from .names import (
     dotted_name,
     function_params,
@@ -130,7 +130,7 @@ def compute_step_functions(ctx: FileContext) -> set[ast.AST]:
     return result
 
 
-def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
+def is_named_step(ctx: FileContext, func: Function) -> bool:
     """A step function by its name alone (`forward`, `training_step`, a loss, a per-batch hook),
     unless it iterates a data loader itself (`def train_fn(loader): for batch in loader: ...`) or
     calls a function of this module that does (`def train_fn(rank): ... train_one_epoch(...)`, a
@@ -174,7 +174,7 @@ FRAMEWORKS = {
 }
 
 
-def _framework_forward(ctx: FileContext, func: ast.AST) -> bool:
+def _framework_forward(ctx: FileContext, func: Function) -> bool:
     """A `forward` is a framework's role in a class, or where a framework is imported (a functional
     `forward(params, x)` of a torch or JAX module); a module-level `forward_*` of a module importing
     none (numpy, pandas: a code generator) is just a name."""
@@ -206,7 +206,7 @@ PLAIN_BASES = {"object", "Module", "nn.Module", "torch.nn.Module", "ABC", "abc.A
 OTHER_UPDATE = re.compile(r"(^|\.)(__dict__|environ|kwargs|\w*config|\w*cfg|\w*args|\w*dict|pbar|\w*_bar|bar|state)$")
 
 
-def uncalled_hook(ctx: FileContext, func: ast.AST) -> bool:
+def uncalled_hook(ctx: FileContext, func: Function) -> bool:
     """A method named like a per-batch hook (`update`, `on_batch_end`) of a class no framework
     calls it from (no base but `object`/`nn.Module`, or classes of this module with none), which
     nothing in the project calls or hands on: its name is no evidence that it runs every step."""
@@ -236,7 +236,7 @@ def _plain_class(ctx: FileContext, cls: ast.ClassDef, depth: int) -> bool:
         written = dotted_name(base) or ""
         if written in PLAIN_BASES:
             continue
-        local = [c for c in ctx.index.by_type.get(ast.ClassDef, ()) if c.name == written]
+        local = [c for c in ctx.index.of_type(ast.ClassDef) if c.name == written]
         if depth < 3 and len(local) == 1 and local[0] is not cls and _plain_class(ctx, local[0], depth + 1):
             continue
         return False
@@ -285,7 +285,7 @@ MODEL_INPUTS = {
 }
 
 
-def overrides_model_hook(ctx: FileContext, func: ast.AST) -> bool:
+def overrides_model_hook(ctx: FileContext, func: Function) -> bool:
     """A method of a subclass of a library model (`class M(LlavaForConditionalGeneration)`) that
     takes the batch's tensors (`input_ids`, `attention_mask`, ...): it overrides a hook that the
     library's `forward` calls (`_merge_input_ids_with_image_features`, `_update_causal_mask`), so it
@@ -401,7 +401,7 @@ def _leaves_loop(ctx: FileContext, node: ast.If) -> bool:
     return exits and ctx.index.enclosing_loop(node) is not None
 
 
-_EVAL_ONLY_FIELD = {False: "body", True: "orelse"}
+_EVAL_ONLY_FIELD: dict[bool | None, str] = {False: "body", True: "orelse"}
 
 
 def _training_test(test: ast.expr) -> bool | None:
@@ -817,7 +817,7 @@ def unbarriered_optimizer_step(ctx: FileContext, func: ast.AST) -> int | None:
     if any(is_step_loop(ctx, loop) for loop in ctx.loops_of(func)):
         return None
     found = None
-    pending, seen = [func], set()
+    pending, seen = [func], set[ast.AST]()
     while pending:
         owner = pending.pop()
         if owner in seen or len(seen) > 20:
@@ -1017,7 +1017,7 @@ def compute_per_call_functions(ctx: FileContext) -> set[ast.AST]:
     return result
 
 
-def _call_sites(ctx: FileContext, func: ast.AST) -> list[ast.Call]:
+def _call_sites(ctx: FileContext, func: Function) -> list[ast.Call]:
     return ctx.calls_of(func.name)
 
 

@@ -578,8 +578,7 @@ class TensorInference:
                 return Kind.NOT_TENSOR
         if isinstance(iterable, ast.Attribute) and iterable.attr == "param_groups":
             return Kind.NOT_TENSOR  # an optimizer's groups: Python hyper-parameters (and its parameters)
-        name = dotted_name(iterable)
-        if name:
+        if dotted_name(iterable):
             for value in self.ctx.assigned_values(iterable):
                 if isinstance(value, ast.Call):
                     callee = last_part(dotted_name(value.func))
@@ -603,7 +602,7 @@ class TensorInference:
             return None
         func = self.ctx.index.enclosing_function(iterable)
         param = func.args.kwarg if isinstance(func, FUNCTIONS) else None
-        if param is None or param.arg != mapping.id:
+        if func is None or param is None or param.arg != mapping.id:
             return None
         return self._host_everywhere(func, param)
 
@@ -614,7 +613,8 @@ class TensorInference:
             return []
         param = self.ctx.parameter(iterable)
         values = self.ctx.arguments_for(param) if param is not None else []
-        return values if values and all(v is not None for v in values) else []
+        passed = [v for v in values if v is not None]
+        return passed if values and len(passed) == len(values) else []
 
     def _attribute(self, node: ast.Attribute) -> Kind:
         attr = node.attr
@@ -744,7 +744,7 @@ class TensorInference:
 
     def _method_call(self, node: ast.Call, method: str) -> Kind:
         recv = receiver(node)
-        if method == "values" and not node.args:
+        if method == "values" and not node.args and recv is not None:
             found = self.dict_values(recv)
             if found is not None:
                 return found  # `{"box": loss_box}.values()`
@@ -990,7 +990,7 @@ def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
 def _mask_named(ctx: FileContext, expr: ast.expr) -> bool:
     """Named like a mask, and nothing in how it was built says it holds integer indices (a name is
     no evidence of a dtype: `keep_mask = logits.topk(k).indices` is a gather of static size)."""
-    name = dotted_name(expr)
+    name = dotted_name(expr) or ""
     return (
         bool(name)
         and bool(_MASK_NAME.search(last_part(name)))
@@ -1138,11 +1138,11 @@ def _elementwise(ctx: FileContext, expr: ast.expr, base: ast.expr, depth: int) -
         func = is_torch(ctx, expr, ELEMENTWISE_FUNCTIONS | {"logical_and", "logical_or", "logical_xor"})
         if func:
             return _shaped_like_parts([_elementwise(ctx, a, base, depth + 1) for a in expr.args])
-        method = method_name(expr)
-        if method in ELEMENTWISE_METHODS and not dotted_name(expr.func) == f"torch.{method}":
+        method, recv = method_name(expr), receiver(expr)
+        if recv is not None and method in ELEMENTWISE_METHODS and not dotted_name(expr.func) == f"torch.{method}":
             return _shaped_like_parts(
                 [
-                    _elementwise(ctx, receiver(expr), base, depth + 1),
+                    _elementwise(ctx, recv, base, depth + 1),
                     *(_elementwise(ctx, a, base, depth + 1) for a in expr.args),
                 ]
             )
