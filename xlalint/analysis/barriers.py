@@ -51,7 +51,7 @@ from .vocabulary import (
 )
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 DEVICE_BATCHES, PLAIN_BATCHES, UNKNOWN_BATCHES = "device", "plain", "unknown"  # what a loop's batches come from
 MAX_DEPTH = 5
@@ -75,7 +75,7 @@ class StepPath:
 class StepBarriers:
     """Where a file's step barriers run, what its step loops iterate, and who owns the step."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: File) -> None:
         self.ctx = ctx
         self._barriers: dict[ast.AST, list[tuple[ast.Call, frozenset]]] = {}
         self._steps: dict[ast.AST, list[tuple[ast.Call, frozenset]]] = {}

@@ -25,7 +25,7 @@ from .index import FUNCTIONS
 from .names import dotted_name, keyword_value, positional, string_value
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 COMPILERS = {"torch.compile", "torch._dynamo.optimize"}
 DISABLERS = {"torch.compiler.disable", "torch._dynamo.disable", "torch._disable_dynamo"}
@@ -78,7 +78,7 @@ class CompileOptions:
         return " (`dynamic=False`)" if self.dynamic is False else ""
 
 
-def options_of(ctx: FileContext, spec: ast.expr) -> CompileOptions:
+def options_of(ctx: File, spec: ast.expr) -> CompileOptions:
     """The options a decorator or compiling call passes: `torch.compile(f, dynamic=False,
     backend="tpu", fullgraph=True)`, `torch._dynamo.optimize("eager", nopython=True)`."""
     if not isinstance(spec, ast.Call):
@@ -97,7 +97,7 @@ def options_of(ctx: FileContext, spec: ast.expr) -> CompileOptions:
     )
 
 
-def _is_partial(ctx: FileContext, call: ast.Call) -> bool:
+def _is_partial(ctx: File, call: ast.Call) -> bool:
     return (
         ctx.qualified_name(call.func) in ("functools.partial", "partial")
         and bool(call.args)
@@ -105,21 +105,21 @@ def _is_partial(ctx: FileContext, call: ast.Call) -> bool:
     )
 
 
-def _compiler(ctx: FileContext, spec: ast.expr) -> bool:
+def _compiler(ctx: File, spec: ast.expr) -> bool:
     """`torch.compile`, `torch.compile(...)`, `torch._dynamo.optimize(...)`, `partial(torch.compile, ...)`."""
     if ctx.qualified_name(spec) == "torch.compile":
         return True
     return isinstance(spec, ast.Call) and (ctx.qualified_name(spec.func) in COMPILERS or _is_partial(ctx, spec))
 
 
-def _disabler(ctx: FileContext, spec: ast.expr) -> bool:
+def _disabler(ctx: File, spec: ast.expr) -> bool:
     return ctx.qualified_name(spec.func if isinstance(spec, ast.Call) else spec) in DISABLERS
 
 
 class CompiledRegions:
     """The compiled functions of one file (computed once, on first question)."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: File) -> None:
         self.ctx = ctx
         # name (`step`, `model`, a decorated function's name) -> (the function it runs, options)
         self.callables: dict[str, tuple[ast.AST, CompileOptions]] = {}
@@ -367,7 +367,7 @@ NON_BREAKING_BUILTINS = {"len", "max", "min", "isinstance"}
 PRINTING = {"print", "str", "repr", "format"}
 
 
-def traced_without_break(ctx: FileContext, node: ast.AST) -> bool:
+def traced_without_break(ctx: File, node: ast.AST) -> bool:
     """Under compile, the code at `node` is traced into the graph although torch_xla would sync
     there: an `assert` on a tensor, a boolean-mask assignment (`x[m] = 0`), `.cpu()`/`.numpy()`,
     `len(t)`, `max(t)`, shapes, and an f-string of a tensor that is not printed (all measured:
@@ -406,21 +406,21 @@ def _merged(options) -> CompileOptions:
     return result
 
 
-def _by_qualname(ctx: FileContext, qualified: str) -> list[ast.AST]:
+def _by_qualname(ctx: File, qualified: str) -> list[ast.AST]:
     from .index import qualname
 
     name = qualified.rpartition(".")[2]
     return [f for f in ctx.index.functions.get(name, ()) if qualname(ctx.index, f) == qualified]
 
 
-def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], list[str]]:
+def summary_entries(ctx: File) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """For the project index: this module's compiled functions (qualname -> options key), the
     classes it compiles that live elsewhere (`torch.compile(Model())` with `Model` imported: name
     as written -> options key; `Model:generate` for `torch.compile(model.generate)`; `learn()` for
     an imported function compiled itself, `torch.compile(learn)`), and its disabled functions."""
     from .index import qualname
 
-    regions = ctx.compiled
+    regions = ctx.cached(CompiledRegions)
     compiled = {qualname(ctx.index, f): o.key() for f, o in regions.own_functions.items() if isinstance(f, FUNCTIONS)}
     imported: dict[str, str] = {}
     for call in regions.compile_calls:
@@ -446,13 +446,13 @@ def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], l
     return compiled, imported, disabled
 
 
-def compiled_arguments(ctx: FileContext, param: ast.arg) -> list[ast.expr] | None:
+def compiled_arguments(ctx: File, param: ast.arg) -> list[ast.expr] | None:
     """What the callers of a compiled function pass for `param` (`step(x, i)` after
     `step = torch.compile(f)`), or None without such calls (their kind is `tensors`' business:
     this module does not import it, which imports this one)."""
     from .names import argument
 
-    regions = ctx.compiled
+    regions = ctx.cached(CompiledRegions)
     func = ctx.index.parent(ctx.index.parent(param))
     if func not in regions.roots or not isinstance(func, FUNCTIONS):
         return None

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..source import SourceText, is_file, stat_or_none
 from . import guards, steps
 from .barriers import StepBarriers
+from .file import File
 from .index import (
     COMPREHENSIONS,
     FUNCTIONS,
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from .evidence import Evidence
     from .jax_tracing import JittedCallable
 
+Built = TypeVar("Built")
 XLA_MODULES = ("torch_xla", "torchax")
 # Files that make a project an installable distribution (see `application_module`).
 PACKAGING_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
@@ -67,12 +70,12 @@ class FileContext:
         self.target_version = target_version  # the oldest torch_xla the code must run on (None: the newest)
         self.project = project  # what the rest of the project says about this file
         self.index: ModuleIndex = build_index(tree)
-        self.tensors = TensorInference(self)
+        self._built: dict[Callable[[File], object], object] = {}  # see `cached`
+        self.tensors = self.cached(TensorInference)
         self.step_loop_cache: dict[ast.AST, bool] = {}
         self.trains_cache: dict[ast.AST, bool] = {}
         self.analysis_cache: dict[str, object] = {}  # whole-file answers of `evidence`
         self.gradients_cache: dict[ast.AST, bool] = {}  # see jax_tracing.computes_gradients
-        self.jitted_cache: dict[ast.AST, JittedCallable] = {}  # see jax_tracing._decorated
         self.if_gate_cache: dict[tuple[ast.AST, str | None], bool] = {}  # see steps.gated_by
         self.loop_counter_cache: dict[ast.AST, frozenset[str]] = {}  # see steps._loop_counters
         self.param_reads_cache: dict[ast.AST, list] = {}  # see reads.parameter_reads
@@ -87,6 +90,16 @@ class FileContext:
     def code(self, node: ast.AST) -> str:
         """The source text of `node`, as written."""
         return self.text.segment(node)
+
+    def cached(self, build: Callable[[File], Built]) -> Built:
+        """`build(self)`, built once per file: the per-file object of an analysis (`TensorInference`,
+        `CompiledRegions`) or a memo of its answers, keyed by the function or class that builds it, so an
+        analysis below this module asks for another's without naming this class (see `file.File`)."""
+        try:
+            found = self._built[build]
+        except KeyError:
+            found = self._built[build] = build(self)
+        return cast("Built", found)  # (what `build` returned for this key)
 
     # -- imports and names ----------------------------------------------------------------------
     @cached_property
@@ -408,7 +421,7 @@ class FileContext:
     @cached_property
     def training_sources(self) -> TrainingSources:
         """What this module's training loops iterate (see `loaders.TrainingSources`)."""
-        return TrainingSources(self)
+        return self.cached(TrainingSources)
 
     @cached_property
     def module_trains(self) -> bool:
@@ -426,7 +439,7 @@ class FileContext:
         """Functions and lambdas JAX runs on tracers (see `jax_tracing`)."""
         from .jax_tracing import traced_functions
 
-        return traced_functions(self)
+        return self.cached(traced_functions)
 
     @cached_property
     def jax_staged(self) -> dict[ast.AST, list[ast.Call]]:
@@ -434,21 +447,21 @@ class FileContext:
         with the decorators and calls that stage them."""
         from .jax_tracing import staged_functions
 
-        return staged_functions(self)
+        return self.cached(staged_functions)
 
     @cached_property
     def jax_jitted(self) -> dict[str, JittedCallable]:
         """Names this module calls jitted functions by, with their static parameters."""
         from .jax_tracing import jitted_callables
 
-        return jitted_callables(self)
+        return self.cached(jitted_callables)
 
     @cached_property
     def compiled(self) -> CompiledRegions:
         """The functions `torch.compile` traces, with their options (see `compiled`)."""
         from .compiled import CompiledRegions
 
-        return CompiledRegions(self)
+        return self.cached(CompiledRegions)
 
     @cached_property
     def barriers(self) -> StepBarriers:
