@@ -100,14 +100,13 @@ def test_imports_are_resolved_to_absolute_names(tmp_path, monkeypatch):
     assert "xlalint.engine" in found and "xlalint.rules.analysis_x" in found
 
 
-def test_no_import_cycle_among_the_analysis_modules():
-    """The analysis is layered: names/index/vocabulary at the bottom, the per-topic analyses above,
-    `context` (the facade rules use) on top. Imports inside functions count: deferring an import
-    hides a cycle, it does not remove it. Imports under `if TYPE_CHECKING:` do not (they never run:
-    `steps` naming the type `FileContext` is no dependency on `context`)."""
+def test_no_import_cycle_among_the_analysis_modules(type_only: bool = False):
+    """The analysis is layered: names/index/vocabulary at the bottom, `file` (what an analysis may
+    ask of the file it judges), the per-topic analyses above, `context` (the facade rules use) on
+    top. Imports inside functions count: deferring an import hides a cycle, it does not remove it."""
     analysis = PACKAGES["xlalint"] / "analysis"
     names = {module_name(path) for path in sources(analysis)}
-    graph = {module_name(path): {m for m, _ in imports(path, type_only=False) if m in names and m != module_name(path)}
+    graph = {module_name(path): {m for m, _ in imports(path, type_only=type_only) if m in names and m != module_name(path)}
              for path in sources(analysis)}
     graph = {m: deps - {"xlalint.analysis"} for m, deps in graph.items()}  # the package's own __init__
     state: dict[str, int] = {}  # 1: on the current path, 2: done
@@ -127,6 +126,13 @@ def test_no_import_cycle_among_the_analysis_modules():
     assert "xlalint.analysis.barriers" in graph["xlalint.analysis.context"]  # the graph is read, not empty
 
 
+def test_no_import_cycle_among_the_analysis_modules_for_the_type_checker():
+    """Nor for the type checker: imports under `if TYPE_CHECKING:` count too. An analysis below
+    `context` names the file it judges as `file.File` (a Protocol that `FileContext` implements),
+    not as `FileContext`, so each layer is understood, and checked, without the ones above it."""
+    test_no_import_cycle_among_the_analysis_modules(type_only=True)
+
+
 def test_a_cycle_through_a_function_level_import_is_seen(tmp_path, monkeypatch):
     fake = tmp_path / "xlalint"
     (fake / "analysis").mkdir(parents=True)
@@ -138,3 +144,13 @@ def test_a_cycle_through_a_function_level_import_is_seen(tmp_path, monkeypatch):
     assert not {m for m, _ in imports(fake / "analysis" / "c.py", type_only=False)} & {"xlalint.analysis.a"}
     with pytest.raises(AssertionError, match="import cycle: xlalint.analysis.a -> xlalint.analysis.b -> xlalint.analysis.a"):
         test_no_import_cycle_among_the_analysis_modules()
+
+
+def test_a_cycle_through_a_type_checking_import_is_seen_by_the_type_checker_check(tmp_path, monkeypatch):
+    fake = tmp_path / "xlalint"
+    (fake / "analysis").mkdir(parents=True)
+    (fake / "analysis" / "a.py").write_text("from . import b\n")
+    (fake / "analysis" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n")
+    monkeypatch.setitem(PACKAGES, "xlalint", fake)
+    with pytest.raises(AssertionError, match="import cycle: xlalint.analysis.a -> xlalint.analysis.b -> xlalint.analysis.a"):
+        test_no_import_cycle_among_the_analysis_modules_for_the_type_checker()

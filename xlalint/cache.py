@@ -49,9 +49,11 @@ def code_fingerprint() -> str:
     import xlalint.rules  # noqa: F401  (the rules decide the findings: make sure their packages count)
 
     folders = {
-        Path(module.__file__).resolve().parent
+        Path(file).resolve().parent
         for name, module in list(sys.modules.items())
-        if name.partition(".")[0] == "xlalint" and hasattr(module, "__path__") and getattr(module, "__file__", None)
+        if name.partition(".")[0] == "xlalint"
+        and hasattr(module, "__path__")
+        and (file := getattr(module, "__file__", None))
     }
     roots = sorted(f for f in folders if not any(parent in folders for parent in f.parents))
     hashed = hashlib.blake2b(repr((__version__, FORMAT)).encode(), digest_size=16)
@@ -77,7 +79,7 @@ class ProjectCache:
         self.results: dict[str, list] = {}
         self.dirty = False
         self.warning: str | None = None  # why the cache is not used, in one line
-        if self.file is not None:
+        if folder is not None and self.file is not None:
             link = next((p for p in (folder, folder / IGNORE_FILE, folder / TAG_FILE, self.file) if _is_link(p)), None)
             if link is not None:
                 self.warning = f"{link}: a symbolic link in the cache; running without a cache"
@@ -86,6 +88,8 @@ class ProjectCache:
                 self._load()
 
     def _load(self) -> None:
+        if self.file is None:
+            return
         try:
             data = json.loads(read_bounded(self.file, MAX_CACHE_BYTES, follow=False)[0].decode("utf-8"))
         except (OSError, ValueError, RecursionError):  # `[[[[...]]]]` nested past the parser's depth
@@ -122,7 +126,7 @@ class ProjectCache:
                 self.dirty = True
 
     def save(self) -> None:
-        if self.file is None or not self.dirty:
+        if self.file is None or self.folder is None or not self.dirty:
             return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)

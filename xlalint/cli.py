@@ -721,15 +721,17 @@ def run_fix(opts: Options) -> int:
         if outcome.error:
             failed = _outcome_error(outcome.error) > 0 or failed
             continue
-        result = outcome.result
+        result, stamp = outcome.result, outcome.stamp
+        assert result is not None  # `fix` gives each file without an error its result
         if result.fixed is not None:
             if write:
                 if outcome.path.resolve() in written:  # (the file's other name wrote it)
                     remaining += result.diagnostics
                     continue
+                assert stamp is not None  # a file read from disk (nothing `given`): what it held
                 try:
                     written.add(
-                        write_fixed(outcome.path, result.fixed, outcome.stamp, project_root(outcome.path, follow=False))
+                        write_fixed(outcome.path, result.fixed, stamp, project_root(outcome.path, follow=False))
                     )
                 except OSError as exc:
                     _error(f"{outcome.path}: error: cannot write: {exc.strerror or exc}")
@@ -799,7 +801,9 @@ def _add_noqa(diagnostics: list[Diagnostic], stdin: Stdin) -> int:
                 write_fixed(path, text.encode(source.encoding), Stamp.of(raw, info), project_root(path, follow=False))
                 added += count
         except (SourceError, OSError, UnicodeEncodeError) as exc:
-            _error(str(exc) if isinstance(exc, SourceError) else f"{path}: error: cannot write: {exc.strerror or exc}")
+            # (a UnicodeEncodeError has no strerror: the text encoding the file's own declared one refuses)
+            reason = (exc.strerror if isinstance(exc, OSError) else None) or exc
+            _error(str(exc) if isinstance(exc, SourceError) else f"{path}: error: cannot write: {reason}")
             failed += 1
     click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
     return failed

@@ -10,13 +10,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .analysis.context import FileContext
 from .analysis.project import NO_PROJECT, ProjectFacts, ProjectIndex, summarize
 from .deep import deep_stack, python_parse
 from .diagnostics import HIGH, Applicability, Diagnostic, Fix, Location, Step, shown_at
-from .noqa import parse_noqa
+from .noqa import NoqaComment, parse_noqa
 from .rule import FixBuilder, Rule
 from .source import NewerSyntax, SourceError, SourceFile, SourceText, decode_source
 
@@ -99,10 +99,18 @@ def parse_cst(source: SourceFile) -> cst.Module | None:
         return None
 
 
+class _NoqaJudge(Protocol):
+    """A rule that `judges_noqa` (XLA901): it words the finding for codes of a comment that suppress nothing."""
+
+    code: str
+
+    def stale(self, comment: NoqaComment, codes: list[str]) -> tuple[str, FixBuilder | None]: ...
+
+
 @dataclass
 class _Found:
     rule: type[Rule]
-    node: ast.AST
+    node: ast.AST | None  # None: a finding on a comment (a `noqa` that suppresses nothing)
     message: str
     builder: FixBuilder | None
     start: Location
@@ -234,7 +242,7 @@ def _in_compiled_regions(ctx: FileContext, found: list[_Found]) -> list[_Found]:
     kept = []
     for item in found:
         foreign = item.rule.code[:3] != "DYN"
-        if not foreign or ctx.compiled.region(item.node) is None:
+        if not foreign or item.node is None or ctx.compiled.region(item.node) is None:
             kept.append(item)
             continue
         if traced_without_break(ctx, item.node):
@@ -272,7 +280,7 @@ def _keep(
     if judge is not None and noqa.comments and ctx is not None:
         ran = frozenset(r.code for r in rules if r.applies(ctx))
         for comment, codes in noqa.unused(ran):
-            message, builder = judge.stale(comment, codes)
+            message, builder = cast(_NoqaJudge, judge).stale(comment, codes)  # (it `judges_noqa`)
             start = Location(comment.row, comment.start + comment.directive[0] + 1)
             end = Location(comment.row, comment.start + comment.directive[1] + 1)
             if not noqa.suppresses(judge.code, comment.row, comment.row):

@@ -347,7 +347,7 @@ def render_rdjson(diagnostics: list[Diagnostic], sources: SourceLines) -> str:
 
     items = []
     for d in diagnostics:
-        item = {
+        item: dict[str, object] = {
             "message": d.message,
             "location": {
                 "path": _relative(d.path),

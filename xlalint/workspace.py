@@ -15,10 +15,11 @@ import signal
 import tempfile
 import traceback
 from collections import Counter
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 from . import __version__
 from .analysis.asked import AskedFacts, holds
@@ -142,7 +143,9 @@ def _summarize_task(task: SummaryTask) -> Summarised:
         raw = check.raw if check is not None else read_bounded(Path(task.path))[0]
         # a checked file keeps its path as given (rules read it); the summary is keyed by the real one
         source = decode_source(Path(check.path if check is not None else task.path), raw)
-        ctx = analyse(source, project=asked, target_version=check.target if check is not None else None)
+        # (AskedFacts answers as the ProjectFacts it wraps, field by field: a proxy, not a subclass)
+        facts = cast(ProjectFacts, asked)
+        ctx = analyse(source, project=facts, target_version=check.target if check is not None else None)
         summary = summarize(ctx, task.name)
         summary.path = task.path
     except (SourceError, OSError, SyntaxError, ValueError, RecursionError, MemoryError):
@@ -172,7 +175,7 @@ def _check_task(task: CheckTask, source: SourceFile | None = None, ctx=None) -> 
     notebook = None
     try:
         rules = [RULES_BY_CODE[c] for c in task.codes]
-        if ctx is not None:
+        if ctx is not None and source is not None:
             found = lint_context(source, ctx, rules, with_edits=task.with_edits, fixable=_frozen(task.fixable))
         else:
             source, notebook = _source(task.path, task.raw)
@@ -306,6 +309,7 @@ class Workspace:
     # -- plumbing ---------------------------------------------------------------------------------
     def _map(self, func, tasks: list):
         workers = worker_count(self.jobs, len(tasks))
+        results: Iterable[Any]
         if workers == 1 or len(tasks) < PARALLEL_MIN:
             results = (func(t) for t in tasks)
         else:
@@ -316,6 +320,7 @@ class Workspace:
                     workers, mp_context=multiprocessing.get_context(method), initializer=_ignore_interrupts
                 )
                 self._pool_size = workers
+            assert self._pool is not None  # a size of one or more: the pool runs (see `_stop_pool`)
             results = self._pool.map(func, tasks, chunksize=max(1, len(tasks) // (workers * 8)))
         try:
             if self.progress is None:
@@ -370,8 +375,9 @@ class Workspace:
             if self.use_cache:
                 folder = self.cache_dir if self.cache_dir is not None else (self.root or root) / CACHE_DIR_NAME
             self._caches[root] = ProjectCache(folder, root)
-            if self._caches[root].warning:
-                self.warnings.append(self._caches[root].warning)
+            warning = self._caches[root].warning
+            if warning:
+                self.warnings.append(warning)
         return self._caches[root]
 
     @property
@@ -544,7 +550,8 @@ class Workspace:
         facts = self.facts(files)
         _given_facts(facts, given)
         outcomes: dict[Path, FileOutcome] = {}
-        tasks, paths, stamps = [], [], {}
+        tasks, paths = [], []
+        stamps: dict[Path, Stamp] = {}
         for path, raw in _readable(files, outcomes, given, stamps):
             tasks.append(
                 FixTask(

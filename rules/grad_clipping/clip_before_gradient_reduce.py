@@ -359,7 +359,7 @@ class ClipBeforeGradientReduce(Rule):
             ),
             None,
         )
-        if not isinstance(holder, ast.stmt) or holder.end_lineno >= statement.lineno:
+        if not isinstance(holder, ast.stmt) or (holder.end_lineno or holder.lineno) >= statement.lineno:
             return None  # not in the step's block, or sharing its line (`clip(...); xm.optimizer_step(o)`)
         if any(
             other is not clip and self.ctx.barriers.late_reduction(other) is step
@@ -406,7 +406,7 @@ def _reduce_first(
     call = cctx.locate(step)
     # the libcst statement of an `ast` one: a compound one, or a line of simple ones
     statement = cctx.locate(holder, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
-    if call is None or statement is None:
+    if call is None or not isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
         return None
     imports = []
     if module is None:

@@ -33,7 +33,9 @@ def insert_sync_after(cctx: CstContext, statement: ast.stmt) -> Fix | None:
     statement shares its line)."""
     small = cctx.locate(statement)
     line = cctx.parent(small) if small is not None else None
-    if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+    if not isinstance(small, cst.BaseSmallStatement) or not isinstance(
+        line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)
+    ):
         return None
     spelled, request = cctx.importable("xlalint.runtime", "sync")
     barrier = cst.Expr(cctx.parse_expression(f"{spelled}()"))

@@ -269,11 +269,13 @@ class TorchSaveOfXlaTensors(Rule):
 
 def _use_xm_save(cctx: CstContext, node: ast.Call) -> Fix | None:
     call = cctx.locate(node)
-    if call is None or len(call.args) != 2:
+    if not isinstance(call, cst.Call) or len(call.args) != 2:
         return None
     module, imports = _xla_model(cctx, call)
     first, last = call.args
-    keyword = cctx.parse_expression("f(master_only=False)").args[0]
+    template = cctx.parse_expression("f(master_only=False)")
+    assert isinstance(template, cst.Call)  # parsed from a call's text
+    keyword = template.args[0]
     # the new argument takes the last one's comma (a trailing comma, its line break before `)`), and
     # the last one the comma after the first (the spacing between arguments)
     args = [first, last.with_changes(comma=first.comma), keyword.with_changes(comma=last.comma)]

@@ -11,7 +11,9 @@ analysis with the real facts. Only a file whose answers differ is analysed again
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import fields
+from typing import cast
 
 from .project import ProjectFacts
 
@@ -36,7 +38,7 @@ class AskedFacts:
         return holds(self.facts, self.questions, facts)
 
 
-def holds(asked_of: ProjectFacts, questions: set[tuple[str, str, object]] | None, facts: ProjectFacts) -> bool:
+def holds(asked_of: ProjectFacts, questions: Collection[tuple[str, str, object]] | None, facts: ProjectFacts) -> bool:
     """`questions` asked of `asked_of` get the same answers from `facts` (None: unknown questions)."""
     if facts == asked_of:
         return True
@@ -50,7 +52,7 @@ def _answer(facts: ProjectFacts, question: tuple[str, str, object]):
     if kind == "in":
         return item in getattr(facts, name)
     if kind == "reads_at":
-        return facts.reads_at(item)
+        return facts.reads_at(cast("tuple[int, int]", item))  # `AskedFacts.reads_at` records a (line, column)
     return getattr(facts, name)  # "all": an iteration or a length depends on every element
 
 

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from .guards import ALMOST_ALWAYS, EVERY_N, periodic_polarity, skips_rest
-from .index import FUNCTIONS, LOOPS, target_names
+from .index import FUNCTIONS, LOOPS, Function, target_names
 from .loaders import moves_batches_by_hand
 from .names import (
     dotted_name,
@@ -51,7 +51,7 @@ from .vocabulary import (
 )
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 DEVICE_BATCHES, PLAIN_BATCHES, UNKNOWN_BATCHES = "device", "plain", "unknown"  # what a loop's batches come from
 MAX_DEPTH = 5
@@ -75,7 +75,7 @@ class StepPath:
 class StepBarriers:
     """Where a file's step barriers run, what its step loops iterate, and who owns the step."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: File) -> None:
         self.ctx = ctx
         self._barriers: dict[ast.AST, list[tuple[ast.Call, frozenset]]] = {}
         self._steps: dict[ast.AST, list[tuple[ast.Call, frozenset]]] = {}
@@ -198,7 +198,7 @@ class StepBarriers:
         return ("other", self.ctx.index.order.get(parent, 0), field)
 
     # -- the loops that run a node -------------------------------------------------------------------
-    def paths(self, node: ast.AST, acted_on: set[str] = frozenset()) -> list[StepPath]:
+    def paths(self, node: ast.AST, acted_on: set[str] | frozenset[str] = frozenset()) -> list[StepPath]:
         """The step loops that run `node`: up to the innermost step loop around it, and from a
         function to its call sites in this module. A loop over the very objects `node` acts on
         (`for opt in optimizers: opt.step()`) is no step loop of its own."""
@@ -213,7 +213,7 @@ class StepBarriers:
             if self.compiled_context(start):
                 found.append(StepPath(start, gates, compiled=True))
                 continue
-            top = None
+            top: ast.For | ast.AsyncFor | ast.While | Function | ast.Lambda | None = None
             child = start
             for anc in self.ctx.index.ancestors(start):
                 if gated_by(self.ctx, child, anc):
@@ -240,7 +240,7 @@ class StepBarriers:
             pending.extend((site, gates, False) for site in sites)
         return found
 
-    def call_sites(self, func: ast.AST) -> list[tuple[ast.Call, int]]:
+    def call_sites(self, func: Function) -> list[tuple[ast.Call, int]]:
         """Calls of `func` in this module (`f(...)`, `self.f(...)`, `Cls(...)` for `__init__`), each
         with the number of leading parameters the call does not pass (`self`)."""
         found = self._call_sites.get(func)
@@ -248,7 +248,7 @@ class StepBarriers:
             found = self._call_sites[func] = self._find_call_sites(func)
         return found
 
-    def _find_call_sites(self, func: ast.AST) -> list[tuple[ast.Call, int]]:
+    def _find_call_sites(self, func: Function) -> list[tuple[ast.Call, int]]:
         index = self.ctx.index
         cls = index.enclosing_class(func)
         if func.name == "__init__" and cls is not None:
@@ -513,7 +513,7 @@ class StepBarriers:
             if _framework_name(self.ctx.qualified_name(base)):
                 return True
             name = dotted_name(base)
-            for local in self.ctx.index.by_type.get(ast.ClassDef, ()):
+            for local in self.ctx.index.of_type(ast.ClassDef):
                 if local.name == name and local is not cls and self._framework_class(local, depth + 1):
                     return True
         return False
@@ -631,7 +631,7 @@ class StepBarriers:
     def is_optimizer(self, recv: ast.expr | None) -> bool:
         base = recv.value if isinstance(recv, ast.Subscript) else recv  # optimizers[i].step()
         name = dotted_name(base)
-        if not name:
+        if base is None or not name:
             return False
         last = last_part(name)
         if NOT_OPTIMIZER.search(last):
@@ -655,7 +655,7 @@ def _combine(kinds: list[str]) -> str:
 
 
 def _framework_name(qualified: str | None) -> bool:
-    return bool(qualified) and qualified.split(".")[0] in FRAMEWORK_MODULES
+    return qualified is not None and qualified != "" and qualified.split(".")[0] in FRAMEWORK_MODULES
 
 
 def _is_self(expr: ast.expr) -> bool:
@@ -678,7 +678,7 @@ def _cadence(test: ast.expr) -> str:
     return ast.dump(test)
 
 
-def _iterates_names(loop: ast.AST, names: set[str]) -> bool:
+def _iterates_names(loop: ast.AST, names: set[str] | frozenset[str]) -> bool:
     return isinstance(loop, (ast.For, ast.AsyncFor)) and bool(names & set(target_names(loop.target)))
 
 

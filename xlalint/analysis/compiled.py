@@ -25,7 +25,7 @@ from .index import FUNCTIONS
 from .names import dotted_name, keyword_value, positional, string_value
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 COMPILERS = {"torch.compile", "torch._dynamo.optimize"}
 DISABLERS = {"torch.compiler.disable", "torch._dynamo.disable", "torch._disable_dynamo"}
@@ -78,7 +78,7 @@ class CompileOptions:
         return " (`dynamic=False`)" if self.dynamic is False else ""
 
 
-def options_of(ctx: FileContext, spec: ast.expr) -> CompileOptions:
+def options_of(ctx: File, spec: ast.expr) -> CompileOptions:
     """The options a decorator or compiling call passes: `torch.compile(f, dynamic=False,
     backend="tpu", fullgraph=True)`, `torch._dynamo.optimize("eager", nopython=True)`."""
     if not isinstance(spec, ast.Call):
@@ -97,7 +97,7 @@ def options_of(ctx: FileContext, spec: ast.expr) -> CompileOptions:
     )
 
 
-def _is_partial(ctx: FileContext, call: ast.Call) -> bool:
+def _is_partial(ctx: File, call: ast.Call) -> bool:
     return (
         ctx.qualified_name(call.func) in ("functools.partial", "partial")
         and bool(call.args)
@@ -105,21 +105,21 @@ def _is_partial(ctx: FileContext, call: ast.Call) -> bool:
     )
 
 
-def _compiler(ctx: FileContext, spec: ast.expr) -> bool:
+def _compiler(ctx: File, spec: ast.expr) -> bool:
     """`torch.compile`, `torch.compile(...)`, `torch._dynamo.optimize(...)`, `partial(torch.compile, ...)`."""
     if ctx.qualified_name(spec) == "torch.compile":
         return True
     return isinstance(spec, ast.Call) and (ctx.qualified_name(spec.func) in COMPILERS or _is_partial(ctx, spec))
 
 
-def _disabler(ctx: FileContext, spec: ast.expr) -> bool:
+def _disabler(ctx: File, spec: ast.expr) -> bool:
     return ctx.qualified_name(spec.func if isinstance(spec, ast.Call) else spec) in DISABLERS
 
 
 class CompiledRegions:
     """The compiled functions of one file (computed once, on first question)."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: File) -> None:
         self.ctx = ctx
         # name (`step`, `model`, a decorated function's name) -> (the function it runs, options)
         self.callables: dict[str, tuple[ast.AST, CompileOptions]] = {}
@@ -221,7 +221,7 @@ class CompiledRegions:
         found = []
         for value in values:
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-                found += [c for c in self.ctx.index.by_type.get(ast.ClassDef, ()) if c.name == value.func.id]
+                found += [c for c in self.ctx.index.of_type(ast.ClassDef) if c.name == value.func.id]
         return found
 
     # -- what the roots call ------------------------------------------------------------------------
@@ -349,7 +349,7 @@ class CompiledRegions:
     def config(self) -> dict[str, bool]:
         """`torch._dynamo.config.<name> = True/False` set anywhere in the file (the last wins)."""
         found: dict[str, bool] = {}
-        for node in self.ctx.index.by_type.get(ast.Assign, ()):
+        for node in self.ctx.index.of_type(ast.Assign):
             for target in node.targets:
                 name = self.ctx.qualified_name(target) or ""
                 if name.startswith(CONFIG) and isinstance(node.value, ast.Constant):
@@ -367,7 +367,7 @@ NON_BREAKING_BUILTINS = {"len", "max", "min", "isinstance"}
 PRINTING = {"print", "str", "repr", "format"}
 
 
-def traced_without_break(ctx: FileContext, node: ast.AST) -> bool:
+def traced_without_break(ctx: File, node: ast.AST) -> bool:
     """Under compile, the code at `node` is traced into the graph although torch_xla would sync
     there: an `assert` on a tensor, a boolean-mask assignment (`x[m] = 0`), `.cpu()`/`.numpy()`,
     `len(t)`, `max(t)`, shapes, and an f-string of a tensor that is not printed (all measured:
@@ -406,21 +406,21 @@ def _merged(options) -> CompileOptions:
     return result
 
 
-def _by_qualname(ctx: FileContext, qualified: str) -> list[ast.AST]:
+def _by_qualname(ctx: File, qualified: str) -> list[ast.AST]:
     from .index import qualname
 
     name = qualified.rpartition(".")[2]
     return [f for f in ctx.index.functions.get(name, ()) if qualname(ctx.index, f) == qualified]
 
 
-def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], list[str]]:
+def summary_entries(ctx: File) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """For the project index: this module's compiled functions (qualname -> options key), the
     classes it compiles that live elsewhere (`torch.compile(Model())` with `Model` imported: name
     as written -> options key; `Model:generate` for `torch.compile(model.generate)`; `learn()` for
     an imported function compiled itself, `torch.compile(learn)`), and its disabled functions."""
     from .index import qualname
 
-    regions = ctx.compiled
+    regions = ctx.cached(CompiledRegions)
     compiled = {qualname(ctx.index, f): o.key() for f, o in regions.own_functions.items() if isinstance(f, FUNCTIONS)}
     imported: dict[str, str] = {}
     for call in regions.compile_calls:
@@ -436,21 +436,23 @@ def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], l
             and not isinstance(target.value, ast.Call)
             and not ctx.assigned_values(target)
         ):  # `torch.compile(model.generate)`: a bound method
-            target, method = target.value, f":{target.attr}"
+            method = f":{target.attr}"
+            target = target.value
         for value in [target, *ctx.assigned_values(target)]:
-            if isinstance(value, ast.Call) and (dotted_name(value.func) or "").partition(".")[0] in ctx.index.imports:
-                imported[dotted_name(value.func) + method] = options_of(ctx, call).key()
+            callee = dotted_name(value.func) if isinstance(value, ast.Call) else None
+            if callee is not None and callee.partition(".")[0] in ctx.index.imports:
+                imported[callee + method] = options_of(ctx, call).key()
     disabled = [qualname(ctx.index, f) for f in regions.disabled]
     return compiled, imported, disabled
 
 
-def compiled_arguments(ctx: FileContext, param: ast.arg) -> list[ast.expr] | None:
+def compiled_arguments(ctx: File, param: ast.arg) -> list[ast.expr] | None:
     """What the callers of a compiled function pass for `param` (`step(x, i)` after
     `step = torch.compile(f)`), or None without such calls (their kind is `tensors`' business:
     this module does not import it, which imports this one)."""
     from .names import argument
 
-    regions = ctx.compiled
+    regions = ctx.cached(CompiledRegions)
     func = ctx.index.parent(ctx.index.parent(param))
     if func not in regions.roots or not isinstance(func, FUNCTIONS):
         return None
@@ -460,12 +462,13 @@ def compiled_arguments(ctx: FileContext, param: ast.arg) -> list[ast.expr] | Non
         position -= 1
     names = {name for name, (f, _) in regions.callables.items() if f is func}
     values = [argument(call, position, param.arg) for call in ctx.index.calls if dotted_name(call.func) in names]
-    if not values or any(v is None for v in values):
+    passed = [v for v in values if v is not None]
+    if not values or len(passed) != len(values):
         return None
-    return values
+    return passed
 
 
-def passed_positions(func: ast.AST) -> list[str]:
+def passed_positions(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[str]:
     """A compiled function's parameters in call order (`self` left out)."""
     params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
     return params[1:] if params and params[0] in ("self", "cls") else params

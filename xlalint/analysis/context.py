@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..source import SourceText, is_file, stat_or_none
 from . import guards, steps
 from .barriers import StepBarriers
+from .file import File
 from .index import (
     COMPREHENSIONS,
     FUNCTIONS,
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from .evidence import Evidence
     from .jax_tracing import JittedCallable
 
+Built = TypeVar("Built")
 XLA_MODULES = ("torch_xla", "torchax")
 # Files that make a project an installable distribution (see `application_module`).
 PACKAGING_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
@@ -67,12 +70,12 @@ class FileContext:
         self.target_version = target_version  # the oldest torch_xla the code must run on (None: the newest)
         self.project = project  # what the rest of the project says about this file
         self.index: ModuleIndex = build_index(tree)
-        self.tensors = TensorInference(self)
+        self._built: dict[Callable[[File], object], object] = {}  # see `cached`
+        self.tensors = self.cached(TensorInference)
         self.step_loop_cache: dict[ast.AST, bool] = {}
         self.trains_cache: dict[ast.AST, bool] = {}
         self.analysis_cache: dict[str, object] = {}  # whole-file answers of `evidence`
         self.gradients_cache: dict[ast.AST, bool] = {}  # see jax_tracing.computes_gradients
-        self.jitted_cache: dict[ast.AST, JittedCallable] = {}  # see jax_tracing._decorated
         self.if_gate_cache: dict[tuple[ast.AST, str | None], bool] = {}  # see steps.gated_by
         self.loop_counter_cache: dict[ast.AST, frozenset[str]] = {}  # see steps._loop_counters
         self.param_reads_cache: dict[ast.AST, list] = {}  # see reads.parameter_reads
@@ -87,6 +90,16 @@ class FileContext:
     def code(self, node: ast.AST) -> str:
         """The source text of `node`, as written."""
         return self.text.segment(node)
+
+    def cached(self, build: Callable[[File], Built]) -> Built:
+        """`build(self)`, built once per file: the per-file object of an analysis (`TensorInference`,
+        `CompiledRegions`) or a memo of its answers, keyed by the function or class that builds it, so an
+        analysis below this module asks for another's without naming this class (see `file.File`)."""
+        try:
+            found = self._built[build]
+        except KeyError:
+            found = self._built[build] = build(self)
+        return cast("Built", found)  # (what `build` returned for this key)
 
     # -- imports and names ----------------------------------------------------------------------
     @cached_property
@@ -200,12 +213,12 @@ class FileContext:
         if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
             return None
         target = statement.targets[0]
-        position = None
+        position, width = None, 0
         if isinstance(target, ast.Tuple):
             names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
             if names.count(name) != 1:
                 return None
-            position = names.index(name)
+            position, width = names.index(name), len(target.elts)
         defs = self.index.functions.get(value.func.id, [])
         if len(defs) != 1 or not isinstance(self.index.parent(defs[0]), ast.Module):
             return None
@@ -214,7 +227,7 @@ class FileContext:
         for ret in own_returns(func):
             returned = ret.value
             if position is not None:
-                if not isinstance(returned, ast.Tuple) or len(returned.elts) != len(target.elts):
+                if not isinstance(returned, ast.Tuple) or len(returned.elts) != width:
                     return None
                 returned = returned.elts[position]
             if isinstance(returned, ast.Constant) and returned.value is None:
@@ -246,7 +259,7 @@ class FileContext:
             roots = (
                 owner.body if isinstance(owner, (*FUNCTIONS, ast.For, ast.AsyncFor, ast.While, ast.Module)) else [owner]
             )
-            stack = list(roots)
+            stack: list[Any] = list(roots)  # Any: dispatched on exact types through local aliases
             push, node_type, call = stack.append, ast.AST, ast.Call
             while stack:  # ast.iter_child_nodes inlined: this walk is a tenth of a cold run
                 current = stack.pop()
@@ -408,7 +421,7 @@ class FileContext:
     @cached_property
     def training_sources(self) -> TrainingSources:
         """What this module's training loops iterate (see `loaders.TrainingSources`)."""
-        return TrainingSources(self)
+        return self.cached(TrainingSources)
 
     @cached_property
     def module_trains(self) -> bool:
@@ -426,7 +439,7 @@ class FileContext:
         """Functions and lambdas JAX runs on tracers (see `jax_tracing`)."""
         from .jax_tracing import traced_functions
 
-        return traced_functions(self)
+        return self.cached(traced_functions)
 
     @cached_property
     def jax_staged(self) -> dict[ast.AST, list[ast.Call]]:
@@ -434,21 +447,21 @@ class FileContext:
         with the decorators and calls that stage them."""
         from .jax_tracing import staged_functions
 
-        return staged_functions(self)
+        return self.cached(staged_functions)
 
     @cached_property
     def jax_jitted(self) -> dict[str, JittedCallable]:
         """Names this module calls jitted functions by, with their static parameters."""
         from .jax_tracing import jitted_callables
 
-        return jitted_callables(self)
+        return self.cached(jitted_callables)
 
     @cached_property
     def compiled(self) -> CompiledRegions:
         """The functions `torch.compile` traces, with their options (see `compiled`)."""
         from .compiled import CompiledRegions
 
-        return CompiledRegions(self)
+        return self.cached(CompiledRegions)
 
     @cached_property
     def barriers(self) -> StepBarriers:
@@ -475,7 +488,7 @@ class FileContext:
         root = project_root(path)
         return not any(stat_or_none(root / marker) is not None for marker in PACKAGING_FILES)
 
-    def unused_function(self, func: ast.AST) -> bool:
+    def unused_function(self, func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         """`func`, a module-level function of an application module, is called, imported and named
         nowhere in the project (not even as a string): dead code, which runs at no step."""
         if not isinstance(self.index.parent(func), ast.Module) or not self.application_module:
@@ -483,8 +496,8 @@ class FileContext:
         name = func.name
         if self.externally_called(func) or name in self.project.imported or self.index.name_uses.get(name):
             return False
-        return not any(n.attr == name for n in self.index.by_type.get(ast.Attribute, ())) and not any(
-            n.value == name for n in self.index.by_type.get(ast.Constant, ())
+        return not any(n.attr == name for n in self.index.of_type(ast.Attribute)) and not any(
+            n.value == name for n in self.index.of_type(ast.Constant)
         )
 
     @cached_property
@@ -676,12 +689,17 @@ class FileContext:
         """(scope, name) -> what `bindings_of` yields, found in one pass over the module rather than
         one per question (asked at every use of a deprecated API)."""
         found: dict[tuple[ast.AST, str], list[ast.AST]] = {}
-        for node in self.index.by_type.get(ast.Name, ()):
-            if isinstance(node.ctx, (ast.Store, ast.Del)):
-                found.setdefault((self.index.scope_of(node), node.id), []).append(node)
+        for name_node in self.index.of_type(ast.Name):
+            if isinstance(name_node.ctx, (ast.Store, ast.Del)):
+                found.setdefault((self.index.scope_of(name_node), name_node.id), []).append(name_node)
         for kind in (*FUNCTIONS, ast.ClassDef, ast.ExceptHandler, ast.alias):
             for node in self.index.by_type.get(kind, ()):
-                bound = (node.asname or node.name.partition(".")[0]) if isinstance(node, ast.alias) else node.name
+                if isinstance(node, ast.alias):
+                    bound: str | None = node.asname or node.name.partition(".")[0]
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler)):
+                    bound = node.name
+                else:
+                    continue
                 if bound is not None:  # an `except E:` binds nothing
                     found.setdefault((self.index.scope_of(node), bound), []).append(node)
         return found
@@ -696,7 +714,7 @@ class FileContext:
             if isinstance(anc, (ast.If, ast.IfExp, ast.While)) and field in ("body", "orelse"):
                 if _none_test(anc.test, name) == (1 if field == "body" else -1):
                     return True
-            elif isinstance(anc, ast.BoolOp) and field == "values":
+            elif isinstance(anc, ast.BoolOp) and field == "values" and isinstance(child, ast.expr):
                 wanted = 1 if isinstance(anc.op, ast.And) else -1
                 if any(_none_test(v, name) == wanted for v in anc.values[: anc.values.index(child)]):
                     return True
@@ -781,7 +799,7 @@ class FileContext:
         parent = self.index.parent(statement)
         field = self.index.field_of(statement) or ""
         block = getattr(parent, field, None)
-        if not isinstance(block, list):
+        if parent is None or not isinstance(block, list):
             return None
         key = (parent, field)
         found = self._block_assignments.get(key)

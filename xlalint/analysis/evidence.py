@@ -45,7 +45,7 @@ from .steps import (
 from .tensors import Kind
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 MAX_CHAIN = 4  # links shown: the root, the calls nearest to the finding
 MAX_VALUE_DEPTH = 8
@@ -96,7 +96,7 @@ class Evidence:
         return Evidence(confidence, self.chain + other.chain)
 
 
-def _at(ctx: FileContext, node: ast.AST, message: str) -> Step:
+def _at(ctx: File, node: ast.AST, message: str) -> Step:
     line = getattr(node, "lineno", 1)
     return Step(Location(line, ctx.text.column(line, getattr(node, "col_offset", 0)) + 1), message)
 
@@ -109,7 +109,7 @@ def _code(node: ast.AST, limit: int = 40) -> str:
 # -- runs every step ---------------------------------------------------------------------------------
 
 
-def step_evidence(ctx: FileContext, node: ast.AST) -> Evidence:
+def step_evidence(ctx: File, node: ast.AST) -> Evidence:
     """Why `node` runs every step (the loop or role, the calls on the way), and how sure that is."""
     child = node
     for anc in ctx.index.ancestors(node):
@@ -124,7 +124,7 @@ def step_evidence(ctx: FileContext, node: ast.AST) -> Evidence:
     return Evidence(POSSIBLE)
 
 
-def loop_evidence(ctx: FileContext, loop: ast.AST) -> Evidence:
+def loop_evidence(ctx: File, loop: ast.AST) -> Evidence:
     """A step loop that trains is high evidence, and so is a loop over batches in a file that
     trains (its validation); one in a file that never trains (an offline evaluation, inference or
     analysis script) may as well run once: possible."""
@@ -136,7 +136,7 @@ def loop_evidence(ctx: FileContext, loop: ast.AST) -> Evidence:
     return Evidence(POSSIBLE, (step,))
 
 
-def loop_step(ctx: FileContext, loop: Any) -> Step:
+def loop_step(ctx: File, loop: Any) -> Step:
     """The step loop as a link: what makes it one (its training call, or the batches it iterates)."""
     training = _training_call_in(ctx, loop)
     if training is not None:
@@ -152,7 +152,7 @@ def _call_label(call: ast.Call) -> str:
     return method_name(call) or last_part(dotted_name(call.func)) or "step"
 
 
-def _training_call_in(ctx: FileContext, owner: ast.AST) -> ast.Call | None:
+def _training_call_in(ctx: File, owner: ast.AST) -> ast.Call | None:
     """The first backward / optimizer step / training call `owner` runs each time (itself or
     through a function of this module it calls)."""
     for call in ctx.calls_within(owner):
@@ -165,7 +165,7 @@ def _training_call_in(ctx: FileContext, owner: ast.AST) -> ast.Call | None:
     return None
 
 
-def function_evidence(ctx: FileContext, func: Any) -> Evidence:
+def function_evidence(ctx: File, func: Any) -> Evidence:
     """Why every call of `func` is a step: see `origins`."""
     origin = origins(ctx).get(func)
     if origin is None:
@@ -178,7 +178,7 @@ def function_evidence(ctx: FileContext, func: Any) -> Evidence:
     return origin
 
 
-def origins(ctx: FileContext) -> dict[ast.AST, Evidence]:
+def origins(ctx: File) -> dict[ast.AST, Evidence]:
     """The evidence for each step function of the file, found breadth-first from the best roots:
     step loops, functions that train, framework roles and other modules' step calls (high), then
     functions that are steps by their name only (possible)."""
@@ -222,7 +222,7 @@ def origins(ctx: FileContext) -> dict[ast.AST, Evidence]:
     return result
 
 
-def _root_evidence(ctx: FileContext, func: Any) -> Evidence | None:
+def _root_evidence(ctx: File, func: Any) -> Evidence | None:
     """High evidence that `func` runs every step by itself: another module's step loop calls it,
     it trains (one backward or optimizer step a call), or a framework calls it each step."""
     if ctx.externally_per_step(func):
@@ -237,7 +237,7 @@ def _root_evidence(ctx: FileContext, func: Any) -> Evidence | None:
     return None
 
 
-def framework_role(ctx: FileContext, func: Any) -> str | None:
+def framework_role(ctx: File, func: Any) -> str | None:
     """`forward` of a module class, a loss's or metric's call, a trainer's or Lightning module's
     step hook, a per-batch callback: a method a framework calls every step, on a class derived
     from another class; or a loss function, which a training step computes every step."""
@@ -264,7 +264,7 @@ def framework_role(ctx: FileContext, func: Any) -> str | None:
 # -- a device value ----------------------------------------------------------------------------------
 
 
-def value_evidence(ctx: FileContext, expr: ast.expr | None) -> Evidence:
+def value_evidence(ctx: File, expr: ast.expr | None) -> Evidence:
     """Where the value of `expr` comes from, when its origin on the device is seen (high);
     possible when it is a tensor only by its name or its origin is not seen."""
     if expr is None:
@@ -280,7 +280,7 @@ def value_evidence(ctx: FileContext, expr: ast.expr | None) -> Evidence:
     return Evidence(HIGH, (_at(ctx, node, why or f"value from `{_code(node)}` (line {line})"),))
 
 
-def _passed_from_device(ctx: FileContext, func: Any, param: ast.arg) -> bool:
+def _passed_from_device(ctx: File, func: Any, param: ast.arg) -> bool:
     """A call of `func` in another module passes a device value of seen origin for `param`
     (`ProjectFacts.host_params`, kind "dev")."""
     facts = ctx.project.host_params
@@ -294,7 +294,7 @@ def _passed_from_device(ctx: FileContext, func: Any, param: ast.arg) -> bool:
     return any((name, key, "dev") in facts for key in keys)
 
 
-def _device_origin(ctx: FileContext, expr: ast.expr, depth: int) -> tuple[ast.AST, str] | None:
+def _device_origin(ctx: File, expr: ast.expr, depth: int) -> tuple[ast.AST, str] | None:
     """The expression that makes `expr` a device value, followed back through names, attributes,
     subscripts, methods and operations; None when none is seen."""
     if depth > MAX_VALUE_DEPTH:

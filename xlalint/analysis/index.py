@@ -9,14 +9,17 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from .names import dotted_name
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+Function = ast.FunctionDef | ast.AsyncFunctionDef
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+Node = TypeVar("Node", bound=ast.AST)
 _GUARDS = (ast.Try, ast.If, ast.With, ast.AsyncWith) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
 
 
@@ -35,7 +38,9 @@ class ModuleIndex:
     fields: dict[ast.AST, str] = field(default_factory=dict)  # node -> the parent's field holding it
     imports: dict[str, ImportBinding] = field(default_factory=dict)  # the last binding of each name
     import_bindings: list[ImportBinding] = field(default_factory=list)  # all of them, in source order
-    functions: dict[str, list[ast.FunctionDef]] = field(default_factory=lambda: defaultdict(list))
+    functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     # scope -> local name (or "self.x") -> expressions assigned to it (flow-insensitive)
     assignments: dict[ast.AST, dict[str, list[ast.expr]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(list))
@@ -58,6 +63,11 @@ class ModuleIndex:
     _first_in_block: dict[tuple[int, str], int] = field(default_factory=dict)
     _by_scope: dict[tuple[type, ...], dict[ast.AST, list[ast.AST]]] = field(default_factory=dict)
     _positions: dict[ast.AST, int] = field(default_factory=dict)  # statement -> its position in its block
+
+    def of_type(self, kind: type[Node]) -> list[Node]:
+        """The nodes of exactly `kind`, in source order: `by_type` files each node under its own class,
+        so the list holds `kind`s only (a cast, not a check: this is asked per rule and per file)."""
+        return cast("list[Node]", self.by_type.get(kind, []))
 
     def parent(self, node: ast.AST | None) -> ast.AST | None:
         """The node's parent; None for the module, or for None (so `parent(parent(x))` needs no check)."""
@@ -85,10 +95,10 @@ class ModuleIndex:
         return self._positions[statement] > first
 
     def ancestors(self, node: ast.AST):
-        node = self.parents.get(node)
-        while node is not None:
-            yield node
-            node = self.parents.get(node)
+        parent = self.parents.get(node)
+        while parent is not None:
+            yield parent
+            parent = self.parents.get(parent)
 
     def in_scope(self, kinds: tuple[type, ...], scope: ast.AST) -> list[ast.AST]:
         """The nodes of `kinds` (by kind, then in source order) whose scope is `scope`. Grouped once
@@ -126,7 +136,7 @@ class ModuleIndex:
             child = anc
         return None
 
-    def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | None:
+    def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The innermost `def` around `node`; None at module level or inside a lambda."""
         for anc in self.ancestors(node):
             if isinstance(anc, ast.Lambda):
@@ -144,8 +154,9 @@ def build_index(tree: ast.Module) -> ModuleIndex:
     all_names, bare_names, name_uses, calls = index.all_names, index.bare_names, index.name_uses, index.calls
     module, name_type, attribute_type, call_type, store = ast.Module, ast.Name, ast.Attribute, ast.Call, ast.Store
     node_type = ast.AST
-    # (node, scope, guard depth at module level)
-    stack: list[tuple[ast.AST, ast.AST, int]] = [(tree, tree, 0)]
+    # (node, scope, guard depth at module level); the node is Any: it is dispatched on its exact type
+    # through the local aliases above, which mypy does not narrow on
+    stack: list[tuple[Any, ast.AST, int]] = [(tree, tree, 0)]
     pop, push = stack.pop, stack.append
     while stack:
         node, scope, guards = pop()
@@ -310,7 +321,9 @@ def _bind_target(index: ModuleIndex, scope: ast.AST, target: ast.expr, value: as
             index.assignments[scope][name].append(value)
 
 
-def _import(index: ModuleIndex, scope: ast.AST, guards: int, local: str, qualified: str, node: ast.AST) -> None:
+def _import(
+    index: ModuleIndex, scope: ast.AST, guards: int, local: str, qualified: str, node: ast.Import | ast.ImportFrom
+) -> None:
     guarded = not isinstance(scope, ast.Module) or guards > 0
     binding = ImportBinding(local, qualified, node, guarded, scope)
     index.imports[local] = binding
@@ -339,7 +352,7 @@ def loop_bindings(target: ast.expr, iterable: ast.expr):
         for name in target_names(second):
             yield name, iterable
         return
-    if isinstance(target, (ast.Tuple, ast.List)) and _zip_of(target, iterable):
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(iterable, ast.Call) and _zip_of(target, iterable):
         # `for shape, idx in zip(shapes, indexes)`: each name takes the elements of its own iterable
         for element, source in zip(target.elts, iterable.args):
             yield from loop_bindings(element, source)

@@ -20,7 +20,7 @@ from .index import FUNCTIONS, target_names
 from .names import dotted_name, is_number, keyword, param_default, positional
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 # transformations whose function runs on tracers (not `jax.grad`: outside jit it sees values)
 TRACING = {
@@ -57,7 +57,7 @@ CONTROL_FLOW = {
 TREE_MAPS = {"jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map", "equinox.filter", "optax.tree_map_params"}
 
 
-def resolve_function(ctx: FileContext, name: ast.Name) -> list[ast.AST]:
+def resolve_function(ctx: File, name: ast.Name) -> list[ast.AST]:
     """The functions a bare name refers to where it is used: those defined in the innermost
     enclosing scope that defines one of that name (a local `update_fn` in one test is not the
     `update_fn` another test jits); methods are never reached by a bare name."""
@@ -71,7 +71,7 @@ def resolve_function(ctx: FileContext, name: ast.Name) -> list[ast.AST]:
     return []
 
 
-def _staging_targets(ctx: FileContext, call: ast.Call) -> list[ast.expr]:
+def _staging_targets(ctx: File, call: ast.Call) -> list[ast.expr]:
     """The function expressions a staging call traces: `jax.jit(f)`, `partial(jax.jit, f)`, the
     bodies of `lax.scan(f, ...)`, `lax.cond(p, f, g)`, `lax.switch(i, [f, g])`."""
     name = ctx.qualified_name(call.func) or ""
@@ -87,7 +87,7 @@ def _staging_targets(ctx: FileContext, call: ast.Call) -> list[ast.expr]:
     return []
 
 
-def traced_functions(ctx: FileContext) -> set[ast.AST]:
+def traced_functions(ctx: File) -> set[ast.AST]:
     """The functions (and lambdas) of this module that JAX runs on tracers."""
     traced: set[ast.AST] = set()
 
@@ -120,7 +120,7 @@ def traced_functions(ctx: FileContext) -> set[ast.AST]:
     return traced
 
 
-def _is_tracing(ctx: FileContext, decorator: ast.expr) -> bool:
+def _is_tracing(ctx: File, decorator: ast.expr) -> bool:
     """`@jax.jit`, `@jax.jit(static_argnames=...)`, `@partial(jax.jit, ...)`."""
     if ctx.qualified_name(decorator) in TRACING:
         return True
@@ -129,7 +129,7 @@ def _is_tracing(ctx: FileContext, decorator: ast.expr) -> bool:
     return False
 
 
-def _is_partial_of_tracing(ctx: FileContext, call: ast.Call) -> bool:
+def _is_partial_of_tracing(ctx: File, call: ast.Call) -> bool:
     return (
         ctx.qualified_name(call.func) in ("functools.partial", "partial")
         and bool(call.args)
@@ -137,7 +137,7 @@ def _is_partial_of_tracing(ctx: FileContext, call: ast.Call) -> bool:
     )
 
 
-def _transformation(ctx: FileContext, spec: ast.expr) -> str:
+def _transformation(ctx: File, spec: ast.expr) -> str:
     """The transformation a decorator or staging call applies: `jax.jit`, `equinox.filter_jit`."""
     if isinstance(spec, ast.Call):
         if _is_partial_of_tracing(ctx, spec):
@@ -146,10 +146,10 @@ def _transformation(ctx: FileContext, spec: ast.expr) -> str:
     return ctx.qualified_name(spec) or ""
 
 
-def enclosing_traced(ctx: FileContext, node: ast.AST) -> ast.AST | None:
+def enclosing_traced(ctx: File, node: ast.AST) -> ast.AST | None:
     """The innermost traced function or lambda around `node`, if any; None also where a tracer
     never goes: the body of `if isinstance(x, np.ndarray):` (true only for host arrays)."""
-    traced = ctx.jax_traced
+    traced = ctx.cached(traced_functions)
     child = node
     for anc in ctx.index.ancestors(node):
         if isinstance(anc, ast.If) and ctx.index.field_of(child) == "body" and _tests_host_array(ctx, anc.test):
@@ -162,7 +162,7 @@ def enclosing_traced(ctx: FileContext, node: ast.AST) -> ast.AST | None:
     return None
 
 
-def _tests_host_array(ctx: FileContext, test: ast.expr) -> bool:
+def _tests_host_array(ctx: File, test: ast.expr) -> bool:
     """`isinstance(x, np.ndarray)` (or a tuple of NumPy types): never true of a tracer."""
     if not (
         isinstance(test, ast.Call)
@@ -210,13 +210,13 @@ MAX_DEPTH = 8
 Function = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda  # what JAX stages: a def or a lambda
 
 
-def traced_parameters(ctx: FileContext, func: ast.AST) -> set[str]:
+def traced_parameters(ctx: File, func: ast.AST) -> set[str]:
     """Parameters of `func` that hold tracers: those of a function JAX stages out itself (decorated,
     wrapped by `jax.jit(f)`, a control-flow body), minus `static_argnums`/`static_argnames`, the
     `in_axes=None` arguments of `vmap` (passed through as they are) and, under Equinox's filtered
     transformations, every parameter not annotated as an array (non-arrays are static there). A
     helper only called from traced code is left out: its callers may pass static Python values."""
-    staging = ctx.jax_staged.get(func)
+    staging = ctx.cached(staged_functions).get(func)
     if staging is None or not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
         return set()  # (staged: always a def or a lambda)
     names = [a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)]
@@ -243,7 +243,7 @@ def traced_parameters(ctx: FileContext, func: ast.AST) -> set[str]:
     return {n for n in names if n not in static}
 
 
-def _defaults_kept(ctx: FileContext, func: ast.AST) -> set[str]:
+def _defaults_kept(ctx: File, func: ast.AST) -> set[str]:
     """Parameters with a Python literal default (`*, row_chunk_size: int = 16`) that no call of
     the function in this module passes: `jit` binds the default while tracing, a Python value.
     (A caller that passes one makes it a tracer: then it counts as traced.)"""
@@ -271,7 +271,7 @@ def _annotated_array(arg: ast.arg) -> bool:
     return "Array" in text or "ndarray" in text
 
 
-def _unmapped(ctx: FileContext, func: Function, specs: list[ast.Call]) -> set[str]:
+def _unmapped(ctx: File, func: Function, specs: list[ast.Call]) -> set[str]:
     """The parameters a `vmap` passes through unmapped (`in_axes` None at their position), or a
     `shard_map` does not shard (`in_specs` None): their Python values reach the function as they
     are (a config value, `cp_size`)."""
@@ -308,7 +308,7 @@ PASSED = {
 }
 
 
-def _passed(ctx: FileContext, call: ast.Call) -> int:
+def _passed(ctx: File, call: ast.Call) -> int:
     """`lax.cond(pred, f, g, *operands)` passes the operands."""
     name = ctx.qualified_name(call.func) or ""
     if name in PASSED:
@@ -336,11 +336,12 @@ def _static_names(func: Function, staging: list[ast.Call]) -> set[str]:
     return static
 
 
-def staged_functions(ctx: FileContext) -> dict[ast.AST, list[ast.Call]]:
+def staged_functions(ctx: File) -> dict[ast.AST, list[ast.Call]]:
     """The functions JAX stages out directly (not the helpers they call), each with the decorators
     and calls that stage it (a `jax.jit` call's keywords give the static arguments; a control-flow
     primitive's call, how many arguments it passes)."""
-    if not ctx.jax_traced:
+    traced = ctx.cached(traced_functions)
+    if not traced:
         return {}  # only traced functions are staged: no walk of a module that traces nothing
     by_function: dict[ast.AST, list[ast.Call]] = {}  # function -> the `jax.jit(f, ...)` calls naming it
     staged_lambdas: set[ast.AST] = set()
@@ -354,7 +355,7 @@ def staged_functions(ctx: FileContext) -> dict[ast.AST, list[ast.Call]]:
             elif isinstance(target, ast.Lambda):
                 staged_lambdas.add(target)
     staged: dict[ast.AST, list[ast.Call]] = {}
-    for func in sorted(ctx.jax_traced, key=lambda f: ctx.index.order.get(f, 0)):  # source order: the last wins
+    for func in sorted(traced, key=lambda f: ctx.index.order.get(f, 0)):  # source order: the last wins
         if isinstance(func, ast.Lambda):
             if func in staged_lambdas:
                 staged[func] = []  # a lambda given to a primitive or to jax.jit
@@ -367,7 +368,7 @@ def staged_functions(ctx: FileContext) -> dict[ast.AST, list[ast.Call]]:
     return staged
 
 
-def is_traced_value(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
+def is_traced_value(ctx: File, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is (computed from) a tracer inside the function JAX traces around it: a traced
     parameter, a jnp/lax result, or arithmetic on one; not its metadata (`x.shape[0]`, `x.ndim`)."""
     if depth > MAX_DEPTH:
@@ -425,7 +426,7 @@ def is_traced_value(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
 PYTHON_PREDICATES = ("is_", "has_")
 
 
-def _tree_map_operand(ctx: FileContext, func: ast.AST, param: str) -> ast.expr | None:
+def _tree_map_operand(ctx: File, func: ast.AST, param: str) -> ast.expr | None:
     """For a function handed to `jax.tree.map(f, t0, t1, ...)`, the pytree whose leaves its
     parameter `param` receives."""
     call = ctx.index.parent(func)
@@ -445,7 +446,7 @@ def _tree_map_operand(ctx: FileContext, func: ast.AST, param: str) -> ast.expr |
     return args[position] if position < len(args) else None
 
 
-def _module_root(ctx: FileContext, attribute: ast.Attribute) -> bool:
+def _module_root(ctx: File, attribute: ast.Attribute) -> bool:
     """`model.dim`, `self.encoder.num_layers`: an attribute chain on a parameter that holds a
     module (by its name, or an annotation naming a Module/Model class)."""
     root: ast.expr = attribute
@@ -463,7 +464,7 @@ def _module_root(ctx: FileContext, attribute: ast.Attribute) -> bool:
     )
 
 
-def _binding_function(ctx: FileContext, name: ast.Name) -> ast.AST | None:
+def _binding_function(ctx: File, name: ast.Name) -> ast.AST | None:
     """The function or lambda whose parameter `name` is."""
     for anc in ctx.index.ancestors(name):
         if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
@@ -495,7 +496,7 @@ BOOLEAN_FUNCTIONS = {
 }
 
 
-def is_boolean_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
+def is_boolean_mask(ctx: File, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is evidently a boolean array: a comparison, `~m`, `m & n`, `jnp.isnan(x)`,
     `x.astype(bool)`, `jnp.all(m, axis=...)`, or a name holding one."""
     if depth > MAX_DEPTH:
@@ -525,7 +526,7 @@ def is_boolean_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     return False
 
 
-def elementwise_of(ctx: FileContext, mask: ast.expr, array: ast.expr, depth: int = 0) -> bool:
+def elementwise_of(ctx: File, mask: ast.expr, array: ast.expr, depth: int = 0) -> bool:
     """`mask` has the shape of `array` (a name), evidently: comparisons of it with numbers,
     `jnp.isnan(array)` and the like, and `~`, `&`, `|` of such masks."""
     if depth > MAX_DEPTH or not isinstance(array, ast.Name):
@@ -568,12 +569,12 @@ class JittedCallable:
     filtered: bool = False  # Equinox's filter_jit: static by type (non-arrays), not by declaration
 
 
-def jitted_callables(ctx: FileContext) -> dict[str, JittedCallable]:
+def jitted_callables(ctx: File) -> dict[str, JittedCallable]:
     """`@jax.jit`-decorated functions by their name, `step = jax.jit(f, static_argnums=...)` by
     `step`, decorated methods by `self.<name>`: what a call `step(...)` (`self.update(...)`) in
     this module runs."""
     found: dict[str, JittedCallable] = {}
-    for func, staging in ctx.jax_staged.items():
+    for func, staging in ctx.cached(staged_functions).items():
         if not isinstance(func, FUNCTIONS):  # a lambda (staged: a def or a lambda)
             continue
         params = tuple(a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs))
@@ -596,21 +597,26 @@ def jitted_callables(ctx: FileContext) -> dict[str, JittedCallable]:
     return found
 
 
-def _decorated(ctx: FileContext, func: ast.FunctionDef | ast.AsyncFunctionDef) -> JittedCallable:
+def _decorated_memo(ctx: File) -> dict[ast.AST, JittedCallable]:
+    return {}  # `_decorated`'s answers for one file (see File.cached)
+
+
+def _decorated(ctx: File, func: ast.FunctionDef | ast.AsyncFunctionDef) -> JittedCallable:
     """What calling a `@jax.jit`-decorated function runs (computed once per function)."""
-    cached = ctx.jitted_cache.get(func)
+    memo = ctx.cached(_decorated_memo)
+    cached = memo.get(func)
     if cached is not None:
         return cached
     params = tuple(a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs))
     if params and params[0] in ("self", "cls"):
         params = params[1:]
     decorators = [d for d in func.decorator_list if _is_tracing(ctx, d)]
-    found = ctx.jitted_cache[func] = _callable(ctx, func, params, decorators, traced_parameters(ctx, func))
+    found = memo[func] = _callable(ctx, func, params, decorators, traced_parameters(ctx, func))
     return found
 
 
 def _callable(
-    ctx: FileContext, func: Function, params: tuple[str, ...], specs: list[ast.expr], traced: set[str]
+    ctx: File, func: Function, params: tuple[str, ...], specs: list[ast.expr], traced: set[str]
 ) -> JittedCallable:
     """Under `filter_jit` every parameter not traced (not annotated as an array) is static."""
     if any(_transformation(ctx, s) in FILTERED for s in specs):
@@ -618,7 +624,7 @@ def _callable(
     return JittedCallable(func, params, frozenset(_static_names(func, [s for s in specs if isinstance(s, ast.Call)])))
 
 
-def jitted_target(ctx: FileContext, call: ast.Call) -> JittedCallable | None:
+def jitted_target(ctx: File, call: ast.Call) -> JittedCallable | None:
     """The jitted function of this module that `call` runs: `step(...)`, or `self.update(...)`
     inside the class whose method `update` is jitted."""
     func = call.func
@@ -627,11 +633,11 @@ def jitted_target(ctx: FileContext, call: ast.Call) -> JittedCallable | None:
         for candidate in defined:
             if (
                 isinstance(candidate, FUNCTIONS)
-                and candidate in ctx.jax_staged
+                and candidate in ctx.cached(staged_functions)
                 and any(_is_tracing(ctx, d) for d in candidate.decorator_list)
             ):
                 return _decorated(ctx, candidate)
-        target = ctx.jax_jitted.get(func.id)
+        target = ctx.cached(jitted_callables).get(func.id)
         if target is not None and getattr(target.func, "name", None) == func.id and target.func not in defined:
             return None
         return target
@@ -639,13 +645,13 @@ def jitted_target(ctx: FileContext, call: ast.Call) -> JittedCallable | None:
     head, _, attr = name.partition(".")
     if head not in ("self", "cls") or "." in attr:
         return None
-    target = ctx.jax_jitted.get(f"self.{attr}")
+    target = ctx.cached(jitted_callables).get(f"self.{attr}")
     if target is None or ctx.index.parent(target.func) is not ctx.index.enclosing_class(call):
         return None
     return target
 
 
-def is_constant_sweep(ctx: FileContext, iterable: ast.expr, depth: int = 0) -> bool:
+def is_constant_sweep(ctx: File, iterable: ast.expr, depth: int = 0) -> bool:
     """A loop over literal configurations (`for block in (64, 128)`, `itertools.product((1, 2),
     ("a", "b"))`): a few values chosen on purpose, each worth its own compilation (autotuning,
     benchmarks), unlike a loop over steps or data."""
@@ -669,7 +675,7 @@ def _constant(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Constant) or is_number(expr)
 
 
-def sweep_variables(ctx: FileContext, node: ast.AST) -> set[str]:
+def sweep_variables(ctx: File, node: ast.AST) -> set[str]:
     """The names bound by loops around `node` that sweep literal configurations."""
     names: set[str] = set()
     for anc in ctx.index.ancestors(node):
@@ -678,7 +684,7 @@ def sweep_variables(ctx: FileContext, node: ast.AST) -> set[str]:
     return names
 
 
-def reads_any(ctx: FileContext, expr: ast.AST, names: set[str], depth: int = 0) -> bool:
+def reads_any(ctx: File, expr: ast.AST, names: set[str], depth: int = 0) -> bool:
     """`expr` reads one of `names`, directly or through the values of the names it reads."""
     if depth > MAX_DEPTH:
         return False
@@ -693,7 +699,7 @@ def reads_any(ctx: FileContext, expr: ast.AST, names: set[str], depth: int = 0) 
     return False
 
 
-def is_bound_method(ctx: FileContext, attribute: ast.Attribute, loop: ast.AST) -> bool:
+def is_bound_method(ctx: File, attribute: ast.Attribute, loop: ast.AST) -> bool:
     """`obj.method` evidently makes a new bound-method object at each evaluation: `self.apply` for
     a method the enclosing class defines, or `obj.apply` where the loop itself creates `obj` from a
     class of this module. A field that holds a function (`tx.update` of an optax
@@ -729,14 +735,14 @@ GRADIENTS = {
 }
 
 
-def jitted_trains(ctx: FileContext, call: ast.Call) -> bool:
+def jitted_trains(ctx: File, call: ast.Call) -> bool:
     """`call` runs a jitted function of this module that computes gradients or applies them (a JAX
     training step, whatever it is called): the loop calling it is a step loop."""
     target = jitted_target(ctx, call)
     return target is not None and computes_gradients(ctx, target.func)
 
 
-def computes_gradients(ctx: FileContext, func: ast.AST) -> bool:
+def computes_gradients(ctx: File, func: ast.AST) -> bool:
     """`func` computes gradients or applies them: `jax.grad`, `value_and_grad`, `optax.apply_updates`,
     a TrainState's `apply_gradients` (read once per function, asked at every call of it)."""
     cache = ctx.gradients_cache
@@ -752,7 +758,7 @@ def computes_gradients(ctx: FileContext, func: ast.AST) -> bool:
     return cache[func]
 
 
-def is_numpy_function(ctx: FileContext, func: ast.expr) -> bool:
+def is_numpy_function(ctx: File, func: ast.expr) -> bool:
     """`np.asarray`, `np.append`, `np.mean`: a NumPy function (not `np.random.*`, not a dtype), which
     converts a JAX array it is given to a host array: a read of a device array, an error on a tracer."""
     name = ctx.qualified_name(func) or ""
@@ -821,7 +827,7 @@ NUMPY_NOT_READING = {
 DEVICE_PREFIXES = ("jax.numpy.", "jax.random.", "jax.nn.", "jax.lax.", "jax.device_put")
 
 
-def is_device_array(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
+def is_device_array(ctx: File, expr: ast.expr, depth: int = 0) -> bool:
     """`expr`, outside traced code, is evidently a JAX array on the device: the result of a jitted
     function of this module (or of `jax.jit(f)(...)`), an element of it, a jnp/random result, or
     arithmetic or a method on one."""

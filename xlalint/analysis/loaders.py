@@ -21,7 +21,7 @@ from .names import dotted_name, has_star_args, is_constant, keyword, keyword_val
 from .steps import loop_trains
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 TRAIN = re.compile(r"train", re.I)
 NOT_TRAIN = re.compile(
@@ -47,7 +47,7 @@ WRAPPERS = {
 MAX_DEPTH = 4
 
 
-def ragged_loader(ctx: FileContext, call: ast.Call) -> bool:
+def ragged_loader(ctx: File, call: ast.Call) -> bool:
     """A `torch.utils.data.DataLoader(...)` of batches of more than one example without
     `drop_last=True` or a batch sampler: its last batch is smaller unless the dataset divides."""
     name = dotted_name(call.func)
@@ -74,7 +74,7 @@ def ragged_loader(ctx: FileContext, call: ast.Call) -> bool:
     return len(args) <= 2  # positional shuffle/sampler...: unusual, leave it
 
 
-def ragged_training_loader(ctx: FileContext, call: ast.Call) -> bool:
+def ragged_training_loader(ctx: File, call: ast.Call) -> bool:
     """`ragged_loader`, and it feeds training (see the module's docstring)."""
     if not ragged_loader(ctx, call) or never_partial(ctx, call) or used_outside_training(ctx, call):
         return False
@@ -86,7 +86,7 @@ def ragged_training_loader(ctx: FileContext, call: ast.Call) -> bool:
 ENDLESS_SAMPLER = re.compile(r"Infinite|Endless|Repeat|Forever", re.I)
 
 
-def never_partial(ctx: FileContext, call: ast.Call) -> bool:
+def never_partial(ctx: File, call: ast.Call) -> bool:
     """The loader's sampler never yields a partial batch: an endless sampler (`InfiniteSampler`,
     `RepeatSampler`), or a `RandomSampler(..., num_samples=k * batch_size)` of whole batches."""
     sampler = keyword_value(call, "sampler")
@@ -107,7 +107,7 @@ def never_partial(ctx: FileContext, call: ast.Call) -> bool:
     return True
 
 
-def _multiple_of(ctx: FileContext, total: ast.expr, batch: ast.expr) -> bool:
+def _multiple_of(ctx: File, total: ast.expr, batch: ast.expr) -> bool:
     """`steps * batch_size` (or `batch_size * steps`) for the loader's `batch_size`."""
     return (
         isinstance(total, ast.BinOp)
@@ -116,7 +116,7 @@ def _multiple_of(ctx: FileContext, total: ast.expr, batch: ast.expr) -> bool:
     )
 
 
-def used_outside_training(ctx: FileContext, call: ast.Call) -> bool:
+def used_outside_training(ctx: File, call: ast.Call) -> bool:
     """The loader (assigned to a name) is only drawn from once (`next(iter(loader))`: one sample
     batch, for a plot or a shape check) or iterated by loops that do not train: no last batch of a
     training epoch. Any other use (passed on, returned, stored) keeps it a candidate."""
@@ -136,7 +136,7 @@ def used_outside_training(ctx: FileContext, call: ast.Call) -> bool:
     return bool(uses) and all(_drawn_once(ctx, use) or _iterated_without_training(ctx, use) for use in uses)
 
 
-def _drawn_once(ctx: FileContext, use: ast.Name) -> bool:
+def _drawn_once(ctx: File, use: ast.Name) -> bool:
     """`next(iter(loader))`, `len(loader)`."""
     parent = ctx.parent(use)
     if isinstance(parent, ast.Call) and dotted_name(parent.func) == "len":
@@ -150,7 +150,7 @@ def _drawn_once(ctx: FileContext, use: ast.Name) -> bool:
     )
 
 
-def _iterated_without_training(ctx: FileContext, use: ast.Name) -> bool:
+def _iterated_without_training(ctx: File, use: ast.Name) -> bool:
     """`for batch in loader:` (through `enumerate`, `tqdm`...) in a loop that does not train."""
     node: ast.AST = use
     parent = ctx.parent(node)
@@ -159,7 +159,7 @@ def _iterated_without_training(ctx: FileContext, use: ast.Name) -> bool:
     return isinstance(parent, (ast.For, ast.AsyncFor)) and parent.iter is node and not loop_trains(ctx, parent)
 
 
-def _named_for_training(ctx: FileContext, call: ast.Call) -> bool | None:
+def _named_for_training(ctx: File, call: ast.Call) -> bool | None:
     """True/False when how the loader is built or named tells; None when nothing does."""
     code = ctx.code
     words = [code(a) for a in call.args] + [code(k.value) for k in call.keywords if k.arg in ("dataset", "sampler")]
@@ -187,12 +187,12 @@ def _named_for_training(ctx: FileContext, call: ast.Call) -> bool | None:
     return True if TRAIN.search(text) else None
 
 
-def _shuffles(ctx: FileContext, shuffle: ast.expr) -> bool:
+def _shuffles(ctx: File, shuffle: ast.expr) -> bool:
     """`shuffle=True`, `shuffle=is_train`: order is shuffled for training."""
     return is_constant(shuffle, True) or bool(TRAIN.search(ctx.code(shuffle)))
 
 
-def _target(ctx: FileContext, call: ast.Call) -> ast.expr | None:
+def _target(ctx: File, call: ast.Call) -> ast.expr | None:
     """What the loader is assigned to (`loader = DataLoader(...)`, through `prepare(DataLoader(...))`)."""
     parent = ctx.parent(call)
     while isinstance(parent, (ast.Call, ast.keyword)):
@@ -205,7 +205,7 @@ def _target(ctx: FileContext, call: ast.Call) -> ast.expr | None:
 # -- where a loader goes ---------------------------------------------------------------------------
 
 
-def feeds_training(ctx: FileContext, call: ast.Call) -> bool:
+def feeds_training(ctx: File, call: ast.Call) -> bool:
     """A loop that trains iterates the loader `call` builds: in this module, or in the project
     function it is passed to (`ProjectFacts.helper_calls`, kind "trains_on")."""
     return call in training_sources(ctx).loaders or any(
@@ -213,7 +213,7 @@ def feeds_training(ctx: FileContext, call: ast.Call) -> bool:
     )
 
 
-def _passed_to(ctx: FileContext, call: ast.Call):
+def _passed_to(ctx: File, call: ast.Call):
     """(call, positional index, keyword) for each call this loader is passed to: directly
     (`Trainer(DataLoader(...))`), or by the name it is assigned to, in the same scope."""
     parent = ctx.parent(call)
@@ -236,7 +236,7 @@ def _passed_to(ctx: FileContext, call: ast.Call):
                 yield site, None, kw.arg
 
 
-def _trains_on(ctx: FileContext, site: ast.Call, position: int | None, name: str | None) -> bool:
+def _trains_on(ctx: File, site: ast.Call, position: int | None, name: str | None) -> bool:
     for _, _, detail in ctx.helper_calls(site, "trains_on"):
         at, _, param = detail.partition(":")
         if (position is not None and at == str(position)) or (name is not None and param == name):
@@ -248,7 +248,7 @@ class TrainingSources:
     """What the loops of one module that train iterate: loaders built here, and parameters of its
     functions (directly, or kept as `self.x` by a method and iterated by another)."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: File) -> None:
         self.ctx = ctx
 
     @cached_property
@@ -272,7 +272,7 @@ class TrainingSources:
                 continue
             param = self.ctx.parameter(leaf)
             func = self.ctx.index.parent(self.ctx.index.parent(param)) if param is not None else None
-            if not isinstance(func, FUNCTIONS):
+            if param is None or not isinstance(func, FUNCTIONS):
                 continue
             positional_params = [*func.args.posonlyargs, *func.args.args]
             if (
@@ -305,14 +305,14 @@ class TrainingSources:
         return []
 
 
-def training_sources(ctx: FileContext) -> TrainingSources:
-    return ctx.training_sources
+def training_sources(ctx: File) -> TrainingSources:
+    return ctx.cached(TrainingSources)
 
 
 # -- what helpers return -------------------------------------------------------------------------------
 
 
-def returned_calls(ctx: FileContext, func: ast.AST) -> list[tuple[int, ast.Call]]:
+def returned_calls(ctx: File, func: ast.AST) -> list[tuple[int, ast.Call]]:
     """(index in the returned tuple, -1 for the whole value; the call) for each call whose value
     `func` returns, directly or through the name it is bound to (`return train_loader, dataset`)."""
     found: list[tuple[int, ast.Call]] = []
@@ -326,7 +326,7 @@ def returned_calls(ctx: FileContext, func: ast.AST) -> list[tuple[int, ast.Call]
     return found
 
 
-def returned_ragged_loaders(ctx: FileContext, func: ast.AST) -> list[tuple[int, int]]:
+def returned_ragged_loaders(ctx: File, func: ast.AST) -> list[tuple[int, int]]:
     """(line of the `DataLoader(...)`, index in the returned tuple, -1 for the whole value) for each
     ragged training loader `func` returns (`return train_loader, val_loader`)."""
     found: list[tuple[int, int]] = []
@@ -339,7 +339,7 @@ def returned_ragged_loaders(ctx: FileContext, func: ast.AST) -> list[tuple[int, 
 # -- batches of one length -------------------------------------------------------------------------------
 
 
-def padded_to_fixed_length(ctx: FileContext, call: ast.Call) -> bool:
+def padded_to_fixed_length(ctx: File, call: ast.Call) -> bool:
     """The batch a collate function pads with `pad_sequence(seqs)` has one length every time: each
     example is cut to a fixed block (`[x[i : i + block] for i in starts]`), or the padded batch is
     padded again to a constant length (`F.pad(t, (0, MAX_LEN - t.shape[1]))`)."""
@@ -361,7 +361,7 @@ def padded_to_fixed_length(ctx: FileContext, call: ast.Call) -> bool:
     )
 
 
-def _fixed_window(ctx: FileContext, expr: ast.expr) -> bool:
+def _fixed_window(ctx: File, expr: ast.expr) -> bool:
     """`x[i : i + block]` (or `x[:, i : i + block]`): a slice of a fixed length."""
     if not isinstance(expr, ast.Subscript):
         return False
@@ -402,7 +402,7 @@ def _pads_to_constant(call: ast.Call, name: str) -> bool:
 DEVICE_WORDS = re.compile(r"device|\bdev\b|xla|tpu", re.I)
 
 
-def moves_batches_by_hand(ctx: FileContext, loop: ast.AST) -> bool:
+def moves_batches_by_hand(ctx: File, loop: ast.AST) -> bool:
     """The loop moves what it iterates to the device itself (`x, y = x.to(device), y.to(device)`,
     `[t.to(self.device) for t in batch]`): evidence of a plain host loader, which a device loader
     would have made needless."""
@@ -410,7 +410,11 @@ def moves_batches_by_hand(ctx: FileContext, loop: ast.AST) -> bool:
         return False
     targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
     for call in ctx.calls_within(loop):
-        if method_name(call) != "to" or not isinstance(call.func.value, ast.Name):
+        if (
+            method_name(call) != "to"
+            or not isinstance(call.func, ast.Attribute)
+            or not isinstance(call.func.value, ast.Name)
+        ):
             continue
         where = keyword_value(call, "device") or (call.args[0] if call.args else None)
         if where is None or not DEVICE_WORDS.search(ctx.code(where)):

@@ -12,7 +12,7 @@ from .names import dotted_name, keyword_value, last_part, method_name, positiona
 from .vocabulary import DEVICE_LOADER, FACTORIES, LIKE_FACTORIES, XM
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 # Calls that return the XLA device.
 XLA_DEVICE_CALLS = {"torch_xla.device", f"{XM}.xla_device", "torch_xla.torch_xla.device"}
@@ -78,7 +78,7 @@ class Placement:
     """Whether an expression's tensors live on the XLA device: True, False (evidently elsewhere), or
     None (unknown)."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: File) -> None:
         self.ctx = ctx
         self.seen: set[ast.AST] = set()
 
@@ -133,9 +133,9 @@ class Placement:
             return self.of(receiver(call), depth)
         if qualified.startswith("torch."):
             tail = last_part(qualified)
-            device = keyword_value(call, "device")
-            if device is not None:  # `torch.randn(n, device=d)`, `nn.Linear(4, 4, device=d)`
-                return self.device(device, depth)
+            device_arg = keyword_value(call, "device")
+            if device_arg is not None:  # `torch.randn(n, device=d)`, `nn.Linear(4, 4, device=d)`
+                return self.device(device_arg, depth)
             if tail in FACTORIES:
                 return False  # created on the CPU
             if tail in LIKE_FACTORIES:
@@ -272,7 +272,7 @@ DEVICE_CHOOSERS = ("accelerate", "lightning", "pytorch_lightning", "lightning_fa
 ONLY_OFF_XLA, ALSO_CHOSEN = "only", "also-chosen"
 
 
-def off_xla_placement(ctx: FileContext) -> str | None:
+def off_xla_placement(ctx: File) -> str | None:
     """How the module puts its tensors on another backend, from one pass over its device arguments:
     a device it names resolves to `"cuda"`, `"cuda:0"` or `"mps"` (`.cuda()`, `torch.device("cuda"
     if ... else "cpu")`, `device = "cuda"` then `.to(device)`), and nothing in it names XLA or a TPU.
@@ -324,7 +324,7 @@ def _device_like(expr: ast.expr) -> bool:
     return any(part in name for part in DEVICE_NAME)
 
 
-def _device_kinds(ctx: FileContext, expr: ast.expr, depth: int) -> set[str | bool] | None:
+def _device_kinds(ctx: File, expr: ast.expr, depth: int) -> set[str | bool] | None:
     """The device strings `expr` may hold ("cuda", "cpu", ... or True for XLA); None when it may be
     anything (a parameter, a call's result, a tensor's `.device`)."""
     if depth > 6:

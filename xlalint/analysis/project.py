@@ -538,7 +538,7 @@ def passed_device_loader(ctx, name: ast.Name) -> bool:
     facts = ctx.project.device_loader_params
     param = ctx.parameter(name) if facts else None
     func = ctx.index.parent(ctx.index.parent(param)) if param is not None else None
-    if not isinstance(func, FUNCTIONS):
+    if param is None or not isinstance(func, FUNCTIONS):
         return False
     params = [*func.args.posonlyargs, *func.args.args]
     if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
@@ -972,12 +972,12 @@ class ProjectIndex:
                 if reached.get(following) != merged:
                     reached[following] = merged
                     work.append(following)
-        found: dict[str, dict[str, str]] = defaultdict(dict)
+        spread: dict[str, dict[str, str]] = defaultdict(dict)
         for (path, name), options in reached.items():
             own = self.summaries[path].compiled.get(name)
             if own != options.key():
-                found[path][name] = options.key()
-        return found
+                spread[path][name] = options.key()
+        return spread
 
     def _helper_calls(self, resolved) -> tuple[dict[str, set], set[str]]:
         """Per module, its calls of functions with a fact for their call sites (see

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from .index import COMPREHENSIONS, target_names
+from .file import ParamRead
+from .index import COMPREHENSIONS, Function, target_names
 from .names import argument, dotted_name, method_name, param_default, receiver
 from .steps import in_raise, local_callees_of, runs_less_often
+from .tensors import TensorInference
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 READ_METHODS = {"item": ".item()", "tolist": ".tolist()", "cpu": ".cpu()", "numpy": ".numpy()"}
 # `float(t.sum())`: a conversion of a tensor op's result (not of a number computed earlier)
@@ -53,30 +55,7 @@ METADATA_METHODS = {"size", "dim", "numel", "nelement", "ndimension", "get_devic
 METADATA_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"}
 
 
-class ParamRead(NamedTuple):
-    param: str  # the parameter's name
-    position: int | None  # its index among positional parameters (after self/cls); None: keyword-only
-    line: int  # where the function reads it to the host
-    what: str  # ".item()", "float()"
-    through: str  # "weights": of a module passed for it (`for p in model.parameters()`); "grads": their
-    # gradients (`p.grad.norm()`: hand-written clipping or gradient logging); "": the value itself
-    unless: str = ""  # only when this parameter is left out or None (`if max_len is None: max_len = ...`)
-    unless_position: int | None = None
-    returned: bool = False  # the value read is what the function returns: it hands host data back
-    # only when this parameter is this constant (`if reduction == "mean": return x.mean().item()`);
-    # `option_default`: whether leaving the parameter out selects it
-    option: str = ""
-    option_position: int | None = None
-    option_value: str = ""  # repr() of the constant
-    option_default: bool = False
-    # "*" / "**": the parameter is `*args` / `**kwargs` (`metric_logger.update(**losses)` reads every
-    # value it is given); `position` is then where the extra positional arguments start, and `named`
-    # the function's named parameters (comma-separated: a keyword naming one is not in `**kwargs`)
-    star: str = ""
-    named: str = ""
-
-
-def parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
+def parameter_reads(ctx: File, func: ast.FunctionDef) -> list[ParamRead]:
     """The host reads in `func` of values computed from its parameters, on every call: not behind
     a gate, not off XLA, not in an error being raised (nested functions are their own); also those
     of the functions of this module it hands them to on every call (`def masked_l1(p, t, mask):
@@ -88,7 +67,7 @@ def parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
     return cache[func]
 
 
-def _parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]:
+def _parameter_reads(ctx: File, func: ast.FunctionDef) -> list[ParamRead]:
     params = [*func.args.posonlyargs, *func.args.args]
     if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
         params = params[1:]
@@ -105,12 +84,12 @@ def _parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]
     reads = [(call, *host_read(call, given=True)) for call in ctx.calls_within(func)]
     reads += [(test, what, operand) for test, what, operand in branch_reads(ctx, func)]
     for call, what, operand in reads:
-        if what is None:
+        if what is None or operand is None:  # (no read has no operand: host_read gives both or neither)
             continue
         sources = [o for o in map(origins.of, _uses(operand)) if o is not None]
         if not sources or in_raise(ctx, call) or ctx.in_non_xla_code(call) or runs_less_often(ctx, call, func):
             continue
-        if isinstance(operand, ast.Name) and ctx.tensors.narrowed_to_host(operand):
+        if isinstance(operand, ast.Name) and ctx.cached(TensorInference).narrowed_to_host(operand):
             continue  # `if not torch.is_tensor(v): v = float(v)`: read only when no tensor is given
         unless = only_without(ctx, call, func, names)
         option, value = _only_with_option(ctx, call, func, names)
@@ -138,7 +117,7 @@ def _parameter_reads(ctx: FileContext, func: ast.FunctionDef) -> list[ParamRead]
     return found
 
 
-def _forwarded_reads(ctx: FileContext, func: ast.FunctionDef, origins: _Origins, positions: dict[str, int]):
+def _forwarded_reads(ctx: File, func: ast.FunctionDef, origins: _Origins, positions: dict[str, int]):
     """The reads of the functions of this module `func` calls on every call, of values computed
     from `func`'s parameters that it passes them (each read at its own line)."""
     found: list[ParamRead] = []
@@ -192,10 +171,12 @@ BRANCHES = {ast.If: "if", ast.While: "while", ast.IfExp: "if"}
 BRANCH_TYPES = tuple(BRANCHES)
 
 
-def branch_reads(ctx: FileContext, func: ast.AST):
+def branch_reads(ctx: File, func: ast.AST):
     """(the branch's test, "if"/"while", the tensor reduced) for each test in `func` (not in nested
     functions) that decides on a reduction of a tensor: the host reads its value."""
     for node in ctx.index.in_scope(BRANCH_TYPES, func):
+        if not isinstance(node, (ast.If, ast.While, ast.IfExp)):  # (all are: in_scope gives BRANCH_TYPES)
+            continue
         for part in ast.walk(node.test):
             operand = _reduced(ctx, part)
             if operand is not None:
@@ -203,7 +184,7 @@ def branch_reads(ctx: FileContext, func: ast.AST):
                 break
 
 
-def _reduced(ctx: FileContext, node: ast.AST) -> ast.expr | None:
+def _reduced(ctx: File, node: ast.AST) -> ast.expr | None:
     """`torch.min(y)` -> y, `y.abs().max()` -> `y.abs()`; None for anything else (`max(a, b)`,
     `np.max(a)`, `self.max()`)."""
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute) or node.func.attr not in REDUCTIONS:
@@ -222,12 +203,12 @@ def is_branch(read: ParamRead) -> bool:
     return read.what in BRANCHES.values()
 
 
-def state_reads(ctx: FileContext, func: ast.AST) -> list[tuple[int, str]]:
+def state_reads(ctx: File, func: Function) -> list[tuple[int, str]]:
     """(line, read) for the host reads `func` makes on every call, itself or through the functions
     of this module it calls, of device tensors it is not given: its object's weights, gradients or
     state (`th.norm(p.grad).item()` for each `p` in `self.master_params`). Its callers pay them."""
     found: list[tuple[int, str]] = []
-    pending, seen = [func], set()
+    pending, seen = [func], set[ast.AST]()
     while pending:
         owner = pending.pop()
         if owner in seen or len(seen) > 20:
@@ -249,7 +230,7 @@ def state_reads(ctx: FileContext, func: ast.AST) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def _returned(ctx: FileContext, call: ast.Call) -> bool:
+def _returned(ctx: File, call: ast.Call) -> bool:
     """`call` is part of the value its function returns (`return [int(h.item()) for h in hs]`)."""
     for anc in ctx.index.ancestors(call):
         if isinstance(anc, ast.Return):
@@ -259,7 +240,7 @@ def _returned(ctx: FileContext, call: ast.Call) -> bool:
     return False
 
 
-def _only_with_option(ctx: FileContext, node: ast.AST, func: ast.AST, params: list[str]):
+def _only_with_option(ctx: File, node: ast.AST, func: ast.AST, params: list[str]):
     """(parameter, constant) when `node` runs only in the branch of `if p == constant:` (the string
     options of losses and metrics: `reduction="mean"`), else (None, None)."""
     child = node
@@ -311,7 +292,7 @@ class _Origins:
     reach the use (`n = sum(...); n = torch.as_tensor(n); n.item()` reads the second). Values
     converted to Python on the way (`n = int(t.max().item())`) are not followed: they are numbers."""
 
-    def __init__(self, ctx: FileContext, params: set[str], stars: frozenset[str] | set[str] = frozenset()) -> None:
+    def __init__(self, ctx: File, params: set[str], stars: frozenset[str] | set[str] = frozenset()) -> None:
         self.ctx = ctx
         self.params = params
         self.stars = stars  # `*args`, `**kwargs`: parameters `FileContext.parameter` does not list
@@ -378,7 +359,7 @@ def _metadata(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr in METADATA_ATTRIBUTES
 
 
-def only_without(ctx: FileContext, node: ast.AST, func: ast.AST, params: list[str]) -> str | None:
+def only_without(ctx: File, node: ast.AST, func: ast.AST, params: list[str]) -> str | None:
     """The parameter `node` runs only without: in the body of `if p is None:` / `if not p:`, or the
     `else` of `if p is not None:` / `if p:`."""
     child = node
@@ -436,7 +417,7 @@ def _through(value: ast.expr, before: str) -> str:
 # -- at the call sites ---------------------------------------------------------------------------------
 
 
-def argument_reads(ctx: FileContext, call: ast.Call, *, through: str, branches: bool = False):
+def argument_reads(ctx: File, call: ast.Call, *, through: str, branches: bool = False):
     """(the helper as called, where it reads, the read, the argument read) for each host read of an
     argument by the project function `call` runs (of a helper in the same module, only the reads it
     returns: the others are reported where they are). An argument moved to the device later in the
@@ -476,7 +457,7 @@ def _star_arguments(call: ast.Call, read: ParamRead) -> list[ast.expr]:
     return [kw.value for kw in call.keywords if kw.arg not in named]
 
 
-def read_cause(ctx: FileContext, call: ast.Call, read: ParamRead) -> tuple[str, int] | None:
+def read_cause(ctx: File, call: ast.Call, read: ParamRead) -> tuple[str, int] | None:
     """The cause of a finding at `call` for `read` (see `Rule.report`): the read's file ("" for
     this one) and line."""
     found = ctx.helper_reads(call)
@@ -487,7 +468,7 @@ def read_cause(ctx: FileContext, call: ast.Call, read: ParamRead) -> tuple[str, 
     return ("" if same else path, read.line)
 
 
-def moved_to_device_later(ctx: FileContext, value: ast.expr, call: ast.Call) -> bool:
+def moved_to_device_later(ctx: File, value: ast.expr, call: ast.Call) -> bool:
     """`value` is a name that its scope later rebinds to itself moved to a device (`y = y.to(d)`)."""
     if not isinstance(value, ast.Name):
         return False

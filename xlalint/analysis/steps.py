@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from . import jax_tracing
 from .guards import ALMOST_ALWAYS, EVERY_N, is_periodic, periodic_polarity, skips_rest
-from .index import FUNCTIONS, LOOPS, loop_bindings
+from .index import FUNCTIONS, LOOPS, Function, loop_bindings
 from .names import (
     dotted_name,
     function_params,
@@ -40,7 +40,7 @@ from .names import (
 from .vocabulary import DEVICE_LOADER, FRAMEWORK_MODULES, ITERABLE_WRAPPERS, NOT_OPTIMIZER, OPTIMIZER_NAME, SYNC_NAMES
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 STEP_FUNCTION = re.compile(
     r"^(forward|_forward|forward_\w+|\w*training_step|\w*train_step|\w*_step_fn|step_fn|train_fn|step|"
@@ -99,11 +99,11 @@ TRY = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
 # -- step functions ------------------------------------------------------------------------------------
 
 
-def is_step_function(ctx: FileContext, func: ast.AST) -> bool:
+def is_step_function(ctx: File, func: ast.AST) -> bool:
     return func in ctx.step_functions
 
 
-def compute_step_functions(ctx: FileContext) -> set[ast.AST]:
+def compute_step_functions(ctx: File) -> set[ast.AST]:
     """Step functions by name or by other modules' calls, plus the module-local functions they or
     a step loop call (transitively)."""
     index = ctx.index
@@ -130,7 +130,7 @@ def compute_step_functions(ctx: FileContext) -> set[ast.AST]:
     return result
 
 
-def is_named_step(ctx: FileContext, func: ast.AST) -> bool:
+def is_named_step(ctx: File, func: Function) -> bool:
     """A step function by its name alone (`forward`, `training_step`, a loss, a per-batch hook),
     unless it iterates a data loader itself (`def train_fn(loader): for batch in loader: ...`) or
     calls a function of this module that does (`def train_fn(rank): ... train_one_epoch(...)`, a
@@ -174,7 +174,7 @@ FRAMEWORKS = {
 }
 
 
-def _framework_forward(ctx: FileContext, func: ast.AST) -> bool:
+def _framework_forward(ctx: File, func: Function) -> bool:
     """A `forward` is a framework's role in a class, or where a framework is imported (a functional
     `forward(params, x)` of a torch or JAX module); a module-level `forward_*` of a module importing
     none (numpy, pandas: a code generator) is just a name."""
@@ -190,7 +190,7 @@ def _framework_forward(ctx: FileContext, func: ast.AST) -> bool:
     )
 
 
-def runs_epochs(ctx: FileContext, func: ast.AST) -> bool:
+def runs_epochs(ctx: File, func: ast.AST) -> bool:
     """`func` calls a function of this module that iterates a data loader itself: an epoch."""
     return any(owns_loader_loop(ctx, callee) for callee in _local_callees(ctx, func))
 
@@ -206,7 +206,7 @@ PLAIN_BASES = {"object", "Module", "nn.Module", "torch.nn.Module", "ABC", "abc.A
 OTHER_UPDATE = re.compile(r"(^|\.)(__dict__|environ|kwargs|\w*config|\w*cfg|\w*args|\w*dict|pbar|\w*_bar|bar|state)$")
 
 
-def uncalled_hook(ctx: FileContext, func: ast.AST) -> bool:
+def uncalled_hook(ctx: File, func: Function) -> bool:
     """A method named like a per-batch hook (`update`, `on_batch_end`) of a class no framework
     calls it from (no base but `object`/`nn.Module`, or classes of this module with none), which
     nothing in the project calls or hands on: its name is no evidence that it runs every step."""
@@ -220,7 +220,7 @@ def uncalled_hook(ctx: FileContext, func: ast.AST) -> bool:
     return func.name not in ctx.hook_names_used and not _handed_on(ctx, cls)
 
 
-def _handed_on(ctx: FileContext, cls: ast.ClassDef) -> bool:
+def _handed_on(ctx: File, cls: ast.ClassDef) -> bool:
     """An instance of `cls` is handed to other code (`Trainer(callbacks=[Checkpoint()])`), which
     may call its hooks by their names."""
     for call in ctx.index.calls:
@@ -231,19 +231,19 @@ def _handed_on(ctx: FileContext, cls: ast.ClassDef) -> bool:
     return False
 
 
-def _plain_class(ctx: FileContext, cls: ast.ClassDef, depth: int) -> bool:
+def _plain_class(ctx: File, cls: ast.ClassDef, depth: int) -> bool:
     for base in cls.bases:
         written = dotted_name(base) or ""
         if written in PLAIN_BASES:
             continue
-        local = [c for c in ctx.index.by_type.get(ast.ClassDef, ()) if c.name == written]
+        local = [c for c in ctx.index.of_type(ast.ClassDef) if c.name == written]
         if depth < 3 and len(local) == 1 and local[0] is not cls and _plain_class(ctx, local[0], depth + 1):
             continue
         return False
     return not cls.keywords  # `metaclass=...`: anything may call it
 
 
-def other_update(ctx: FileContext, call: ast.Call) -> bool:
+def other_update(ctx: File, call: ast.Call) -> bool:
     """`d.update(...)` of a dict, set or progress bar (`{}`, `dict(...)`, `tqdm(...)`, `os.environ`,
     `self.__dict__`, `kwargs`): no call of a project hook."""
     if method_name(call) != "update":
@@ -285,7 +285,7 @@ MODEL_INPUTS = {
 }
 
 
-def overrides_model_hook(ctx: FileContext, func: ast.AST) -> bool:
+def overrides_model_hook(ctx: File, func: Function) -> bool:
     """A method of a subclass of a library model (`class M(LlavaForConditionalGeneration)`) that
     takes the batch's tensors (`input_ids`, `attention_mask`, ...): it overrides a hook that the
     library's `forward` calls (`_merge_input_ids_with_image_features`, `_update_causal_mask`), so it
@@ -302,13 +302,13 @@ def overrides_model_hook(ctx: FileContext, func: ast.AST) -> bool:
     )
 
 
-def owns_loader_loop(ctx: FileContext, func: ast.AST) -> bool:
+def owns_loader_loop(ctx: File, func: ast.AST) -> bool:
     return any(
         isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter) for loop in ctx.loops_of(func)
     )
 
 
-def loop_reachable_functions(ctx: FileContext) -> set[ast.AST]:
+def loop_reachable_functions(ctx: File) -> set[ast.AST]:
     """Functions that a step loop of this file calls, directly or through module-local calls
     (unlike step functions, not functions that are per-step by their name alone)."""
     result: set[ast.AST] = set()
@@ -325,14 +325,14 @@ def loop_reachable_functions(ctx: FileContext) -> set[ast.AST]:
     return result
 
 
-def _local_callees(ctx: FileContext, owner: ast.AST):
+def _local_callees(ctx: File, owner: ast.AST):
     """FunctionDefs of this module called (ungated) from `owner`'s body (`f(...)` or `self.f(...)`)."""
     for call in ctx.calls_within(owner):
         if not runs_less_often(ctx, call, owner):
             yield from local_callees_of(ctx, call)
 
 
-def local_callees_of(ctx: FileContext, call: ast.Call):
+def local_callees_of(ctx: File, call: ast.Call):
     name = dotted_name(call.func)
     if not name:
         return
@@ -351,7 +351,7 @@ def local_callees_of(ctx: FileContext, call: ast.Call):
 # -- gates -------------------------------------------------------------------------------------------
 
 
-def gated_by(ctx: FileContext, child: ast.AST, parent: ast.AST) -> bool:
+def gated_by(ctx: File, child: ast.AST, parent: ast.AST) -> bool:
     """`child`, held by `parent`, runs less often than `parent`: every N steps, or only when the
     caller opts into an option."""
     field = ctx.index.field_of(child)
@@ -369,7 +369,7 @@ def gated_by(ctx: FileContext, child: ast.AST, parent: ast.AST) -> bool:
     return isinstance(child, ast.stmt) and _after_gating_exit(ctx, child)
 
 
-def _if_gates(ctx: FileContext, parent: ast.If, field: str | None) -> bool:
+def _if_gates(ctx: File, parent: ast.If, field: str | None) -> bool:
     """What `gated_by` says of the `field` block of an `if`, whatever node of it is asked about."""
     polarity = periodic_polarity(parent.test)
     if field == "body" and (
@@ -389,7 +389,7 @@ def _if_gates(ctx: FileContext, parent: ast.If, field: str | None) -> bool:
     return field == _EVAL_ONLY_FIELD.get(_training_test(parent.test))  # `if not self.training:`: inference only
 
 
-def _leaves_loop(ctx: FileContext, node: ast.If) -> bool:
+def _leaves_loop(ctx: File, node: ast.If) -> bool:
     """`if loss_is_nan: print(...); sys.exit(1)` in a loop: the block ends the loop, so it runs
     at most once per run of it."""
     last = node.body[-1] if node.body else None
@@ -401,7 +401,7 @@ def _leaves_loop(ctx: FileContext, node: ast.If) -> bool:
     return exits and ctx.index.enclosing_loop(node) is not None
 
 
-_EVAL_ONLY_FIELD = {False: "body", True: "orelse"}
+_EVAL_ONLY_FIELD: dict[bool | None, str] = {False: "body", True: "orelse"}
 
 
 def _training_test(test: ast.expr) -> bool | None:
@@ -452,7 +452,7 @@ def _latched(node: ast.If, field: str) -> bool:
     )
 
 
-def _lazily_initialised(ctx: FileContext, node: ast.If) -> bool:
+def _lazily_initialised(ctx: File, node: ast.If) -> bool:
     """`if self.sampler is None: self.sampler = build(...)`, or `if self.index is None:
     self._init_index(t)` where that method assigns `self._index` (the attribute behind a property):
     the block fills in the attribute it tests, so it runs on the first call only (lazy set-up), not
@@ -489,7 +489,7 @@ def _lazily_initialised(ctx: FileContext, node: ast.If) -> bool:
     return False
 
 
-def _counter_bounded(ctx: FileContext, node: ast.If) -> bool:
+def _counter_bounded(ctx: File, node: ast.If) -> bool:
     """`if batch_idx == 1:`, `if j <= 4:`, `if it == 0 or it in log_iters:`, `if i == last_step:`:
     a loop counter tested against fixed values holds on a fixed number of iterations (debug output
     for the first batches, the chosen log steps, the last one), not every step. An `and` holds
@@ -522,7 +522,7 @@ def _bounded_test(test: ast.expr, counters: set[str]) -> bool:
     return False
 
 
-def _loop_counters(ctx: FileContext, node: ast.AST) -> set[str]:
+def _loop_counters(ctx: File, node: ast.AST) -> set[str]:
     """Names counting the iterations of the loops around `node`: `enumerate`'s index, a `range`
     loop's variable, a name the loop increments (`step += 1`)."""
     counters: set[str] = set()
@@ -534,7 +534,7 @@ def _loop_counters(ctx: FileContext, node: ast.AST) -> set[str]:
     return counters
 
 
-def loop_counters(ctx: FileContext, loop: ast.For | ast.AsyncFor | ast.While) -> frozenset[str]:
+def loop_counters(ctx: File, loop: ast.For | ast.AsyncFor | ast.While) -> frozenset[str]:
     """The names one loop counts its iterations in (its body is walked once, not once per `if` in it)."""
     found = ctx.loop_counter_cache.get(loop)
     if found is None:
@@ -568,13 +568,13 @@ def after_periodic_operand(boolop: ast.BoolOp, operand: ast.AST) -> bool:
     return False
 
 
-def _after_gating_exit(ctx: FileContext, statement: ast.stmt) -> bool:
+def _after_gating_exit(ctx: File, statement: ast.stmt) -> bool:
     """An earlier `if step % N: continue`, `if not should_log(step): return` or `if option is None:
     return` in the statement's block: the statement runs only when that test fails."""
     return ctx.index.after_in_block(statement, "gating-exit", lambda earlier: _gating_exit(ctx, earlier))
 
 
-def _gating_exit(ctx: FileContext, earlier: ast.stmt) -> bool:
+def _gating_exit(ctx: File, earlier: ast.stmt) -> bool:
     if isinstance(earlier, ast.If) and not earlier.orelse and skips_rest(earlier.body):
         return periodic_polarity(earlier.test) == ALMOST_ALWAYS or _option_absent(ctx, earlier.test)
     # `try: return fast(...) except OOM: ...` then a fallback: only after an error
@@ -587,7 +587,7 @@ def _gating_exit(ctx: FileContext, earlier: ast.stmt) -> bool:
     )
 
 
-def opt_in(ctx: FileContext, node: ast.If) -> bool:
+def opt_in(ctx: File, node: ast.If) -> bool:
     """`if ignore_index is not None:` / `if normalize:` where the tested name is a parameter whose
     default is None/False and the block uses it as a value: the block runs only when the caller
     asks for a non-default behaviour. (A block that calls or uses an attribute of the name, as in
@@ -612,7 +612,7 @@ def _tested_present(test: ast.expr) -> list[ast.Name]:
     return []
 
 
-def _option_absent(ctx: FileContext, test: ast.expr) -> bool:
+def _option_absent(ctx: File, test: ast.expr) -> bool:
     """`if option is None: return` before the statement."""
     if (
         isinstance(test, ast.Compare)
@@ -626,7 +626,7 @@ def _option_absent(ctx: FileContext, test: ast.expr) -> bool:
     return False
 
 
-def _option_value(ctx: FileContext, name: ast.Name, body: list[ast.stmt]) -> bool:
+def _option_value(ctx: File, name: ast.Name, body: list[ast.stmt]) -> bool:
     param = ctx.parameter(name)
     if param is None:
         return False
@@ -643,7 +643,7 @@ def _option_value(ctx: FileContext, name: ast.Name, body: list[ast.stmt]) -> boo
     return True
 
 
-def runs_less_often(ctx: FileContext, node: ast.AST, owner: ast.AST) -> bool:
+def runs_less_often(ctx: File, node: ast.AST, owner: ast.AST) -> bool:
     """`node` runs less often than `owner`'s body: behind a gate, off XLA, or in a nested loop
     of its own when `owner` is a loop."""
     child = node
@@ -661,7 +661,7 @@ def runs_less_often(ctx: FileContext, node: ast.AST, owner: ast.AST) -> bool:
 # -- step loops --------------------------------------------------------------------------------------
 
 
-def is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
+def is_step_loop(ctx: File, loop: ast.AST) -> bool:
     cache = ctx.step_loop_cache
     if loop not in cache:
         cache[loop] = False  # a loop reached again while deciding (through `trains`) is not yet one
@@ -669,7 +669,7 @@ def is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
     return cache[loop]
 
 
-def _is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
+def _is_step_loop(ctx: File, loop: ast.AST) -> bool:
     if isinstance(loop, (ast.For, ast.AsyncFor)) and (iterates_batches(ctx, loop.iter) or _slices_batches(ctx, loop)):
         return True
     data = loop_data(ctx, loop)
@@ -692,7 +692,7 @@ def _is_step_loop(ctx: FileContext, loop: ast.AST) -> bool:
     return False
 
 
-def module_trains(ctx: FileContext) -> bool:
+def module_trains(ctx: File) -> bool:
     """Some statement of the module runs a backward, an optimizer step or a train step (here, or in
     a function of another module it calls)."""
     # the module's own calls first: the project's facts are asked only of a module that has none
@@ -701,7 +701,7 @@ def module_trains(ctx: FileContext) -> bool:
     )
 
 
-def offline_loop(ctx: FileContext, loop: ast.AST) -> bool:
+def offline_loop(ctx: File, loop: ast.AST) -> bool:
     """A loop of a module that never trains, in code no other module calls: a prediction,
     evaluation, export or analysis script run on its own, whose loop over data is no training step
     (its results are wanted on the host). A function another module calls (an `evaluate` the
@@ -714,7 +714,7 @@ def offline_loop(ctx: FileContext, loop: ast.AST) -> bool:
     return func is None or not (ctx.externally_per_step(func) or ctx.externally_called(func))
 
 
-def _slices_batches(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
+def _slices_batches(ctx: File, loop: ast.For | ast.AsyncFor) -> bool:
     """`for i in range(0, n, chunk): x = feats[i : i + chunk]`: mini-batches cut from a tensor by a
     strided counter, each one computed on in its own iteration, as a loader's batches are."""
     iterable = loop.iter
@@ -739,7 +739,7 @@ def _slices_batches(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
     return False
 
 
-def _training_call(ctx: FileContext, call: ast.Call) -> bool:
+def _training_call(ctx: File, call: ast.Call) -> bool:
     """A backward, an optimizer step or a step call."""
     method = method_name(call)
     if method == "backward":
@@ -753,7 +753,7 @@ def _training_call(ctx: FileContext, call: ast.Call) -> bool:
     return ctx.imports_jax and jax_tracing.jitted_trains(ctx, call)
 
 
-def trains(ctx: FileContext, func: ast.AST) -> bool:
+def trains(ctx: File, func: ast.AST) -> bool:
     """`func`, or a module-local function it calls, runs one backward or optimizer step per call.
     (A function that runs them in a loop of its own trains an epoch: calling it is no step.)"""
     cache = ctx.trains_cache
@@ -764,7 +764,11 @@ def trains(ctx: FileContext, func: ast.AST) -> bool:
             # loop for the last accumulated micro-batches: once per epoch, so calling it is no step
             return False
         # a jitted JAX step that computes gradients trains, whatever calls it
-        cache[func] = (ctx.imports_jax and func in ctx.jax_staged and jax_tracing.computes_gradients(ctx, func)) or any(
+        cache[func] = (
+            ctx.imports_jax
+            and func in ctx.cached(jax_tracing.staged_functions)
+            and jax_tracing.computes_gradients(ctx, func)
+        ) or any(
             not runs_less_often(ctx, call, func)
             and not in_loop_within(ctx, call, func)
             and (
@@ -777,7 +781,7 @@ def trains(ctx: FileContext, func: ast.AST) -> bool:
     return cache[func]
 
 
-def _trains_own_batches(ctx: FileContext, func: ast.AST) -> bool:
+def _trains_own_batches(ctx: File, func: ast.AST) -> bool:
     """`func` iterates a loader's batches in a loop of its own that trains: it runs an epoch."""
     return any(
         isinstance(loop, (ast.For, ast.AsyncFor)) and iterates_batches(ctx, loop.iter) and loop_trains(ctx, loop)
@@ -785,7 +789,7 @@ def _trains_own_batches(ctx: FileContext, func: ast.AST) -> bool:
     )
 
 
-def loop_trains(ctx: FileContext, loop: ast.AST) -> bool:
+def loop_trains(ctx: File, loop: ast.AST) -> bool:
     """`loop` is a step loop that trains: a backward or an optimizer step runs in every iteration,
     in its body or in a function it calls (of this module or, through the project index, another)."""
     return is_step_loop(ctx, loop) and any(
@@ -804,7 +808,7 @@ def loop_trains(ctx: FileContext, loop: ast.AST) -> bool:
 BARRIER_NAMES = SYNC_NAMES | {"sync", "optimizer_step", "StepTrace", "wait_device_ops"}
 
 
-def unbarriered_optimizer_step(ctx: FileContext, func: ast.AST) -> int | None:
+def unbarriered_optimizer_step(ctx: File, func: ast.AST) -> int | None:
     """The line of the plain optimizer step (`opt.step()`, `scaler.step(opt)`) `func` runs on every
     call, through the functions of this module it calls, when nothing there cuts the graph: a
     helper such as `mp_trainer.optimize(opt)` whose caller's loop owns the barrier. None for an
@@ -817,7 +821,7 @@ def unbarriered_optimizer_step(ctx: FileContext, func: ast.AST) -> int | None:
     if any(is_step_loop(ctx, loop) for loop in ctx.loops_of(func)):
         return None
     found = None
-    pending, seen = [func], set()
+    pending, seen = [func], set[ast.AST]()
     while pending:
         owner = pending.pop()
         if owner in seen or len(seen) > 20:
@@ -853,7 +857,7 @@ def _plain_optimizer_step(call: ast.Call) -> bool:
     )
 
 
-def in_loop_within(ctx: FileContext, node: ast.AST, owner: ast.AST) -> bool:
+def in_loop_within(ctx: File, node: ast.AST, owner: ast.AST) -> bool:
     """`node` sits in the body of a loop (or comprehension) inside `owner`."""
     for anc in ctx.index.ancestors(node):
         if anc is owner:
@@ -863,7 +867,7 @@ def in_loop_within(ctx: FileContext, node: ast.AST, owner: ast.AST) -> bool:
     return False
 
 
-def loop_data(ctx: FileContext, loop: ast.AST) -> set[str]:
+def loop_data(ctx: File, loop: ast.AST) -> set[str]:
     """Names holding what a `for` loop yields: its targets, and names the body assigns from them
     (`images = batch[0].to(device)`, `x, y = batch`), not names of what is called on them."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -912,7 +916,7 @@ def _forward_on(call: ast.Call, data: set[str]) -> bool:
     return any(_mentions(a, data) for a in args)
 
 
-def iterates_batches(ctx: FileContext, iterable: ast.expr, depth: int = 0) -> bool:
+def iterates_batches(ctx: File, iterable: ast.expr, depth: int = 0) -> bool:
     """`for batch in loader`, `enumerate(tqdm(train_loader))`, `pl.MpDeviceLoader(...)`,
     `metric_logger.log_every(loader, ...)`, or a variable holding one of those."""
     if depth > 3:
@@ -939,7 +943,7 @@ def iterates_batches(ctx: FileContext, iterable: ast.expr, depth: int = 0) -> bo
 # -- per-step ----------------------------------------------------------------------------------------
 
 
-def is_per_step(ctx: FileContext, node: ast.AST, *, periodic: bool = False) -> bool:
+def is_per_step(ctx: File, node: ast.AST, *, periodic: bool = False) -> bool:
     """True when `node` runs once per training/evaluation step. With `periodic=True`, also when it
     runs every N steps (`if step % accumulate == 0:`): what a step barrier must cover."""
     child = node
@@ -957,7 +961,7 @@ def is_per_step(ctx: FileContext, node: ast.AST, *, periodic: bool = False) -> b
     return False
 
 
-def _runs_each_iteration(ctx: FileContext, loop: ast.AST, field: str | None) -> bool:
+def _runs_each_iteration(ctx: File, loop: ast.AST, field: str | None) -> bool:
     """`loop` is a step loop, and its `field` (the body; a `while`'s test too) runs every step. (The
     loop of a script that never trains is one too, with only possible evidence: `offline_loop`.)"""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -965,7 +969,7 @@ def _runs_each_iteration(ctx: FileContext, loop: ast.AST, field: str | None) -> 
     return isinstance(loop, ast.While) and field in ("body", "test") and is_step_loop(ctx, loop)
 
 
-def _periodic_pass(ctx: FileContext, loop: ast.AST) -> bool:
+def _periodic_pass(ctx: File, loop: ast.AST) -> bool:
     """`loop` runs inside a gate of an outer loop (`if step % eval_every == 0:`) and does not
     iterate batches: a pass over a few things every N steps (`for split, ds in evals.items():`),
     not an evaluation loop over a loader, whose iterations are steps of their own."""
@@ -994,7 +998,7 @@ NOT_PER_CALL = re.compile(r"^_*test|(^|_)(init|setup|config|version|available|im
 MAX_CALL_SITE_DEPTH = 2
 
 
-def compute_per_call_functions(ctx: FileContext) -> set[ast.AST]:
+def compute_per_call_functions(ctx: File) -> set[ast.AST]:
     """Per-call functions by name (with no caller in the project), and the module-local functions
     they call."""
     result: set[ast.AST] = set()
@@ -1017,11 +1021,11 @@ def compute_per_call_functions(ctx: FileContext) -> set[ast.AST]:
     return result
 
 
-def _call_sites(ctx: FileContext, func: ast.AST) -> list[ast.Call]:
+def _call_sites(ctx: File, func: Function) -> list[ast.Call]:
     return ctx.calls_of(func.name)
 
 
-def runs_hot(ctx: FileContext, node: ast.AST, depth: int = 0) -> bool:
+def runs_hot(ctx: File, node: ast.AST, depth: int = 0) -> bool:
     """`node` runs every step (or on every call of a loss/metric check) and may run on XLA.
 
     A helper that is per-step only because a step function calls it (not by its own name) is
@@ -1045,7 +1049,7 @@ def runs_hot(ctx: FileContext, node: ast.AST, depth: int = 0) -> bool:
     return False
 
 
-def _in_step_loop_within(ctx: FileContext, node: ast.AST, func: ast.AST) -> bool:
+def _in_step_loop_within(ctx: File, node: ast.AST, func: ast.AST) -> bool:
     """Per-step because a step loop inside `func` runs it, whoever calls `func`."""
     child = node
     for anc in ctx.index.ancestors(node):
@@ -1058,7 +1062,7 @@ def _in_step_loop_within(ctx: FileContext, node: ast.AST, func: ast.AST) -> bool
     return False
 
 
-def _excluded_here(ctx: FileContext, node: ast.AST) -> bool:
+def _excluded_here(ctx: File, node: ast.AST) -> bool:
     """Never on XLA, building an error being raised (runs once, when failing), or a check of a
     verification script."""
     if ctx.in_non_xla_code(node):
@@ -1096,7 +1100,7 @@ def is_verification_module(path, root=None) -> bool:
     return bool(TEST_FOLDERS & set(inside))
 
 
-def verification_check(ctx: FileContext, node: ast.AST) -> bool:
+def verification_check(ctx: File, node: ast.AST) -> bool:
     """In a verification script, `node` is part of a check of results: an `assert`'s test, a
     comparison such as `torch.allclose(a, b)`, or the test of an `if` that holds one
     (`if not torch.allclose(out, ref): raise ...`). It runs to check, not to train."""
@@ -1123,7 +1127,7 @@ def _is_check_call(call: ast.Call) -> bool:
     return name in CHECK_CALLS or bool(UNITTEST_ASSERTION.match(name)) and dotted.startswith("self.")
 
 
-def in_raise(ctx: FileContext, node: ast.AST) -> bool:
+def in_raise(ctx: File, node: ast.AST) -> bool:
     """`node` builds the error of a failing check: part of a `raise`, or of an `assert`'s message
     (evaluated only when the assertion fails)."""
     child = node
@@ -1138,7 +1142,7 @@ def in_raise(ctx: FileContext, node: ast.AST) -> bool:
     return False
 
 
-def _site_excluded(ctx: FileContext, node: ast.AST) -> bool:
+def _site_excluded(ctx: File, node: ast.AST) -> bool:
     """`node` never runs on XLA, runs behind a gate, or builds an error being raised, within its
     function."""
     if ctx.in_non_xla_code(node):

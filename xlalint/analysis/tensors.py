@@ -8,10 +8,11 @@ to a device, a model output, a parameter's gradient). Rules report host syncs on
 from __future__ import annotations
 
 import ast
-import enum
 import re
 from typing import TYPE_CHECKING
 
+from .compiled import CompiledRegions, compiled_arguments
+from .file import Kind
 from .index import FUNCTIONS, own_returns, qualname
 from .names import (
     dotted_name,
@@ -42,19 +43,7 @@ from .vocabulary import (
 )
 
 if TYPE_CHECKING:
-    from .context import FileContext
-
-
-class Kind(enum.IntEnum):
-    NOT_TENSOR = 0
-    UNKNOWN = 1
-    CPU = 2
-    TENSOR = 3
-    DEVICE = 4
-
-    @property
-    def on_device(self) -> bool:
-        return self >= Kind.TENSOR
+    from .file import File
 
 
 # torch functions that return something other than a device tensor.
@@ -336,7 +325,7 @@ _NOT_TENSOR_NODES = (ast.Constant, ast.JoinedStr, ast.Dict, ast.DictComp, ast.La
 class TensorInference:
     """Memoised `kind(expr)` for one file."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: File) -> None:
         self.ctx = ctx
         self.cache: dict[ast.AST, Kind] = {}
         # answers that went through a cut cycle are exact only within the query that computed
@@ -517,9 +506,8 @@ class TensorInference:
         if isinstance(func, FUNCTIONS) and is_named_step(self.ctx, func) and self.ctx.is_step_function(func):
             return Kind.TENSOR  # forward(self, x), training_step(self, batch, ...): data
         passed = self._passed(param) if isinstance(func, FUNCTIONS) else Kind.UNKNOWN
-        if passed == Kind.UNKNOWN and func in self.ctx.compiled.roots:
-            from .compiled import compiled_arguments  # `step = torch.compile(f); step(x, 3)`
-
+        if passed == Kind.UNKNOWN and func in self.ctx.cached(CompiledRegions).roots:
+            # `step = torch.compile(f); step(x, 3)`
             values = compiled_arguments(self.ctx, param)
             passed = (combine(*(self.ctx.tensor_kind(v) for v in values)) if values else None) or Kind.UNKNOWN
         if passed >= Kind.CPU or passed == Kind.NOT_TENSOR:
@@ -578,8 +566,7 @@ class TensorInference:
                 return Kind.NOT_TENSOR
         if isinstance(iterable, ast.Attribute) and iterable.attr == "param_groups":
             return Kind.NOT_TENSOR  # an optimizer's groups: Python hyper-parameters (and its parameters)
-        name = dotted_name(iterable)
-        if name:
+        if dotted_name(iterable):
             for value in self.ctx.assigned_values(iterable):
                 if isinstance(value, ast.Call):
                     callee = last_part(dotted_name(value.func))
@@ -603,7 +590,7 @@ class TensorInference:
             return None
         func = self.ctx.index.enclosing_function(iterable)
         param = func.args.kwarg if isinstance(func, FUNCTIONS) else None
-        if param is None or param.arg != mapping.id:
+        if func is None or param is None or param.arg != mapping.id:
             return None
         return self._host_everywhere(func, param)
 
@@ -614,7 +601,8 @@ class TensorInference:
             return []
         param = self.ctx.parameter(iterable)
         values = self.ctx.arguments_for(param) if param is not None else []
-        return values if values and all(v is not None for v in values) else []
+        passed = [v for v in values if v is not None]
+        return passed if values and len(passed) == len(values) else []
 
     def _attribute(self, node: ast.Attribute) -> Kind:
         attr = node.attr
@@ -744,7 +732,7 @@ class TensorInference:
 
     def _method_call(self, node: ast.Call, method: str) -> Kind:
         recv = receiver(node)
-        if method == "values" and not node.args:
+        if method == "values" and not node.args and recv is not None:
             found = self.dict_values(recv)
             if found is not None:
                 return found  # `{"box": loss_box}.values()`
@@ -869,7 +857,7 @@ def _is_text(node: ast.expr) -> bool:
     return isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
 
 
-def returned_values(ctx: FileContext, name: str, call: ast.Call) -> list[ast.expr]:
+def returned_values(ctx: File, name: str, call: ast.Call) -> list[ast.expr]:
     """What the plain function `name`, defined in the module around `call`, returns: every
     `return`'s value, or nothing when one returns no value or the function is redefined, async,
     decorated or a generator (then its call's value is not its body's)."""
@@ -885,7 +873,7 @@ def returned_values(ctx: FileContext, name: str, call: ast.Call) -> list[ast.exp
     return [] if any(v is None for v in values) else [v for v in values if v is not None]
 
 
-def evident_device_tensor(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
+def evident_device_tensor(ctx: File, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is a device tensor by what it computes, not only by its name.
 
     A bare parameter or loop variable (`if cache:`, `if dur > 0:`) is not enough: in a truth test
@@ -931,16 +919,16 @@ def evident_device_tensor(ctx: FileContext, expr: ast.expr, depth: int = 0) -> b
     return False
 
 
-def holds_device_tensors(ctx: FileContext, expr: ast.expr) -> bool:
+def holds_device_tensors(ctx: File, expr: ast.expr) -> bool:
     """`expr` is a device tensor, or a dict whose values are (`{"loss": loss}`, a name assigned a
     dict comprehension of them): what a logger's `update(**losses)` or `log(metrics)` is handed."""
     if ctx.on_device(expr):
         return True
-    kind = ctx.tensors.dict_values(expr)
+    kind = ctx.cached(TensorInference).dict_values(expr)
     return kind is not None and kind.on_device
 
 
-def is_torch(ctx: FileContext, call: ast.Call, names: set[str]) -> str | None:
+def is_torch(ctx: File, call: ast.Call, names: set[str]) -> str | None:
     qualified = ctx.qualified_name(call.func) or ""
     head, _, tail = qualified.rpartition(".")
     if head == "torch" and tail in names:
@@ -948,7 +936,7 @@ def is_torch(ctx: FileContext, call: ast.Call, names: set[str]) -> str | None:
     return None
 
 
-def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
+def is_bool_mask(ctx: File, expr: ast.expr, depth: int = 0) -> bool:
     """`expr` is evidently a boolean device tensor: a comparison of tensors, `~m`, `m & n`,
     `torch.isnan(x)`, `.bool()`, `dtype=torch.bool`, a name assigned from one of those, or a tensor
     named like a mask that nothing shows to hold integer indices (see `integer_index`)."""
@@ -987,10 +975,10 @@ def is_bool_mask(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     return False
 
 
-def _mask_named(ctx: FileContext, expr: ast.expr) -> bool:
+def _mask_named(ctx: File, expr: ast.expr) -> bool:
     """Named like a mask, and nothing in how it was built says it holds integer indices (a name is
     no evidence of a dtype: `keep_mask = logits.topk(k).indices` is a gather of static size)."""
-    name = dotted_name(expr)
+    name = dotted_name(expr) or ""
     return (
         bool(name)
         and bool(_MASK_NAME.search(last_part(name)))
@@ -1001,7 +989,7 @@ def _mask_named(ctx: FileContext, expr: ast.expr) -> bool:
     )
 
 
-def integer_index(ctx: FileContext, expr: ast.expr | None, depth: int = 0) -> bool:
+def integer_index(ctx: File, expr: ast.expr | None, depth: int = 0) -> bool:
     """`expr` evidently holds integer indices, by how it was built: `argmax`, `arange`, `randperm`,
     `nonzero` (a tensor, or its `as_tuple=True` tuple), one-argument `torch.where(c)`,
     `x.topk(k).indices`, `x.max(1)[1]`, `.long()`, `dtype=torch.long`, or a name, attribute or
@@ -1076,7 +1064,7 @@ def _int_literals(node: ast.expr) -> bool:
     )
 
 
-def _names_dtype(ctx: FileContext, node: ast.expr | None, names: set[str]) -> bool:
+def _names_dtype(ctx: File, node: ast.expr | None, names: set[str]) -> bool:
     """`torch.long`, `th.int64`, `torch.LongTensor` (for `.type(...)`): a torch dtype among `names`;
     the Python name `bool` counts as `torch.bool`."""
     if node is None:
@@ -1088,7 +1076,7 @@ def _names_dtype(ctx: FileContext, node: ast.expr | None, names: set[str]) -> bo
     return head == "torch" and (tail in names or tail.removesuffix("Tensor").lower() in names)
 
 
-def elementwise_of(ctx: FileContext, mask: ast.expr, base: ast.expr, depth: int = 0) -> bool:
+def elementwise_of(ctx: File, mask: ast.expr, base: ast.expr, depth: int = 0) -> bool:
     """`mask` is computed elementwise from the tensor `base` (and scalars), so it has exactly
     `base`'s shape: `x > 0`, `~torch.isnan(x)`, `(x > 0) & (x < 1)`, or a name bound to one. The `x`
     in the mask must be the same binding as `base`, not the same spelling: after
@@ -1096,7 +1084,7 @@ def elementwise_of(ctx: FileContext, mask: ast.expr, base: ast.expr, depth: int 
     return _elementwise(ctx, mask, base, depth) == "base"
 
 
-def _elementwise(ctx: FileContext, expr: ast.expr, base: ast.expr, depth: int) -> str | None:
+def _elementwise(ctx: File, expr: ast.expr, base: ast.expr, depth: int) -> str | None:
     """ "base" (shaped like base), "scalar" (a Python number), or None (anything else)."""
     if depth > MAX_DEPTH:
         return None
@@ -1138,11 +1126,11 @@ def _elementwise(ctx: FileContext, expr: ast.expr, base: ast.expr, depth: int) -
         func = is_torch(ctx, expr, ELEMENTWISE_FUNCTIONS | {"logical_and", "logical_or", "logical_xor"})
         if func:
             return _shaped_like_parts([_elementwise(ctx, a, base, depth + 1) for a in expr.args])
-        method = method_name(expr)
-        if method in ELEMENTWISE_METHODS and not dotted_name(expr.func) == f"torch.{method}":
+        method, recv = method_name(expr), receiver(expr)
+        if recv is not None and method in ELEMENTWISE_METHODS and not dotted_name(expr.func) == f"torch.{method}":
             return _shaped_like_parts(
                 [
-                    _elementwise(ctx, receiver(expr), base, depth + 1),
+                    _elementwise(ctx, recv, base, depth + 1),
                     *(_elementwise(ctx, a, base, depth + 1) for a in expr.args),
                 ]
             )

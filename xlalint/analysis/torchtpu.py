@@ -28,7 +28,7 @@ from .index import FUNCTIONS
 from .names import dotted_name, keyword, positional, string_value
 
 if TYPE_CHECKING:
-    from .context import FileContext
+    from .file import File
 
 TPU_DEVICE = re.compile(r"tpu(:\d+)?")
 COMPILE = "torch.compile"
@@ -61,7 +61,7 @@ def _is_tpu_device(value: str | None) -> bool:
     return value is not None and TPU_DEVICE.fullmatch(value) is not None
 
 
-def evidence(ctx: FileContext) -> ast.AST | None:
+def evidence(ctx: File) -> ast.AST | None:
     """The first node showing that the file runs on TorchTPU, or None."""
     cached = ctx.__dict__.get("_torchtpu_evidence", UNKNOWN)
     if cached is not UNKNOWN:
@@ -71,11 +71,11 @@ def evidence(ctx: FileContext) -> ast.AST | None:
     return found
 
 
-def uses_torchtpu(ctx: FileContext) -> bool:
+def uses_torchtpu(ctx: File) -> bool:
     return evidence(ctx) is not None
 
 
-def _find_evidence(ctx: FileContext) -> ast.AST | None:
+def _find_evidence(ctx: File) -> ast.AST | None:
     for node in ctx.index.by_type.get(ast.Attribute, ()):
         qualified = ctx.qualified_name(node)
         if qualified and (qualified == "torch.tpu" or qualified.startswith("torch.tpu.")):
@@ -107,11 +107,11 @@ def _find_evidence(ctx: FileContext) -> ast.AST | None:
     return None
 
 
-def _is_compile(ctx: FileContext, node: ast.AST) -> bool:
+def _is_compile(ctx: File, node: ast.AST) -> bool:
     return ctx.qualified_name(node) == COMPILE
 
 
-def compile_sites(ctx: FileContext) -> list[CompileSite]:
+def compile_sites(ctx: File) -> list[CompileSite]:
     """Every `torch.compile` of this module, with the function it compiles when that is known here."""
     cached = ctx.__dict__.get("_torchtpu_sites")
     if cached is not None:
@@ -152,13 +152,13 @@ def _site(call: ast.Call, func) -> CompileSite:
     )
 
 
-def on_tpu_backend(ctx: FileContext, site: CompileSite) -> bool:
+def on_tpu_backend(ctx: File, site: CompileSite) -> bool:
     """The site compiles with TorchTPU's `tpu` backend: named, or chosen by 0.2.0's default selector
     (no `backend=`) in a TorchTPU file."""
     return site.backend == "tpu" or (site.backend is None and uses_torchtpu(ctx))
 
 
-def compiled_functions(ctx: FileContext) -> dict[ast.AST, list[CompileSite]]:
+def compiled_functions(ctx: File) -> dict[ast.AST, list[CompileSite]]:
     """The functions of this module that are compiled, with the sites that compile them."""
     found: dict[ast.AST, list[CompileSite]] = {}
     for site in compile_sites(ctx):
@@ -167,7 +167,7 @@ def compiled_functions(ctx: FileContext) -> dict[ast.AST, list[CompileSite]]:
     return found
 
 
-def enclosing_function(ctx: FileContext, node: ast.AST):
+def enclosing_function(ctx: File, node: ast.AST):
     for ancestor in ctx.index.ancestors(node):
         if isinstance(ancestor, FUNCTIONS):
             return ancestor
