@@ -21,7 +21,9 @@ class HostReadPerStep(Rule):
     `float(loss)`, `int(x)`, `x.item()`, `x.tolist()`, `np.asarray(x)`, `jax.device_get(x)`,
     `x.block_until_ready()`, `jax.block_until_ready(x)`, and `print` of an array. Device arrays are
     the results of the module's jitted functions (and of `jax.jit(f)(...)`), jnp/random arrays, and
-    what is computed from them. Reads every N steps (`if step % 100 == 0:`) are not reported.
+    what is computed from them. Reads every N steps (`if step % 100 == 0:`) are not reported. A
+    read in a function taken for a step by its name alone (`def step(...)` that no training loop
+    is seen to call) is a possible finding, shown with `--confidence possible`.
 
     ## Why is this bad?
     JAX dispatches asynchronously: a jitted step returns at once, and the host prepares the next
@@ -53,6 +55,7 @@ class HostReadPerStep(Rule):
     """
 
     code, name, category = "JAX110", "host-read-per-step", "item_sync"
+    evidence = ("step",)
     preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "`{what}` reads a device array on the host at every step: the host waits for the device"
     hint = "keep the values on the device and read them every N steps, or once after the loop"
