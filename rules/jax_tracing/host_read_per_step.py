@@ -21,7 +21,8 @@ class HostReadPerStep(Rule):
     `float(loss)`, `int(x)`, `x.item()`, `x.tolist()`, `np.asarray(x)`, `jax.device_get(x)`,
     `x.block_until_ready()`, `jax.block_until_ready(x)`, and `print` of an array. Device arrays are
     the results of the module's jitted functions (and of `jax.jit(f)(...)`), jnp/random arrays, and
-    what is computed from them. Reads every N steps (`if step % 100 == 0:`) are not reported. A
+    what is computed from them, but not arrays made under `jax.default_device(cpu)` or put on the
+    CPU (`jax.device_put(x, cpu)`): they are in host memory. Reads every N steps (`if step % 100 == 0:`) are not reported. A
     read in a function taken for a step by its name alone (`def step(...)` that no training loop
     is seen to call) is a possible finding, shown with `--confidence possible`.
 

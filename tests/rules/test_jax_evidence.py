@@ -62,3 +62,34 @@ def test_the_rules_examples_rest_on_a_training_loop_seen():
         diagnostics = lint_code(case.code, [HostReadPerStep], modules=case.modules)
         assert [d.confidence for d in diagnostics] == [HIGH]
         assert diagnostics[0].related and diagnostics[0].related[0].message.startswith("training loop")
+
+
+# -- a device value: what lives in host memory is read without a wait ----------------------------------
+
+# `shuffled` is made under `jax.default_device(cpu)`, `kept` is put on the CPU: both are host arrays.
+ON_THE_CPU = """
+import jax
+import numpy as np
+
+@jax.jit
+def train_step(params, batch):
+    loss, grads = jax.value_and_grad(lambda p: ((p * batch) ** 2).sum())(params)
+    return params - 0.1 * grads, loss
+
+cpu = jax.devices("cpu")[0]
+for step, batch in enumerate(batches):
+    with jax.default_device(cpu):
+        shuffled = np.asarray(jax.random.permutation(jax.random.key(step), 8))
+    params, loss = train_step(params, batch)
+    kept = jax.device_put(loss, cpu)
+    history.append(float(kept))
+    order = np.asarray(jax.random.permutation(jax.random.key(step), 8))
+"""
+
+
+def test_arrays_made_under_a_cpu_default_device_or_put_on_the_cpu_are_host_arrays():
+    assert found(ON_THE_CPU, HostReadPerStep) == [(16, HIGH)]  # only the permutation made on the default device
+    data = {"batches": [jax.numpy.ones(2)] * 2, "params": jax.numpy.ones(2), "history": []}
+    exec(compile(textwrap.dedent(ON_THE_CPU), "example", "exec"), data)
+    assert data["kept"].devices() == {jax.devices("cpu")[0]}
+    assert jax.numpy.asarray(data["shuffled"]).size == 8

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS, target_names
-from .names import dotted_name, is_number, keyword, param_default, positional
+from .names import dotted_name, is_number, keyword, keyword_value, param_default, positional
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -835,13 +835,53 @@ def is_device_array(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
         return is_device_array(ctx, expr.left, depth + 1) or is_device_array(ctx, expr.right, depth + 1)
     if isinstance(expr, ast.Call):
         func = expr.func
+        name = ctx.qualified_name(func) or ""
+        if on_host_device(ctx, expr) or (name == "jax.device_put" and _placed_on_cpu(ctx, expr)):
+            return False  # made under `jax.default_device(cpu)`, or put there: a host array
         if jitted_target(ctx, expr) is not None or ctx.trains_externally(expr):
             return True  # a jitted function's results; a training step of another module's
         if isinstance(func, ast.Call) and (ctx.qualified_name(func.func) or "") in COMPILING:
             return True  # `jax.jit(f)(x)`
-        name = ctx.qualified_name(func) or ""
         if name.startswith(DEVICE_PREFIXES) and name not in STATIC_FUNCTIONS:
             return True
         if isinstance(func, ast.Attribute) and func.attr in ("mean", "sum", "max", "min", "astype", "reshape"):
             return is_device_array(ctx, func.value, depth + 1)
     return False
+
+
+def on_host_device(ctx: FileContext, node: ast.AST) -> bool:
+    """`node` runs in the body of `with jax.default_device(cpu):` (in the same function): the arrays
+    it makes live in host memory, and reading one waits for no accelerator."""
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+            return False
+        if isinstance(anc, (ast.With, ast.AsyncWith)) and any(
+            isinstance(item.context_expr, ast.Call)
+            and ctx.qualified_name(item.context_expr.func) == "jax.default_device"
+            and any(is_cpu_device(ctx, a) for a in positional(item.context_expr)[:1])
+            for item in anc.items
+        ):
+            return True
+    return False
+
+
+def _placed_on_cpu(ctx: FileContext, call: ast.Call) -> bool:
+    """`jax.device_put(x, cpu)`: the copy lives in host memory."""
+    args = positional(call)
+    target = args[1] if len(args) > 1 else keyword_value(call, "device")
+    return target is not None and is_cpu_device(ctx, target)
+
+
+def is_cpu_device(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
+    """`jax.devices("cpu")[0]`, `jax.local_devices(backend="cpu")[0]`, or a name holding one."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Name):
+        values = ctx.reaching_values(expr)
+        return bool(values) and all(is_cpu_device(ctx, v, depth + 1) for v in values)
+    if isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if not isinstance(expr, ast.Call) or ctx.qualified_name(expr.func) not in ("jax.devices", "jax.local_devices"):
+        return False
+    backend = positional(expr)[:1] or [k.value for k in expr.keywords if k.arg == "backend"]
+    return bool(backend) and isinstance(backend[0], ast.Constant) and backend[0].value == "cpu"
