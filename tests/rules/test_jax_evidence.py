@@ -93,3 +93,141 @@ def test_arrays_made_under_a_cpu_default_device_or_put_on_the_cpu_are_host_array
     exec(compile(textwrap.dedent(ON_THE_CPU), "example", "exec"), data)
     assert data["kept"].devices() == {jax.devices("cpu")[0]}
     assert jax.numpy.asarray(data["shuffled"]).size == 8
+
+
+# -- an array grows when the join reads its own previous result ---------------------------------------
+
+from xlalint.rules.jax_tracing.array_grown_in_loop import ArrayGrownInLoop  # noqa: E402
+
+from jax_helpers import compiles  # noqa: E402  (tests/rules/jax_helpers.py)
+
+# Each iteration makes `frame` afresh, then joins it with a border: the same shape every time.
+REBUILT_EACH_ITERATION = """
+import jax.numpy as jnp
+
+def frames(pieces, border):
+    out = []
+    for piece in pieces:
+        frame = jnp.pad(piece, 1)
+        frame = jnp.concatenate([frame, border])
+        out.append(frame)
+    return out
+"""
+
+# The pieces are gathered in a list (gated, every 100 steps) and joined once, after their loop.
+JOINED_ONCE = """
+import jax.numpy as jnp
+
+def run(steps, sample):
+    for step in range(steps):
+        if step % 100 == 0:
+            samples = []
+            for i in range(4):
+                samples.append(sample(i))
+            samples = jnp.concatenate(samples)
+"""
+
+# The join is followed by a step that cuts a fixed window from it: the next iteration starts from
+# the window, of one shape once full.
+WINDOW = """
+import jax.numpy as jnp
+
+def smooth(values):
+    window = jnp.zeros((0,))
+    for v in values:
+        window = jnp.concatenate([window, v])
+        window = window[-4:]
+    return window.mean()
+"""
+
+# Carried through an operation that keeps its shape, or reset only at some iterations: it grows.
+GROWS = """
+import jax.numpy as jnp
+
+def trace(values, done):
+    history = jnp.zeros((0,))
+    for i, v in enumerate(values):
+        if done(i):
+            history = jnp.zeros((0,))
+        history = jnp.concatenate([history, v])
+        history = history * 0.5
+    return history
+"""
+
+
+def test_a_join_fed_by_a_fresh_array_or_a_list_is_no_growth():
+    for source in (REBUILT_EACH_ITERATION, JOINED_ONCE, WINDOW):
+        assert found(source, ArrayGrownInLoop) == [], source
+    assert found(GROWS, ArrayGrownInLoop) == [(8, HIGH)]
+    for case in ArrayGrownInLoop.INVALID:
+        assert len(lint_code(case.code, [ArrayGrownInLoop])) == 1
+
+
+def test_a_join_fed_by_a_fresh_array_compiles_once_a_carried_one_once_per_length():
+    jnp = jax.numpy
+    rebuilt = _load(REBUILT_EACH_ITERATION)["frames"]
+    grown = _load(GROWS)["trace"]
+    border = jnp.ones(2)
+    pieces, values = [jnp.full(3, float(k)) for k in range(12)], [jnp.ones(1)] * 12
+    rebuilt(pieces[:2], border)
+    assert compiles(lambda: rebuilt(pieces, border)) == 0  # the shapes of the first two iterations
+    grown(values[:2], lambda i: False)
+    assert compiles(lambda: grown(values, lambda i: False)) >= 9  # a new length each iteration
+    window = _load(WINDOW)["smooth"]
+    window(values[:6])
+    assert compiles(lambda: window(values)) == 0  # full at 4: one shape from then on
+
+
+def _load(source: str) -> dict:
+    namespace: dict = {}
+    exec(compile(textwrap.dedent(source), "example", "exec"), namespace)
+    return namespace
+
+
+# A module's method runs when the module is applied (inside the jitted step, as a rule): its loop
+# is the module's structure, the same shapes at every call.
+FLAX_MODULE = """
+import flax.linen as nn
+import jax.numpy as jnp
+
+class Base(nn.Module):
+    pass
+
+class DenseStack(Base):
+    depth: int
+
+    @nn.compact
+    def __call__(self, x):
+        out = x
+        for _ in range(self.depth):
+            out = jnp.concatenate([out, nn.Dense(2)(x)], -1)
+        return out
+"""
+
+EQUINOX_MODULE = """
+import equinox as eqx
+import jax.numpy as jnp
+
+class Stack(eqx.Module):
+    depth: int
+
+    def __call__(self, x):
+        out = x
+        for _ in range(self.depth):
+            out = jnp.concatenate([out, x * 2])
+        return out
+"""
+
+
+def test_a_join_in_a_jax_modules_method_is_the_modules_structure():
+    assert found(FLAX_MODULE, ArrayGrownInLoop) == []
+    assert found(EQUINOX_MODULE, ArrayGrownInLoop) == []
+    plain = EQUINOX_MODULE.replace("class Stack(eqx.Module):", "class Stack:")
+    assert found(plain, ArrayGrownInLoop) == [(10, HIGH)]  # no module: a loop like any other
+    pytest.importorskip("equinox")
+    stack = _load(EQUINOX_MODULE)["Stack"](depth=6)
+    x = jax.numpy.ones(2)
+    assert stack(x).shape == (14,)
+    assert compiles(lambda: stack(x)) == 0  # applied again: the same shapes, nothing compiles
+    jitted = jax.jit(stack.__call__)
+    assert compiles(lambda: [jitted(x) for _ in range(3)]) == 1  # under jit: traced once, one program

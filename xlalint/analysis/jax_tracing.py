@@ -885,3 +885,34 @@ def is_cpu_device(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
         return False
     backend = positional(expr)[:1] or [k.value for k in expr.keywords if k.arg == "backend"]
     return bool(backend) and isinstance(backend[0], ast.Constant) and backend[0].value == "cpu"
+
+
+# Base classes of JAX neural-network modules: their methods run when the module is applied, inside
+# the (jitted) step that applies it, with the shapes its structure fixes
+MODULE_BASES = {"flax.linen.Module", "flax.nnx.Module", "equinox.Module", "haiku.Module"}
+
+
+def in_module_method(ctx: FileContext, node: ast.AST) -> bool:
+    """`node` is in a method of a Flax, Equinox or Haiku module class (of this module's classes,
+    directly or through bases defined here), or in a function defined inside one."""
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, FUNCTIONS):
+            cls = ctx.index.parent(anc)
+            if isinstance(cls, ast.ClassDef) and is_module_class(ctx, cls):
+                return True
+    return False
+
+
+def is_module_class(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> bool:
+    if depth > MAX_DEPTH:
+        return False
+    for base in cls.bases:
+        if ctx.qualified_name(base) in MODULE_BASES:
+            return True
+        if isinstance(base, ast.Name):
+            local = [
+                c for c in ctx.index.by_type.get(ast.ClassDef, ()) if isinstance(c, ast.ClassDef) and c.name == base.id
+            ]
+            if any(c is not cls and is_module_class(ctx, c, depth + 1) for c in local):
+                return True
+    return False
