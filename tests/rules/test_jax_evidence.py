@@ -231,3 +231,34 @@ def test_a_join_in_a_jax_modules_method_is_the_modules_structure():
     assert compiles(lambda: stack(x)) == 0  # applied again: the same shapes, nothing compiles
     jitted = jax.jit(stack.__call__)
     assert compiles(lambda: [jitted(x) for _ in range(3)]) == 1  # under jit: traced once, one program
+
+
+# -- a traced value's truth: a container's is its length ---------------------------------------------
+
+from xlalint.rules.jax_tracing.python_branch_on_tracer import PythonBranchOnTracer  # noqa: E402
+
+CONTAINER_TRUTH = """
+from typing import Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+
+@jax.jit
+def clip(x, bounds: Tuple[jax.Array, jax.Array], extra: Optional[list] = None):
+    if bounds:
+        x = jnp.clip(x, bounds[0], bounds[1])
+    if not extra:
+        return x
+    return x + extra[0]
+"""
+
+
+def test_the_truth_of_a_parameter_annotated_as_a_container_is_its_length():
+    assert found(CONTAINER_TRUTH, PythonBranchOnTracer) == []
+    jnp = jax.numpy
+    clip = _load(CONTAINER_TRUTH)["clip"]
+    assert clip(jnp.array([-2.0, 0.5, 3.0]), (jnp.array(-1.0), jnp.array(1.0))).tolist() == [-1.0, 0.5, 1.0]
+    array = CONTAINER_TRUTH.replace("bounds: Tuple[jax.Array, jax.Array]", "bounds: jax.Array")
+    assert found(array, PythonBranchOnTracer) == [(8, HIGH)]  # an array's truth: its value, traced
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        _load(array)["clip"](jnp.ones(3), jnp.array(1.0))
