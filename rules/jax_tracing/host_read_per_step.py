@@ -19,7 +19,9 @@ class HostReadPerStep(Rule):
     Flags, on a per-step path of a JAX training loop (a loop that calls a jitted function computing
     gradients, of this module or another of the project, or iterates batches), a read of a device array on the host at every step:
     `float(loss)`, `int(x)`, `x.item()`, `x.tolist()`, `np.asarray(x)`, `jax.device_get(x)`,
-    `x.block_until_ready()`, `jax.block_until_ready(x)`, and `print` of an array. Device arrays are
+    `x.block_until_ready()`, `jax.block_until_ready(x)`, `print` of an array, and a NumPy function
+    given a list of arrays (`np.mean([loss, acc])`: `np.mean(loss)` alone runs the array's own
+    method, on the device). Device arrays are
     the results of the module's jitted functions (and of `jax.jit(f)(...)`), jnp/random arrays, and
     what is computed from them, but not arrays made under `jax.default_device(cpu)` or put on the
     CPU (`jax.device_put(x, cpu)`): they are in host memory. Reads every N steps (`if step % 100 == 0:`) are not reported. A
@@ -172,8 +174,14 @@ class HostReadPerStep(Rule):
             operands, what = [node.args[0]], self.ctx.code(func) + "()"
         elif is_numpy_function(self.ctx, func) and node.args:  # `np.append(losses, loss)`, `np.exp(logits)`
             operands, what = list(positional(node)), self.ctx.code(func) + "()"
+        elif (self.ctx.qualified_name(func) or "").startswith("numpy.") and node.args:
+            # `np.mean(x)` calls a JAX array's own `mean` (on the device); `np.mean([a, b])` makes a
+            # NumPy array of the list first: each element is read on the host
+            operands, what = _displayed_elements(node.args[0]), self.ctx.code(func) + "()"
         if not operands or enclosing_traced(self.ctx, node) is not None:
             return
+        if what != "print" and not what.startswith("."):  # `np.array([a, b])`: each element is read
+            operands = [*operands, *(e for o in operands for e in _displayed_elements(o))]
         if (
             any(is_device_array(self.ctx, o) for o in operands)
             and self._per_step(node)
@@ -228,3 +236,13 @@ class HostReadPerStep(Rule):
             and self._per_step(node)
         ):
             self.report(node, self.summary.format(what="f-string"))
+
+
+def _displayed_elements(expr: ast.expr) -> list[ast.expr]:
+    """The elements of a list or tuple display (`[a, b]`), or of a comprehension (`[f(x) for x in
+    xs]`: its element expression)."""
+    if isinstance(expr, (ast.List, ast.Tuple)):
+        return [e for e in expr.elts if not isinstance(e, ast.Starred)]
+    if isinstance(expr, (ast.ListComp, ast.GeneratorExp)):
+        return [expr.elt]
+    return []

@@ -5,6 +5,8 @@ harm itself is shown by the rules' own tests (test_jax_rules.py)."""
 
 import textwrap
 
+import numpy as np
+
 import pytest
 
 from xlalint.diagnostics import HIGH, POSSIBLE
@@ -262,3 +264,31 @@ def test_the_truth_of_a_parameter_annotated_as_a_container_is_its_length():
     assert found(array, PythonBranchOnTracer) == [(8, HIGH)]  # an array's truth: its value, traced
     with pytest.raises(jax.errors.TracerBoolConversionError):
         _load(array)["clip"](jnp.ones(3), jnp.array(1.0))
+
+
+# -- a NumPy function given a list of device arrays reads each of them ---------------------------------
+
+LISTS_TO_NUMPY = """
+import jax
+import numpy as np
+
+@jax.jit
+def train_step(params, batch):
+    loss, grads = jax.value_and_grad(lambda p: ((p * batch) ** 2).sum())(params)
+    return params - 0.1 * grads, loss, jax.numpy.abs(grads).max()
+
+for batch in batches:
+    params, loss, peak = train_step(params, batch)
+    kept = np.mean(loss)
+    history.append(np.mean([loss, peak]))
+    table.append(np.stack([loss * k for k in range(2)]))
+"""
+
+
+def test_a_numpy_function_given_a_list_of_device_arrays_reads_them_an_array_alone_stays():
+    assert found(LISTS_TO_NUMPY, HostReadPerStep) == [(12, HIGH), (13, HIGH)]
+    jnp = jax.numpy
+    data = {"params": jnp.ones(2), "batches": [jnp.ones(2)], "history": [], "table": []}
+    exec(compile(textwrap.dedent(LISTS_TO_NUMPY), "example", "exec"), data)
+    assert isinstance(data["kept"], jax.Array)  # `np.mean(x)` ran the array's own mean, on the device
+    assert isinstance(data["history"][0], np.floating) and isinstance(data["table"][0], np.ndarray)
