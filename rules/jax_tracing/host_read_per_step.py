@@ -17,16 +17,17 @@ SHORT_LOOP = 10  # iterations: a demonstration, not training
 class HostReadPerStep(Rule):
     """## What it does
     Flags, on a per-step path of a JAX training loop (a loop that calls a jitted function computing
-    gradients, of this module or another of the project, or iterates batches), a read of a device array on the host at every step:
-    `float(loss)`, `int(x)`, `x.item()`, `x.tolist()`, `np.asarray(x)`, `jax.device_get(x)`,
-    `x.block_until_ready()`, `jax.block_until_ready(x)`, `print` of an array, and a NumPy function
-    given a list of arrays (`np.mean([loss, acc])`: `np.mean(loss)` alone runs the array's own
-    method, on the device). Device arrays are
-    the results of the module's jitted functions (and of `jax.jit(f)(...)`), jnp/random arrays, and
-    what is computed from them, but not arrays made under `jax.default_device(cpu)` or put on the
-    CPU (`jax.device_put(x, cpu)`): they are in host memory. Reads every N steps (`if step % 100 == 0:`) are not reported. A
-    read in a function taken for a step by its name alone (`def step(...)` that no training loop
-    is seen to call) is a possible finding, shown with `--confidence possible`.
+    gradients, of this module or another of the project, or iterates batches), a read of a device array
+    on the host at every step: `float(loss)`, `int(x)`, `x.item()`, `x.tolist()`, `np.asarray(x)`,
+    `jax.device_get(x)`, `x.block_until_ready()`, `jax.block_until_ready(x)`, `print` of an array, and
+    a NumPy function given a list of arrays (`np.mean([loss, acc])`: `np.mean(loss)` alone runs the
+    array's own method, on the device). Device arrays are the results of the module's jitted functions
+    (and of `jax.jit(f)(...)`, or of `self._update` after `self._update = jax.jit(update)`), of a
+    method of the module's classes that returns one (`learner.advance(batch)`), jnp/random arrays, and
+    what is computed from them, but not arrays made under `jax.default_device(cpu)` or put on the CPU
+    (`jax.device_put(x, cpu)`): they are in host memory. Reads every N steps (`if step % 100 == 0:`)
+    are not reported. A read in a function taken for a step by its name alone (`def step(...)` that no
+    training loop is seen to call) is a possible finding, shown with `--confidence possible`.
 
     ## Why is this bad?
     JAX dispatches asynchronously: a jitted step returns at once, and the host prepares the next

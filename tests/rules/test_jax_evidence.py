@@ -292,3 +292,41 @@ def test_a_numpy_function_given_a_list_of_device_arrays_reads_them_an_array_alon
     exec(compile(textwrap.dedent(LISTS_TO_NUMPY), "example", "exec"), data)
     assert isinstance(data["kept"], jax.Array)  # `np.mean(x)` ran the array's own mean, on the device
     assert isinstance(data["history"][0], np.floating) and isinstance(data["table"][0], np.ndarray)
+
+
+# -- a jitted step kept on an object, run through a method ---------------------------------------------
+
+KEPT_ON_AN_OBJECT = """
+import jax
+
+def update(params, batch):
+    loss, grads = jax.value_and_grad(lambda p: ((p * batch) ** 2).sum())(params)
+    return params - 0.1 * grads, loss
+
+class Learner:
+    def __init__(self, params):
+        self.params = params
+        self._update = jax.jit(update)
+
+    def advance(self, batch):
+        self.params, loss = self._update(self.params, batch)
+        return loss
+
+    def describe(self):
+        return "learner", len(self.params)
+
+learner = Learner(params)
+for batch in batches:
+    loss = learner.advance(batch)
+    history.append(float(loss))
+    name, size = learner.describe()
+    print(int(size))
+"""
+
+
+def test_a_jitted_step_kept_on_an_object_returns_device_arrays_through_its_method():
+    assert found(KEPT_ON_AN_OBJECT, HostReadPerStep) == [(22, HIGH)]
+    jnp = jax.numpy
+    data = {"params": jnp.ones(2), "batches": [jnp.ones(2)] * 2, "history": []}
+    exec(compile(textwrap.dedent(KEPT_ON_AN_OBJECT), "example", "exec"), data)
+    assert isinstance(data["loss"], jax.Array) and data["history"] == [2.0, pytest.approx(1.28)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS, target_names
@@ -566,6 +566,7 @@ class JittedCallable:
     params: tuple[str, ...]
     static: frozenset[str]
     filtered: bool = False  # Equinox's filter_jit: static by type (non-arrays), not by declaration
+    owner: ast.AST | None = None  # for `self.<name>`: the class whose methods call it so
 
 
 def jitted_callables(ctx: FileContext) -> dict[str, JittedCallable]:
@@ -586,13 +587,24 @@ def jitted_callables(ctx: FileContext) -> dict[str, JittedCallable]:
         for call in staging:
             parent = ctx.index.parent(call)
             if (
-                call not in func.decorator_list
-                and isinstance(parent, ast.Assign)
-                and len(parent.targets) == 1
-                and isinstance(parent.targets[0], ast.Name)
-                and ctx.qualified_name(call.func) in COMPILING
+                call in func.decorator_list
+                or not isinstance(parent, ast.Assign)
+                or len(parent.targets) != 1
+                or ctx.qualified_name(call.func) not in COMPILING
             ):
-                found[parent.targets[0].id] = _callable(ctx, func, params, [call], traced)
+                continue
+            target = parent.targets[0]
+            if isinstance(target, ast.Name):
+                found[target.id] = _callable(ctx, func, params, [call], traced)
+            elif (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+                and ctx.qualified_name(call.func) not in FILTERED
+                and f"self.{target.attr}" not in found
+            ):  # `self._update = jax.jit(update)` in a method: what `self._update(...)` runs in its class
+                owner = ctx.index.enclosing_class(call)
+                found[f"self.{target.attr}"] = replace(_callable(ctx, func, params, [call], traced), owner=owner)
     return found
 
 
@@ -640,9 +652,10 @@ def jitted_target(ctx: FileContext, call: ast.Call) -> JittedCallable | None:
     if head not in ("self", "cls") or "." in attr:
         return None
     target = ctx.jax_jitted.get(f"self.{attr}")
-    if target is None or ctx.index.parent(target.func) is not ctx.index.enclosing_class(call):
+    if target is None:
         return None
-    return target
+    owner = target.owner if target.owner is not None else ctx.index.parent(target.func)
+    return target if owner is ctx.index.enclosing_class(call) else None
 
 
 def is_constant_sweep(ctx: FileContext, iterable: ast.expr, depth: int = 0) -> bool:
@@ -844,6 +857,9 @@ def is_device_array(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
             return True  # `jax.jit(f)(x)`
         if name.startswith(DEVICE_PREFIXES) and name not in STATIC_FUNCTIONS:
             return True
+        method = _local_method(ctx, expr)
+        if method is not None and _returns_device_array(ctx, method, depth + 1):
+            return True  # `trainer.train_step(batch)` returning what its jitted update computed
         if isinstance(func, ast.Attribute) and func.attr in ("mean", "sum", "max", "min", "astype", "reshape"):
             return is_device_array(ctx, func.value, depth + 1)
     return False
@@ -915,4 +931,44 @@ def is_module_class(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> bool
             ]
             if any(c is not cls and is_module_class(ctx, c, depth + 1) for c in local):
                 return True
+    return False
+
+
+def _local_method(ctx: FileContext, call: ast.Call) -> ast.AST | None:
+    """The method of a class of this module that `call` runs: `self.m(...)` in the class, or
+    `obj.m(...)` where `obj` is evidently an instance of it (`obj = Trainer(...)`)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+        return None
+    owner = func.value
+    if owner.id == "self":
+        cls = ctx.index.enclosing_class(call)
+    else:
+        values = ctx.reaching_values(owner)
+        names = {v.func.id for v in values if isinstance(v, ast.Call) and isinstance(v.func, ast.Name)}
+        if len(names) != 1 or len(values) != len([v for v in values if isinstance(v, ast.Call)]):
+            return None
+        classes = [
+            c for c in ctx.index.by_type.get(ast.ClassDef, ()) if isinstance(c, ast.ClassDef) and c.name in names
+        ]
+        cls = classes[0] if len(classes) == 1 else None
+    if cls is None:
+        return None
+    methods = [f for f in cls.body if isinstance(f, FUNCTIONS) and f.name == func.attr]
+    return methods[0] if len(methods) == 1 else None
+
+
+def _returns_device_array(ctx: FileContext, func: ast.AST, depth: int) -> bool:
+    """Some `return` of `func` (its own, not a nested function's) hands back a device array, or a
+    tuple holding one."""
+    pending = list(ast.iter_child_nodes(func))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Return) and node.value is not None:
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            if any(is_device_array(ctx, v, depth) for v in values):
+                return True
+        pending.extend(ast.iter_child_nodes(node))
     return False
