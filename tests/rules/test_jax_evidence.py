@@ -330,3 +330,53 @@ def test_a_jitted_step_kept_on_an_object_returns_device_arrays_through_its_metho
     data = {"params": jnp.ones(2), "batches": [jnp.ones(2)] * 2, "history": []}
     exec(compile(textwrap.dedent(KEPT_ON_AN_OBJECT), "example", "exec"), data)
     assert isinstance(data["loss"], jax.Array) and data["history"] == [2.0, pytest.approx(1.28)]
+
+
+# -- a function jitted anew at every call of a helper that runs every step ----------------------------
+
+from xlalint.rules.jax_tracing.jit_rebuilt_in_loop import JitRebuiltInLoop  # noqa: E402
+
+REBUILT_PER_CALL = """
+import jax
+
+@jax.jit
+def train_step(params, batch):
+    loss, grads = jax.value_and_grad(lambda p: ((p * batch) ** 2).sum())(params)
+    return params - 0.1 * grads, loss
+
+def normalised(x):
+    def scale(y):
+        return y / jax.numpy.abs(y).max()
+    return jax.jit(scale)(x)
+
+def make_scaler():
+    def scale(y):
+        return y * 2
+    return jax.jit(scale)
+
+def square(y):
+    return y * y
+
+def squared(x):
+    return jax.jit(square)(x)
+
+scaler = make_scaler()
+for batch in batches:
+    params, loss = train_step(params, batch)
+    batch = normalised(batch)
+    batch = squared(scaler(batch))
+"""
+
+
+def test_a_function_jitted_anew_in_a_helper_run_every_step_compiles_at_every_call():
+    diagnostics = lint_code(textwrap.dedent(REBUILT_PER_CALL).lstrip("\n"), [JitRebuiltInLoop])
+    assert [(d.location.row, d.confidence) for d in diagnostics] == [(11, HIGH)]
+    assert [s.message for s in diagnostics[0].related][-1] == "calls `normalised` (line 27)"
+    namespace = _load(REBUILT_PER_CALL.split("scaler = make_scaler()")[0])
+    x = jax.numpy.arange(1.0, 4.0)
+    namespace["normalised"](x)
+    assert compiles(lambda: [namespace["normalised"](x) for _ in range(3)]) >= 3  # a new `scale` each call
+    namespace["squared"](x), namespace["make_scaler"]()(x)
+    assert compiles(lambda: [namespace["squared"](x) for _ in range(3)]) == 0  # one function object
+    guessed = REBUILT_PER_CALL.split("scaler = make_scaler()")[0] + "\ndef step(x):\n    return normalised(x)\n"
+    assert found(guessed, JitRebuiltInLoop) == [(11, POSSIBLE)]  # per step by a name only
