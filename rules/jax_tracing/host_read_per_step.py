@@ -8,7 +8,7 @@ import ast
 
 from xlalint.analysis.jax_tracing import enclosing_traced, is_device_array, is_numpy_function
 from xlalint.analysis.names import positional
-from xlalint.analysis.steps import is_test_module
+from xlalint.analysis.steps import is_step_loop, is_test_module, loop_trains
 from xlalint.rule import Invalid, Rule, Valid
 
 SHORT_LOOP = 10  # iterations: a demonstration, not training
@@ -26,8 +26,10 @@ class HostReadPerStep(Rule):
     method of the module's classes that returns one (`learner.advance(batch)`), jnp/random arrays, and
     what is computed from them, but not arrays made under `jax.default_device(cpu)` or put on the CPU
     (`jax.device_put(x, cpu)`): they are in host memory. Reads every N steps (`if step % 100 == 0:`)
-    are not reported. A read in a function taken for a step by its name alone (`def step(...)` that no
-    training loop is seen to call) is a possible finding, shown with `--confidence possible`.
+    are not reported. In a loop over data that trains nothing, only what a jitted step computed is a
+    read per step (an evaluation): eager jnp calls on the loop's own data are a data preparation pass,
+    run once. A read in a function taken for a step by its name alone (`def step(...)` that no training
+    loop is seen to call) is a possible finding, shown with `--confidence possible`.
 
     ## Why is this bad?
     JAX dispatches asynchronously: a jitted step returns at once, and the host prepares the next
@@ -184,11 +186,25 @@ class HostReadPerStep(Rule):
         if what != "print" and not what.startswith("."):  # `np.array([a, b])`: each element is read
             operands = [*operands, *(e for o in operands for e in _displayed_elements(o))]
         if (
-            any(is_device_array(self.ctx, o) for o in operands)
+            any(is_device_array(self.ctx, o, computed=self._trains_nothing(node)) for o in operands)
             and self._per_step(node)
             and not self._read_before(operands, node)
         ):
             self.report(node, self.summary.format(what=what))
+
+    def _trains_nothing(self, node: ast.AST) -> bool:
+        """The loop around `node` (in its function) iterates data but runs no training step: an
+        evaluation reads what its jitted step computed, a data preparation pass (`np.asarray(
+        jnp.asarray(batch) / 255)`) only what eager jnp calls made of its own data, once."""
+        child = node
+        for anc in self.ctx.index.ancestors(node):
+            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return False  # per step through the function's callers: judged where they loop
+            if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)) and self.ctx.index.field_of(child) == "body":
+                if is_step_loop(self.ctx, anc):
+                    return not loop_trains(self.ctx, anc)
+            child = anc
+        return False
 
     def _read_before(self, operands: list[ast.expr], node: ast.AST) -> bool:
         """The same array was already read in this iteration (`losses.append(loss.item())`, then
@@ -233,7 +249,7 @@ class HostReadPerStep(Rule):
         if (
             values
             and enclosing_traced(self.ctx, node) is None
-            and any(is_device_array(self.ctx, v) for v in values)
+            and any(is_device_array(self.ctx, v, computed=self._trains_nothing(node)) for v in values)
             and self._per_step(node)
         ):
             self.report(node, self.summary.format(what="f-string"))

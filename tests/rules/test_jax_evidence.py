@@ -380,3 +380,38 @@ def test_a_function_jitted_anew_in_a_helper_run_every_step_compiles_at_every_cal
     assert compiles(lambda: [namespace["squared"](x) for _ in range(3)]) == 0  # one function object
     guessed = REBUILT_PER_CALL.split("scaler = make_scaler()")[0] + "\ndef step(x):\n    return normalised(x)\n"
     assert found(guessed, JitRebuiltInLoop) == [(11, POSSIBLE)]  # per step by a name only
+
+
+# -- a loop over data that trains nothing: it reads what a jitted step computed, or it prepares data ---
+
+PREPARED_THEN_TRAINED = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+@jax.jit
+def train_step(params, batch):
+    loss, grads = jax.value_and_grad(lambda p: ((p * batch) ** 2).sum())(params)
+    return params - 0.1 * grads, loss
+
+@jax.jit
+def eval_step(params, batch):
+    return ((params * batch) ** 2).sum()
+
+prepared = []
+for batch in raw_batches:
+    prepared.append(np.asarray(jnp.asarray(batch) / 255.0))
+
+for batch in prepared:
+    params, loss = train_step(params, batch)
+    scaled = np.asarray(jnp.asarray(batch) / 255.0)
+
+for batch in val_batches:
+    history.append(float(jnp.mean(eval_step(params, batch))))
+"""
+
+
+def test_a_data_loop_that_trains_nothing_reads_only_what_a_jitted_step_computed():
+    # the preparation pass (eager jnp on its own data, once) is not a step; the same read in the
+    # training loop is, and so is the evaluation loop's read of its jitted step's result
+    assert found(PREPARED_THEN_TRAINED, HostReadPerStep) == [(20, HIGH), (23, HIGH)]

@@ -834,18 +834,21 @@ NUMPY_NOT_READING = {
 DEVICE_PREFIXES = ("jax.numpy.", "jax.random.", "jax.nn.", "jax.lax.", "jax.device_put")
 
 
-def is_device_array(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
+def is_device_array(ctx: FileContext, expr: ast.expr, depth: int = 0, *, computed: bool = False) -> bool:
     """`expr`, outside traced code, is evidently a JAX array on the device: the result of a jitted
     function of this module (or of `jax.jit(f)(...)`), an element of it, a jnp/random result, or
-    arithmetic or a method on one."""
+    arithmetic or a method on one. With `computed`, only what a jitted function computed (and jnp
+    operations on it) counts: not an array made by eager jnp/random calls from host data."""
     if depth > MAX_DEPTH:
         return False
     if isinstance(expr, ast.Name):
-        return any(is_device_array(ctx, v, depth + 1) for v in ctx.reaching_values(expr))
+        return any(is_device_array(ctx, v, depth + 1, computed=computed) for v in ctx.reaching_values(expr))
     if isinstance(expr, ast.Subscript):  # `metrics["loss"]`, `out[0]`
-        return is_device_array(ctx, expr.value, depth + 1)
+        return is_device_array(ctx, expr.value, depth + 1, computed=computed)
     if isinstance(expr, ast.BinOp):
-        return is_device_array(ctx, expr.left, depth + 1) or is_device_array(ctx, expr.right, depth + 1)
+        return is_device_array(ctx, expr.left, depth + 1, computed=computed) or is_device_array(
+            ctx, expr.right, depth + 1, computed=computed
+        )
     if isinstance(expr, ast.Call):
         func = expr.func
         name = ctx.qualified_name(func) or ""
@@ -856,12 +859,15 @@ def is_device_array(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
         if isinstance(func, ast.Call) and (ctx.qualified_name(func.func) or "") in COMPILING:
             return True  # `jax.jit(f)(x)`
         if name.startswith(DEVICE_PREFIXES) and name not in STATIC_FUNCTIONS:
-            return True
+            return not computed or any(
+                is_device_array(ctx, a, depth + 1, computed=True)
+                for a in (*expr.args, *(k.value for k in expr.keywords))
+            )
         method = _local_method(ctx, expr)
-        if method is not None and _returns_device_array(ctx, method, depth + 1):
+        if method is not None and _returns_device_array(ctx, method, depth + 1, computed=computed):
             return True  # `trainer.train_step(batch)` returning what its jitted update computed
         if isinstance(func, ast.Attribute) and func.attr in ("mean", "sum", "max", "min", "astype", "reshape"):
-            return is_device_array(ctx, func.value, depth + 1)
+            return is_device_array(ctx, func.value, depth + 1, computed=computed)
     return False
 
 
@@ -958,7 +964,7 @@ def _local_method(ctx: FileContext, call: ast.Call) -> ast.AST | None:
     return methods[0] if len(methods) == 1 else None
 
 
-def _returns_device_array(ctx: FileContext, func: ast.AST, depth: int) -> bool:
+def _returns_device_array(ctx: FileContext, func: ast.AST, depth: int, *, computed: bool = False) -> bool:
     """Some `return` of `func` (its own, not a nested function's) hands back a device array, or a
     tuple holding one."""
     pending = list(ast.iter_child_nodes(func))
@@ -968,7 +974,7 @@ def _returns_device_array(ctx: FileContext, func: ast.AST, depth: int) -> bool:
             continue
         if isinstance(node, ast.Return) and node.value is not None:
             values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
-            if any(is_device_array(ctx, v, depth) for v in values):
+            if any(is_device_array(ctx, v, depth, computed=computed) for v in values):
                 return True
         pending.extend(ast.iter_child_nodes(node))
     return False
