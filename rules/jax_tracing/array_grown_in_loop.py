@@ -121,7 +121,7 @@ class ArrayGrownInLoop(Rule):
             return
         self.report(value, self.summary.format(func=f"jnp.{func}", array=target))
 
-    def _carried(self, loop: ast.AST, join: ast.Assign, name: str) -> bool:
+    def _carried(self, loop: ast.For | ast.AsyncFor | ast.While, join: ast.Assign, name: str) -> bool:
         """The join's own result reaches it again at the next iteration: the array read there is
         the one the previous iteration grew, not one the body makes afresh before the join
         (`video = jnp.pad(...)` then `video = jnp.concatenate([video, ...])`) or after it (a

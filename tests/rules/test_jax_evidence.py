@@ -1,16 +1,19 @@
 """What the JAX rules' findings rest on (issue 37): a read is per step when a loop that trains (or a
 role JAX code has) runs it, a value is on the device when its origin says so, an array grows when
-the join is fed by its own previous result. Each test is a general fact, written from scratch; the
-harm itself is shown by the rules' own tests (test_jax_rules.py)."""
+the join is fed by its own previous result. Each test is a general fact, written from scratch, run
+under JAX where running it shows the claim (compilations counted, errors raised, host types)."""
 
 import textwrap
 
 import numpy as np
-
 import pytest
+from jax_helpers import compiles  # noqa: E402  (tests/rules/jax_helpers.py)
+from xlalint.rules.jax_tracing.array_grown_in_loop import ArrayGrownInLoop
+from xlalint.rules.jax_tracing.host_read_per_step import HostReadPerStep
+from xlalint.rules.jax_tracing.jit_rebuilt_in_loop import JitRebuiltInLoop
+from xlalint.rules.jax_tracing.python_branch_on_tracer import PythonBranchOnTracer
 
 from xlalint.diagnostics import HIGH, POSSIBLE
-from xlalint.rules.jax_tracing.host_read_per_step import HostReadPerStep
 from xlalint.testing import lint_code
 
 jax = pytest.importorskip("jax")
@@ -98,10 +101,6 @@ def test_arrays_made_under_a_cpu_default_device_or_put_on_the_cpu_are_host_array
 
 
 # -- an array grows when the join reads its own previous result ---------------------------------------
-
-from xlalint.rules.jax_tracing.array_grown_in_loop import ArrayGrownInLoop  # noqa: E402
-
-from jax_helpers import compiles  # noqa: E402  (tests/rules/jax_helpers.py)
 
 # Each iteration makes `frame` afresh, then joins it with a border: the same shape every time.
 REBUILT_EACH_ITERATION = """
@@ -237,8 +236,6 @@ def test_a_join_in_a_jax_modules_method_is_the_modules_structure():
 
 # -- a traced value's truth: a container's is its length ---------------------------------------------
 
-from xlalint.rules.jax_tracing.python_branch_on_tracer import PythonBranchOnTracer  # noqa: E402
-
 CONTAINER_TRUTH = """
 from typing import Optional, Tuple
 
@@ -333,8 +330,6 @@ def test_a_jitted_step_kept_on_an_object_returns_device_arrays_through_its_metho
 
 
 # -- a function jitted anew at every call of a helper that runs every step ----------------------------
-
-from xlalint.rules.jax_tracing.jit_rebuilt_in_loop import JitRebuiltInLoop  # noqa: E402
 
 REBUILT_PER_CALL = """
 import jax
