@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from xlalint.analysis.index import target_names
-from xlalint.analysis.jax_tracing import enclosing_traced, in_module_method
+from xlalint.analysis.jax_tracing import enclosing_traced, in_module_forward
 from xlalint.rule import Invalid, Rule, Valid
 
 # jax.numpy functions that join arrays: `x = jnp.append(x, v)` in a loop grows `x`
@@ -19,8 +19,9 @@ class ArrayGrownInLoop(Rule):
     assigning the result back: `losses = jnp.append(losses, loss)`, `xs = jnp.concatenate([xs, x])`,
     `jnp.vstack((rows, row))`. It grows only when the join reads its own result of the previous
     iteration: not when the body makes the array afresh before the join, cuts a fixed window from
-    it after, or joins a list once; nor in a method of a Flax, Equinox or Haiku module, whose loops
-    are its structure (the same shapes at every call, traced once under the step's `jit`).
+    it after, or joins a list once; nor in the forward (`__call__`, a `@compact` method) of a Flax,
+    Equinox or Haiku module, whose loops are its structure (the same shapes at every call, traced
+    once under the step's `jit`).
 
     ## Why is this bad?
     Outside `jit`, every `jnp` operation runs a small compiled program, cached per input shape. An
@@ -115,7 +116,7 @@ class ArrayGrownInLoop(Rule):
         if (
             loop is None
             or enclosing_traced(self.ctx, node) is not None
-            or in_module_method(self.ctx, node)  # the module's structure fixes its loop: same shapes each call
+            or in_module_forward(self.ctx, node)  # the module's structure fixes its loop: same shapes each call
             or not self._carried(loop, node, target)
         ):
             return

@@ -185,7 +185,7 @@ def _load(source: str) -> dict:
     return namespace
 
 
-# A module's method runs when the module is applied (inside the jitted step, as a rule): its loop
+# A module's forward runs when the module is applied (inside the jitted step, as a rule): its loop
 # is the module's structure, the same shapes at every call.
 FLAX_MODULE = """
 import flax.linen as nn
@@ -220,11 +220,14 @@ class Stack(eqx.Module):
 """
 
 
-def test_a_join_in_a_jax_modules_method_is_the_modules_structure():
+def test_a_join_in_a_jax_modules_forward_is_the_modules_structure():
     assert found(FLAX_MODULE, ArrayGrownInLoop) == []
     assert found(EQUINOX_MODULE, ArrayGrownInLoop) == []
     plain = EQUINOX_MODULE.replace("class Stack(eqx.Module):", "class Stack:")
     assert found(plain, ArrayGrownInLoop) == [(10, HIGH)]  # no module: a loop like any other
+    # a module's other method is no forward: a loop over new tokens driven eagerly grows its array
+    generate = EQUINOX_MODULE.replace("def __call__(self, x):", "def generate(self, x):")
+    assert found(generate, ArrayGrownInLoop) == [(10, HIGH)]
     pytest.importorskip("equinox")
     stack = _load(EQUINOX_MODULE)["Stack"](depth=6)
     x = jax.numpy.ones(2)

@@ -909,20 +909,30 @@ def is_cpu_device(ctx: FileContext, expr: ast.expr, depth: int = 0) -> bool:
     return bool(backend) and isinstance(backend[0], ast.Constant) and backend[0].value == "cpu"
 
 
-# Base classes of JAX neural-network modules: their methods run when the module is applied, inside
+# Base classes of JAX neural-network modules: their forward runs when the module is applied, inside
 # the (jitted) step that applies it, with the shapes its structure fixes
 MODULE_BASES = {"flax.linen.Module", "flax.nnx.Module", "equinox.Module", "haiku.Module"}
 
 
-def in_module_method(ctx: FileContext, node: ast.AST) -> bool:
-    """`node` is in a method of a Flax, Equinox or Haiku module class (of this module's classes,
-    directly or through bases defined here), or in a function defined inside one."""
+def in_module_forward(ctx: FileContext, node: ast.AST) -> bool:
+    """`node` is in the forward of a Flax, Equinox or Haiku module class (of this module's classes,
+    directly or through bases defined here): its `__call__` or a `@compact` method, or a function
+    defined inside one. (Not any method: a `generate` loop over new tokens is an eager driver.)"""
     for anc in ctx.index.ancestors(node):
         if isinstance(anc, FUNCTIONS):
             cls = ctx.index.parent(anc)
-            if isinstance(cls, ast.ClassDef) and is_module_class(ctx, cls):
+            if (
+                isinstance(cls, ast.ClassDef)
+                and (anc.name == "__call__" or any(_compact(d) for d in anc.decorator_list))
+                and is_module_class(ctx, cls)
+            ):
                 return True
     return False
+
+
+def _compact(decorator: ast.expr) -> bool:
+    """`@nn.compact`, `@compact`."""
+    return (dotted_name(decorator) or "").rpartition(".")[2] == "compact"
 
 
 def is_module_class(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> bool:
