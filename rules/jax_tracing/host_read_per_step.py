@@ -8,7 +8,7 @@ import ast
 
 from xlalint.analysis.jax_tracing import enclosing_traced, is_device_array, is_numpy_function
 from xlalint.analysis.names import positional
-from xlalint.analysis.steps import is_test_module
+from xlalint.analysis.steps import is_step_loop, is_test_module, loop_trains
 from xlalint.rule import Invalid, Rule, Valid
 
 SHORT_LOOP = 10  # iterations: a demonstration, not training
@@ -17,11 +17,19 @@ SHORT_LOOP = 10  # iterations: a demonstration, not training
 class HostReadPerStep(Rule):
     """## What it does
     Flags, on a per-step path of a JAX training loop (a loop that calls a jitted function computing
-    gradients, of this module or another of the project, or iterates batches), a read of a device array on the host at every step:
-    `float(loss)`, `int(x)`, `x.item()`, `x.tolist()`, `np.asarray(x)`, `jax.device_get(x)`,
-    `x.block_until_ready()`, `jax.block_until_ready(x)`, and `print` of an array. Device arrays are
-    the results of the module's jitted functions (and of `jax.jit(f)(...)`), jnp/random arrays, and
-    what is computed from them. Reads every N steps (`if step % 100 == 0:`) are not reported.
+    gradients, of this module or another of the project, or iterates batches), a read of a device array
+    on the host at every step: `float(loss)`, `int(x)`, `x.item()`, `x.tolist()`, `np.asarray(x)`,
+    `jax.device_get(x)`, `x.block_until_ready()`, `jax.block_until_ready(x)`, `print` of an array, and
+    a NumPy function given a list of arrays (`np.mean([loss, acc])`: `np.mean(loss)` alone runs the
+    array's own method, on the device). Device arrays are the results of the module's jitted functions
+    (and of `jax.jit(f)(...)`, or of `self._update` after `self._update = jax.jit(update)`), of a
+    method of the module's classes that returns one (`learner.advance(batch)`), jnp/random arrays, and
+    what is computed from them, but not arrays made under `jax.default_device(cpu)` or put on the CPU
+    (`jax.device_put(x, cpu)`): they are in host memory. Reads every N steps (`if step % 100 == 0:`)
+    are not reported. In a loop over data that trains nothing, only what a jitted step computed is a
+    read per step (an evaluation): eager jnp calls on the loop's own data are a data preparation pass,
+    run once. A read in a function taken for a step by its name alone (`def step(...)` that no training
+    loop is seen to call) is a possible finding, shown with `--confidence possible`.
 
     ## Why is this bad?
     JAX dispatches asynchronously: a jitted step returns at once, and the host prepares the next
@@ -53,6 +61,7 @@ class HostReadPerStep(Rule):
     """
 
     code, name, category = "JAX110", "host-read-per-step", "item_sync"
+    evidence = ("step",)
     preview = True  # the JAX family: precision on real JAX code bases not yet shown
     summary = "`{what}` reads a device array on the host at every step: the host waits for the device"
     hint = "keep the values on the device and read them every N steps, or once after the loop"
@@ -168,14 +177,34 @@ class HostReadPerStep(Rule):
             operands, what = [node.args[0]], self.ctx.code(func) + "()"
         elif is_numpy_function(self.ctx, func) and node.args:  # `np.append(losses, loss)`, `np.exp(logits)`
             operands, what = list(positional(node)), self.ctx.code(func) + "()"
+        elif (self.ctx.qualified_name(func) or "").startswith("numpy.") and node.args:
+            # `np.mean(x)` calls a JAX array's own `mean` (on the device); `np.mean([a, b])` makes a
+            # NumPy array of the list first: each element is read on the host
+            operands, what = _displayed_elements(node.args[0]), self.ctx.code(func) + "()"
         if not operands or enclosing_traced(self.ctx, node) is not None:
             return
+        if what != "print" and not what.startswith("."):  # `np.array([a, b])`: each element is read
+            operands = [*operands, *(e for o in operands for e in _displayed_elements(o))]
         if (
-            any(is_device_array(self.ctx, o) for o in operands)
+            any(is_device_array(self.ctx, o, computed=self._trains_nothing(node)) for o in operands)
             and self._per_step(node)
             and not self._read_before(operands, node)
         ):
             self.report(node, self.summary.format(what=what))
+
+    def _trains_nothing(self, node: ast.AST) -> bool:
+        """The loop around `node` (in its function) iterates data but runs no training step: an
+        evaluation reads what its jitted step computed, a data preparation pass (`np.asarray(
+        jnp.asarray(batch) / 255)`) only what eager jnp calls made of its own data, once."""
+        child = node
+        for anc in self.ctx.index.ancestors(node):
+            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return False  # per step through the function's callers: judged where they loop
+            if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)) and self.ctx.index.field_of(child) == "body":
+                if is_step_loop(self.ctx, anc):
+                    return not loop_trains(self.ctx, anc)
+            child = anc
+        return False
 
     def _read_before(self, operands: list[ast.expr], node: ast.AST) -> bool:
         """The same array was already read in this iteration (`losses.append(loss.item())`, then
@@ -220,7 +249,17 @@ class HostReadPerStep(Rule):
         if (
             values
             and enclosing_traced(self.ctx, node) is None
-            and any(is_device_array(self.ctx, v) for v in values)
+            and any(is_device_array(self.ctx, v, computed=self._trains_nothing(node)) for v in values)
             and self._per_step(node)
         ):
             self.report(node, self.summary.format(what="f-string"))
+
+
+def _displayed_elements(expr: ast.expr) -> list[ast.expr]:
+    """The elements of a list or tuple display (`[a, b]`), or of a comprehension (`[f(x) for x in
+    xs]`: its element expression)."""
+    if isinstance(expr, (ast.List, ast.Tuple)):
+        return [e for e in expr.elts if not isinstance(e, ast.Starred)]
+    if isinstance(expr, (ast.ListComp, ast.GeneratorExp)):
+        return [expr.elt]
+    return []

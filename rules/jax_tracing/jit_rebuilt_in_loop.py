@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import ast
 
-from xlalint.analysis.jax_tracing import COMPILING, is_bound_method, reads_any, sweep_variables
+from xlalint.analysis.jax_tracing import COMPILING, is_bound_method, reads_any, resolve_function, sweep_variables
 from xlalint.rule import Invalid, Rule, Valid
+
+PER_CALL = (
+    "`{func}` of a new function object at every call of `{owner}`, which runs every step: each call compiles again"
+)
 
 
 class JitRebuiltInLoop(Rule):
@@ -14,6 +18,10 @@ class JitRebuiltInLoop(Rule):
     Flags `jax.jit(...)` (and `jax.pmap`, `pjit`, `equinox.filter_jit`) applied inside a loop to a
     function object the loop creates anew: a `lambda`, a `functools.partial(...)`, a bound method
     (`self.apply`), or a function defined in the loop; and a `@jax.jit` function defined in a loop.
+    Also, outside loops, `jax.pmap(gather)(x)` called at once on a function object made at every
+    call of the function around it (a lambda, a `partial`, a function defined in it) when that
+    function runs every step (reached from a training loop; possible when it is a step by its name
+    only).
 
     ## Why is this bad?
     JAX caches compiled programs per function object. A new lambda, partial or bound method at
@@ -115,13 +123,36 @@ class JitRebuiltInLoop(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = self.ctx.qualified_name(node.func) or ""
-        if (
-            func in COMPILING
-            and node.args
-            and self._new_each_iteration(node.args[0], node)
-            and not self._per_configuration(node.args[0], node)
-        ):
-            self.report(node, self.summary.format(func=func.rpartition(".")[2]))
+        if func not in COMPILING or not node.args:
+            return
+        if self._new_each_iteration(node.args[0], node):
+            if not self._per_configuration(node.args[0], node):
+                self.report(node, self.summary.format(func=func.rpartition(".")[2]))
+            return
+        owner = self._new_each_call(node.args[0], node)
+        if owner is not None and self.ctx.is_per_step(node):
+            message = PER_CALL.format(func=func.rpartition(".")[2], owner=owner.name)
+            self.report(node, message, evidence=self.ctx.step_evidence(node))
+
+    def _new_each_call(self, wrapped: ast.expr, call: ast.Call) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """`jax.pmap(gather)(x)` called at once, outside any loop, on a function object its
+        enclosing function makes at every call (a lambda, a `partial`, a function defined there):
+        the enclosing function, whose every call compiles again."""
+        index = self.ctx.index
+        owner = index.enclosing_function(call)
+        parent = index.parent(call)
+        if owner is None or not (isinstance(parent, ast.Call) and parent.func is call):
+            return None
+        if index.enclosing_loop(call) is not None:
+            return None
+        if isinstance(wrapped, ast.Lambda):
+            return owner
+        if isinstance(wrapped, ast.Call):
+            return owner if self.ctx.qualified_name(wrapped.func) in ("functools.partial", "partial") else None
+        if isinstance(wrapped, ast.Name):
+            defined = resolve_function(self.ctx, wrapped)
+            return owner if defined and all(owner in set(index.ancestors(f)) for f in defined) else None
+        return None
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         decorators = [d for d in node.decorator_list if self._compiles(d)]

@@ -15,7 +15,8 @@ class PythonBranchOnTracer(Rule):
     Flags Python control flow on a traced value inside a function JAX stages out: `if x > 0:`,
     `while err > tol:`, `assert jnp.all(x >= 0)`, `x and y`, `not x`, a conditional expression.
     A bare truth test of a pytree's field (`if state.dynamic_scale:`) is left alone: it tests for
-    `None` or an empty container, which Python may decide while tracing.
+    `None` or an empty container, which Python may decide while tracing; so is one of a parameter
+    annotated as a tuple, list or dict (`limits: Tuple[Array, Array]`): its truth is its length.
 
     ## Why is this bad?
     Python decides a branch while tracing, when the value does not exist yet: JAX raises
@@ -139,7 +140,7 @@ class PythonBranchOnTracer(Rule):
         for part in parts:
             if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not):
                 part = part.operand
-            if is_traced_value(self.ctx, part) and not self._optional_field(part):
+            if is_traced_value(self.ctx, part) and not self._optional_field(part) and not self._container(part):
                 self.report(test)
                 return
 
@@ -156,6 +157,14 @@ class PythonBranchOnTracer(Rule):
             return all(self._optional_field(v, depth + 1) for v in values)
         return False
 
+    def _container(self, expr: ast.expr) -> bool:
+        """`if limits:` of a parameter annotated as a tuple, list or dict (`Tuple[Array, Array]`):
+        a pytree container's truth is its length, which Python knows while tracing."""
+        if not isinstance(expr, ast.Name):
+            return False
+        param = self.ctx.parameter(expr)
+        return param is not None and param.annotation is not None and _container_type(param.annotation)
+
     def _defaults_to_none(self, name: ast.Name) -> bool:
         param = self.ctx.parameter(name)
         arguments = self.ctx.index.parent(param) if param is not None else None
@@ -164,3 +173,28 @@ class PythonBranchOnTracer(Rule):
             return False
         default = param_default(func, param)
         return isinstance(default, ast.Constant) and default.value is None
+
+
+# annotations of containers (`typing` names and builtins): their truth is their length
+CONTAINERS = {"Tuple", "tuple", "List", "list", "Dict", "dict", "Sequence", "Mapping", "MutableMapping", "NamedTuple"}
+
+
+def _container_type(annotation: ast.expr) -> bool:
+    """`Tuple[Array, Array]`, `list[jax.Array]`, `Optional[Dict[str, Array]]`, `"Tuple[...]"`."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):  # `Tuple[...] | None`
+        sides = [annotation.left, annotation.right]
+        return all(_none(s) or _container_type(s) for s in sides) and not all(_none(s) for s in sides)
+    head = annotation.value if isinstance(annotation, ast.Subscript) else annotation
+    name = head.attr if isinstance(head, ast.Attribute) else head.id if isinstance(head, ast.Name) else ""
+    if name == "Optional" and isinstance(annotation, ast.Subscript):
+        return _container_type(annotation.slice)
+    return name in CONTAINERS
+
+
+def _none(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value is None

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS, target_names
-from .names import dotted_name, is_number, keyword, param_default, positional
+from .names import dotted_name, is_number, keyword, keyword_value, param_default, positional
 
 if TYPE_CHECKING:
     from .file import File
@@ -567,6 +567,7 @@ class JittedCallable:
     params: tuple[str, ...]
     static: frozenset[str]
     filtered: bool = False  # Equinox's filter_jit: static by type (non-arrays), not by declaration
+    owner: ast.AST | None = None  # for `self.<name>`: the class whose methods call it so
 
 
 def jitted_callables(ctx: File) -> dict[str, JittedCallable]:
@@ -587,13 +588,24 @@ def jitted_callables(ctx: File) -> dict[str, JittedCallable]:
         for call in staging:
             parent = ctx.index.parent(call)
             if (
-                call not in func.decorator_list
-                and isinstance(parent, ast.Assign)
-                and len(parent.targets) == 1
-                and isinstance(parent.targets[0], ast.Name)
-                and ctx.qualified_name(call.func) in COMPILING
+                call in func.decorator_list
+                or not isinstance(parent, ast.Assign)
+                or len(parent.targets) != 1
+                or ctx.qualified_name(call.func) not in COMPILING
             ):
-                found[parent.targets[0].id] = _callable(ctx, func, params, [call], traced)
+                continue
+            target = parent.targets[0]
+            if isinstance(target, ast.Name):
+                found[target.id] = _callable(ctx, func, params, [call], traced)
+            elif (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+                and ctx.qualified_name(call.func) not in FILTERED
+                and f"self.{target.attr}" not in found
+            ):  # `self._update = jax.jit(update)` in a method: what `self._update(...)` runs in its class
+                owner = ctx.index.enclosing_class(call)
+                found[f"self.{target.attr}"] = replace(_callable(ctx, func, params, [call], traced), owner=owner)
     return found
 
 
@@ -646,9 +658,10 @@ def jitted_target(ctx: File, call: ast.Call) -> JittedCallable | None:
     if head not in ("self", "cls") or "." in attr:
         return None
     target = ctx.cached(jitted_callables).get(f"self.{attr}")
-    if target is None or ctx.index.parent(target.func) is not ctx.index.enclosing_class(call):
+    if target is None:
         return None
-    return target
+    owner = target.owner if target.owner is not None else ctx.index.parent(target.func)
+    return target if owner is ctx.index.enclosing_class(call) else None
 
 
 def is_constant_sweep(ctx: File, iterable: ast.expr, depth: int = 0) -> bool:
@@ -827,27 +840,157 @@ NUMPY_NOT_READING = {
 DEVICE_PREFIXES = ("jax.numpy.", "jax.random.", "jax.nn.", "jax.lax.", "jax.device_put")
 
 
-def is_device_array(ctx: File, expr: ast.expr, depth: int = 0) -> bool:
+def is_device_array(ctx: File, expr: ast.expr, depth: int = 0, *, computed: bool = False) -> bool:
     """`expr`, outside traced code, is evidently a JAX array on the device: the result of a jitted
     function of this module (or of `jax.jit(f)(...)`), an element of it, a jnp/random result, or
-    arithmetic or a method on one."""
+    arithmetic or a method on one. With `computed`, only what a jitted function computed (and jnp
+    operations on it) counts: not an array made by eager jnp/random calls from host data."""
     if depth > MAX_DEPTH:
         return False
     if isinstance(expr, ast.Name):
-        return any(is_device_array(ctx, v, depth + 1) for v in ctx.reaching_values(expr))
+        return any(is_device_array(ctx, v, depth + 1, computed=computed) for v in ctx.reaching_values(expr))
     if isinstance(expr, ast.Subscript):  # `metrics["loss"]`, `out[0]`
-        return is_device_array(ctx, expr.value, depth + 1)
+        return is_device_array(ctx, expr.value, depth + 1, computed=computed)
     if isinstance(expr, ast.BinOp):
-        return is_device_array(ctx, expr.left, depth + 1) or is_device_array(ctx, expr.right, depth + 1)
+        return is_device_array(ctx, expr.left, depth + 1, computed=computed) or is_device_array(
+            ctx, expr.right, depth + 1, computed=computed
+        )
     if isinstance(expr, ast.Call):
         func = expr.func
+        name = ctx.qualified_name(func) or ""
+        if on_host_device(ctx, expr) or (name == "jax.device_put" and _placed_on_cpu(ctx, expr)):
+            return False  # made under `jax.default_device(cpu)`, or put there: a host array
         if jitted_target(ctx, expr) is not None or ctx.trains_externally(expr):
             return True  # a jitted function's results; a training step of another module's
         if isinstance(func, ast.Call) and (ctx.qualified_name(func.func) or "") in COMPILING:
             return True  # `jax.jit(f)(x)`
-        name = ctx.qualified_name(func) or ""
         if name.startswith(DEVICE_PREFIXES) and name not in STATIC_FUNCTIONS:
-            return True
+            return not computed or any(
+                is_device_array(ctx, a, depth + 1, computed=True)
+                for a in (*expr.args, *(k.value for k in expr.keywords))
+            )
+        method = _local_method(ctx, expr)
+        if method is not None and _returns_device_array(ctx, method, depth + 1, computed=computed):
+            return True  # `trainer.train_step(batch)` returning what its jitted update computed
         if isinstance(func, ast.Attribute) and func.attr in ("mean", "sum", "max", "min", "astype", "reshape"):
-            return is_device_array(ctx, func.value, depth + 1)
+            return is_device_array(ctx, func.value, depth + 1, computed=computed)
+    return False
+
+
+def on_host_device(ctx: File, node: ast.AST) -> bool:
+    """`node` runs in the body of `with jax.default_device(cpu):` (in the same function): the arrays
+    it makes live in host memory, and reading one waits for no accelerator."""
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda)):
+            return False
+        if isinstance(anc, (ast.With, ast.AsyncWith)) and any(
+            isinstance(item.context_expr, ast.Call)
+            and ctx.qualified_name(item.context_expr.func) == "jax.default_device"
+            and any(is_cpu_device(ctx, a) for a in positional(item.context_expr)[:1])
+            for item in anc.items
+        ):
+            return True
+    return False
+
+
+def _placed_on_cpu(ctx: File, call: ast.Call) -> bool:
+    """`jax.device_put(x, cpu)`: the copy lives in host memory."""
+    args = positional(call)
+    target = args[1] if len(args) > 1 else keyword_value(call, "device")
+    return target is not None and is_cpu_device(ctx, target)
+
+
+def is_cpu_device(ctx: File, expr: ast.expr, depth: int = 0) -> bool:
+    """`jax.devices("cpu")[0]`, `jax.local_devices(backend="cpu")[0]`, or a name holding one."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Name):
+        values = ctx.reaching_values(expr)
+        return bool(values) and all(is_cpu_device(ctx, v, depth + 1) for v in values)
+    if isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if not isinstance(expr, ast.Call) or ctx.qualified_name(expr.func) not in ("jax.devices", "jax.local_devices"):
+        return False
+    backend = positional(expr)[:1] or [k.value for k in expr.keywords if k.arg == "backend"]
+    return bool(backend) and isinstance(backend[0], ast.Constant) and backend[0].value == "cpu"
+
+
+# Base classes of JAX neural-network modules: their forward runs when the module is applied, inside
+# the (jitted) step that applies it, with the shapes its structure fixes
+MODULE_BASES = {"flax.linen.Module", "flax.nnx.Module", "equinox.Module", "haiku.Module"}
+
+
+def in_module_forward(ctx: File, node: ast.AST) -> bool:
+    """`node` is in the forward of a Flax, Equinox or Haiku module class (of this module's classes,
+    directly or through bases defined here): its `__call__` or a `@compact` method, or a function
+    defined inside one. (Not any method: a `generate` loop over new tokens is an eager driver.)"""
+    for anc in ctx.index.ancestors(node):
+        if isinstance(anc, FUNCTIONS):
+            cls = ctx.index.parent(anc)
+            if (
+                isinstance(cls, ast.ClassDef)
+                and (anc.name == "__call__" or any(_compact(d) for d in anc.decorator_list))
+                and is_module_class(ctx, cls)
+            ):
+                return True
+    return False
+
+
+def _compact(decorator: ast.expr) -> bool:
+    """`@nn.compact`, `@compact`."""
+    return (dotted_name(decorator) or "").rpartition(".")[2] == "compact"
+
+
+def is_module_class(ctx: File, cls: ast.ClassDef, depth: int = 0) -> bool:
+    if depth > MAX_DEPTH:
+        return False
+    for base in cls.bases:
+        if ctx.qualified_name(base) in MODULE_BASES:
+            return True
+        if isinstance(base, ast.Name):
+            local = [
+                c for c in ctx.index.by_type.get(ast.ClassDef, ()) if isinstance(c, ast.ClassDef) and c.name == base.id
+            ]
+            if any(c is not cls and is_module_class(ctx, c, depth + 1) for c in local):
+                return True
+    return False
+
+
+def _local_method(ctx: File, call: ast.Call) -> ast.AST | None:
+    """The method of a class of this module that `call` runs: `self.m(...)` in the class, or
+    `obj.m(...)` where `obj` is evidently an instance of it (`obj = Trainer(...)`)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+        return None
+    owner = func.value
+    if owner.id == "self":
+        cls = ctx.index.enclosing_class(call)
+    else:
+        values = ctx.reaching_values(owner)
+        names = {v.func.id for v in values if isinstance(v, ast.Call) and isinstance(v.func, ast.Name)}
+        if len(names) != 1 or len(values) != len([v for v in values if isinstance(v, ast.Call)]):
+            return None
+        classes = [
+            c for c in ctx.index.by_type.get(ast.ClassDef, ()) if isinstance(c, ast.ClassDef) and c.name in names
+        ]
+        cls = classes[0] if len(classes) == 1 else None
+    if cls is None:
+        return None
+    methods = [f for f in cls.body if isinstance(f, FUNCTIONS) and f.name == func.attr]
+    return methods[0] if len(methods) == 1 else None
+
+
+def _returns_device_array(ctx: File, func: ast.AST, depth: int, *, computed: bool = False) -> bool:
+    """Some `return` of `func` (its own, not a nested function's) hands back a device array, or a
+    tuple holding one."""
+    pending = list(ast.iter_child_nodes(func))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Return) and node.value is not None:
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            if any(is_device_array(ctx, v, depth, computed=computed) for v in values):
+                return True
+        pending.extend(ast.iter_child_nodes(node))
     return False
