@@ -301,3 +301,54 @@ class TpuLlava(LlavaForConditionalGeneration):
     (d,) = [d for d in check_json(run_cli, project) if d["code"] == "XLA201"]
     assert d["confidence"] == "high"
     assert "overrides a hook the library model's forward calls every step" in d["related"][0]["message"]
+
+
+# A script that never trains hands each batch's output to a helper of another module; and one whose
+# loop over checkpoint paths runs a model-loading function of its own that hands on its output.
+OFFLINE_CALLER = """\
+import torch_xla
+from helpers import summarize
+
+
+def analyse(model, loader, device):
+    for x in loader:
+        out = model(x.to(device))
+        summarize(out)
+"""
+OFFLINE_HELPER = "import torch\n\n\ndef summarize(out):\n    print(out.argmax(-1).cpu())\n"
+OFFLINE_OWN = """\
+import torch
+import torch_xla
+
+
+def show(out):
+    print(out.cpu())
+
+
+def run_model(path, device):
+    out = torch.load(path)(torch.ones(2, device=device))
+    show(out)
+
+
+for path in ["a.pt", "b.pt"]:
+    run_model(path, torch_xla.device())
+"""
+
+
+def test_a_step_on_guessed_evidence_makes_its_callees_no_surer_steps(run_cli, project):
+    # the project's per-step facts keep the confidence of their root: a call from a loop not seen to
+    # train is no "called every step" fact of high confidence, in another module or in its own
+    project.write("pyproject.toml", '[project]\nname = "p"\n')
+    project.write("helpers.py", OFFLINE_HELPER)
+    project.write("analyse.py", OFFLINE_CALLER)
+    project.write("checkpoints.py", OFFLINE_OWN)
+    assert check_json(run_cli, project) == []
+    found = {d["filename"].rsplit("/", 1)[-1]: d for d in check_json(run_cli, project, "--confidence", "possible")}
+    assert {"checkpoints.py", "helpers.py"} <= set(found)
+    assert {d["confidence"] for d in found.values()} == {"possible"}
+    # the same loop with a backward trains: its helper runs every training step
+    trains = OFFLINE_CALLER.replace("        summarize(", "        out.sum().backward()\n        summarize(")
+    project.write("analyse.py", trains)
+    found = {d["filename"].rsplit("/", 1)[-1]: d for d in check_json(run_cli, project)}
+    assert found["helpers.py"]["related"][0]["message"] == "`summarize` is called every step from another module"
+    assert "checkpoints.py" not in found

@@ -397,10 +397,73 @@ class TrainTest(unittest.TestCase):
 """
 
 
-@pytest.mark.parametrize("path, reported", [("test_train.py", [16]), ("train.py", [15, 16])])
-def test_a_test_cases_assertion_methods_are_checks(run_cli, project, path, reported):
+@pytest.mark.parametrize(
+    "path, reported, possible",
+    [
+        # a test case's method runs once per test: its logging is possible, its assertions no finding
+        ("test_train.py", [], [16]),
+        ("train.py", [15, 16], [15, 16]),
+    ],
+)
+def test_a_test_cases_assertion_methods_are_checks(run_cli, project, path, reported, possible):
     found = findings(run_cli, project, {path: CASE_SCRIPT})
     assert sorted({row for _, row, _ in found}) == reported
+    found = findings(run_cli, project, {path: CASE_SCRIPT}, "--confidence", "possible")
+    assert sorted({row for _, row, _ in found}) == possible
+
+
+# A pytest module: a test, a fixture and a helper only they use build a batch padded to its longest
+# example and read a loss; a script's `main` beside them trains, and is no test.
+PYTEST_MODULE = """\
+import pytest
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+
+def collate_batch(seqs):
+    return pad_sequence(seqs, batch_first=True)
+
+
+def fit(model, loader, opt):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        print(loss.item())
+
+
+@pytest.fixture
+def batch():
+    return collate_batch([torch.ones(3), torch.ones(5)])
+
+
+def test_fit_runs(model, batch, opt):
+    fit(model, [batch], opt)
+
+
+def test_loss(model, batch):
+    loss = model(batch).sum()
+    assert loss.item() > 0
+
+
+def main(model, loader, opt):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        print(loss.item())
+"""
+
+
+def test_code_that_runs_only_as_tests_is_possible(run_cli, project):
+    # pytest runs a test, its fixtures and the helpers only they use once per test: no training step
+    found = findings(run_cli, project, {"tests/test_fit.py": PYTEST_MODULE})
+    assert found == [("tests/test_fit.py", 37, "XLA101")]  # `main` trains wherever it sits
+    found = findings(run_cli, project, {"tests/test_fit.py": PYTEST_MODULE}, "--confidence", "possible")
+    assert {(row, code) for _, row, code in found} >= {(7, "XLA312"), (15, "XLA101"), (37, "XLA101")}
+    # the same code in a training module: the helpers are the project's, run wherever it trains
+    found = findings(run_cli, project, {"tests/test_fit.py": "", "train_lib.py": PYTEST_MODULE})
+    assert {(row, code) for _, row, code in found} == {(7, "XLA312"), (15, "XLA101"), (37, "XLA101")}
 
 
 COLLATES = """\

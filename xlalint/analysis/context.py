@@ -360,6 +360,11 @@ class FileContext:
         """Another module of the project calls `func` every step (see `project.ProjectIndex`)."""
         return bool(self.project.steps) and qualname(self.index, func) in self.project.steps
 
+    def externally_guessed_step(self, func: ast.AST) -> bool:
+        """Another module calls `func` every step, but only from code that is a step on guessed
+        evidence there (an offline script's loop, a step by its name only): no surer a step here."""
+        return bool(self.project.guessed_steps) and qualname(self.index, func) in self.project.guessed_steps
+
     def externally_called(self, func: ast.AST) -> bool:
         """Another module of the project calls `func` (its callers, not its name, say how often)."""
         return bool(self.project.called) and qualname(self.index, func) in self.project.called
@@ -502,6 +507,18 @@ class FileContext:
         from . import evidence
 
         return evidence.step_evidence(self, node)
+
+    def test_evidence(self, node: ast.AST) -> Evidence | None:
+        """Possible evidence when `node` runs only as a test module's tests (see `evidence`)."""
+        from . import evidence
+
+        return evidence.test_evidence(self, node)
+
+    def step_confidence(self, func: ast.AST) -> str:
+        """How sure it is that every call of the step function `func` is a step (see `evidence`)."""
+        from . import evidence
+
+        return evidence.function_evidence(self, func).confidence
 
     def value_evidence(self, node: ast.expr | None) -> Evidence:
         """Where the device value `node` comes from, and how sure that is (see `evidence`)."""

@@ -40,6 +40,7 @@ from .steps import (
     offline_loop,
     overrides_model_hook,
     runs_less_often,
+    test_entry,
     trains,
 )
 from .tensors import Kind
@@ -110,7 +111,22 @@ def _code(node: ast.AST, limit: int = 40) -> str:
 
 
 def step_evidence(ctx: FileContext, node: ast.AST) -> Evidence:
-    """Why `node` runs every step (the loop or role, the calls on the way), and how sure that is."""
+    """Why `node` runs every step (the loop or role, the calls on the way), and how sure that is.
+    Code that runs only as a test module's tests is possible whatever its chain: a test runs once."""
+    found = _step_evidence(ctx, node)
+    test = test_evidence(ctx, node)
+    return found if test is None else Evidence(POSSIBLE, (*test.chain, *found.chain)[:MAX_CHAIN])
+
+
+def test_evidence(ctx: FileContext, node: ast.AST) -> Evidence | None:
+    """Possible evidence when `node` runs only as part of a test module's tests (`steps.test_code`)."""
+    test = test_entry(ctx, node)
+    if test is None:
+        return None
+    return Evidence(POSSIBLE, (_at(ctx, node, f"runs only in tests (`{test}`): once per test, not per training step"),))
+
+
+def _step_evidence(ctx: FileContext, node: ast.AST) -> Evidence:
     child = node
     for anc in ctx.index.ancestors(node):
         field = ctx.index.field_of(child)
@@ -198,7 +214,7 @@ def origins(ctx: FileContext) -> dict[ast.AST, Evidence]:
                 continue
             root = _root_evidence(ctx, func)
             if root is not None:
-                high.append((func, root))
+                (high if root.confidence == HIGH else guessed).append((func, root))
             elif is_named_step(ctx, func):
                 guessed.append((func, Evidence(POSSIBLE, (_at(ctx, func, f"`{func.name}` is a step by its name"),))))
     for roots in (high, guessed):
@@ -224,8 +240,10 @@ def origins(ctx: FileContext) -> dict[ast.AST, Evidence]:
 
 def _root_evidence(ctx: FileContext, func: Any) -> Evidence | None:
     """High evidence that `func` runs every step by itself: another module's step loop calls it,
-    it trains (one backward or optimizer step a call), or a framework calls it each step."""
-    if ctx.externally_per_step(func):
+    it trains (one backward or optimizer step a call), or a framework calls it each step. Possible
+    evidence when the only such root is a call from code that is a step on guessed evidence itself
+    (a loop of a script that never trains, a step by its name only)."""
+    if ctx.externally_per_step(func) and not ctx.externally_guessed_step(func):
         return Evidence(HIGH, (_at(ctx, func, f"`{func.name}` is called every step from another module"),))
     if trains(ctx, func):
         call = _training_call_in(ctx, func)
@@ -234,6 +252,9 @@ def _root_evidence(ctx: FileContext, func: Any) -> Evidence | None:
     role = framework_role(ctx, func)
     if role is not None:
         return Evidence(HIGH, (_at(ctx, func, role),))
+    if ctx.externally_per_step(func):
+        why = f"`{func.name}` is called every step only from code that is a step on guessed evidence"
+        return Evidence(POSSIBLE, (_at(ctx, func, why),))
     return None
 
 

@@ -711,7 +711,10 @@ def offline_loop(ctx: FileContext, loop: ast.AST) -> bool:
         return False  # a loop of a `forward` runs with the step that calls it
     if ctx.module_trains:
         return False
-    return func is None or not (ctx.externally_per_step(func) or ctx.externally_called(func))
+    if func is None or ctx.externally_called(func):
+        return func is None
+    # called every step from elsewhere, unless only from code that is a step on guessed evidence
+    return not ctx.externally_per_step(func) or ctx.externally_guessed_step(func)
 
 
 def _slices_batches(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
@@ -1094,6 +1097,65 @@ def is_verification_module(path, root=None) -> bool:
     except ValueError:
         return False
     return bool(TEST_FOLDERS & set(inside))
+
+
+# What pytest and unittest run as tests: `test*` functions, `Test*` classes, `TestCase` subclasses,
+# and the fixtures they ask for (each once per test, never once per training step).
+TEST_FUNCTION = re.compile(r"^test")
+TEST_CLASS = re.compile(r"^Test")
+
+
+def _test_entry(node: ast.AST) -> bool:
+    if isinstance(node, ast.ClassDef):
+        return bool(TEST_CLASS.match(node.name)) or any(
+            last_part(dotted_name(b)).endswith("TestCase") for b in node.bases
+        )
+    if not isinstance(node, FUNCTIONS):
+        return False
+    decorators = [last_part(dotted_name(d.func if isinstance(d, ast.Call) else d)) for d in node.decorator_list]
+    return bool(TEST_FUNCTION.match(node.name)) or "fixture" in decorators
+
+
+def test_code(ctx: FileContext) -> dict[ast.AST, str]:
+    """The module-level functions and classes of a test module that run only as tests: the tests
+    and fixtures themselves, and the helpers used by nothing else in the module (nor imported by
+    other modules), to a fixed point. Each maps to the name of a test that runs it: the test runner
+    runs it once per test, not once per training step (a script's `main`, which trains, is none)."""
+    cached = ctx.analysis_cache.get("test-code")
+    if isinstance(cached, dict):
+        return cached
+    found: dict[ast.AST, str] = {}
+    if ctx.verification_module:
+        tops = [n for n in ctx.tree.body if isinstance(n, (*FUNCTIONS, ast.ClassDef))]
+        found = {n: n.name for n in tops if _test_entry(n)}
+        changed = bool(found)
+        while changed:
+            changed = False
+            for node in tops:
+                if node in found or node.name in ctx.project.imported or ctx.externally_called(node):
+                    continue
+                uses = [n for n in ctx.index.name_uses.get(node.name, ()) if isinstance(n.ctx, ast.Load)]
+                owners = [o for o in (_top_level(ctx, n) for n in uses) if o is not None and o is not node]
+                if owners and len(owners) == len(uses) and all(o in found for o in owners):
+                    found[node] = found[owners[0]]
+                    changed = True
+    ctx.analysis_cache["test-code"] = found
+    return found
+
+
+def _top_level(ctx: FileContext, node: ast.AST) -> ast.AST | None:
+    """The module-level function or class holding `node` (None at module level)."""
+    for anc in (node, *ctx.index.ancestors(node)):
+        if ctx.index.parent(anc) is ctx.tree:
+            return anc if isinstance(anc, (*FUNCTIONS, ast.ClassDef)) else None
+    return None
+
+
+def test_entry(ctx: FileContext, node: ast.AST) -> str | None:
+    """The test that runs `node`, when it runs only as part of a test module's tests."""
+    found = test_code(ctx)
+    top = _top_level(ctx, node) if found else None
+    return found.get(top) if top is not None else None
 
 
 def verification_check(ctx: FileContext, node: ast.AST) -> bool:
