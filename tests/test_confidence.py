@@ -352,3 +352,81 @@ def test_a_step_on_guessed_evidence_makes_its_callees_no_surer_steps(run_cli, pr
     found = {d["filename"].rsplit("/", 1)[-1]: d for d in check_json(run_cli, project)}
     assert found["helpers.py"]["related"][0]["message"] == "`summarize` is called every step from another module"
     assert "checkpoints.py" not in found
+
+
+# A smoke test: `check` runs one training step by itself, and `main` runs it on two models written
+# out; nothing imports the script.
+SMOKE = """\
+import torch
+import torch_xla
+
+
+def check(model, device):
+    x = torch.randn(4, 8, device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(x).sum()
+    print(f"loss {loss.item():.4f}")
+    loss.backward()
+    opt.step()
+    torch_xla.sync()
+
+
+def main():
+    device = torch_xla.device()
+    for name in ["small", "large"]:
+        check(torch.load(name), device)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_function_that_trains_run_a_fixed_number_of_times_is_possible(run_cli, project):
+    # every run of `check` is seen: two, from a loop over values written out; a few steps, no training run
+    project.write("smoke.py", SMOKE)
+    assert check_json(run_cli, project) == []
+    (d,) = check_json(run_cli, project, "--confidence", "possible")
+    assert (d["code"], d["location"]["row"], d["confidence"]) == ("XLA101", 9, "possible")
+    assert d["related"][0]["message"].endswith("over 2 fixed values")
+    # run once per step of a loop: a training run's step
+    project.write("smoke.py", SMOKE.replace('for name in ["small", "large"]:', "for name in range(1000):"))
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high"
+
+
+# An evaluation script: `heldout_loss` is named like a loss, but its two calls are seen, in `main`,
+# once per checkpoint, never in a training step.
+EVAL_SCRIPT = """\
+import torch
+import torch_xla
+
+
+def heldout_loss(model, ids, device):
+    logits = model(ids.to(device))
+    loss = logits.logsumexp(-1).mean()
+    return loss.item()
+
+
+def main(device):
+    print(heldout_loss(torch.load("a.pt"), torch.ones(4), device))
+    print(heldout_loss(torch.load("b.pt"), torch.ones(4), device))
+
+
+if __name__ == "__main__":
+    main(torch_xla.device())
+"""
+
+
+def test_a_loss_by_name_whose_calls_are_seen_off_the_steps_is_possible(run_cli, project):
+    project.write("pyproject.toml", '[project]\nname = "lib"\n')
+    project.write("evaluate.py", EVAL_SCRIPT)
+    assert check_json(run_cli, project) == []
+    (d,) = check_json(run_cli, project, "--confidence", "possible")
+    assert (d["code"], d["location"]["row"]) == ("XLA101", 8)
+    assert d["related"][0]["message"] == "`heldout_loss` is a step by its name"
+    # a training loop calls it: a loss computed every training step
+    loop = "\n\ndef train(model, loader, opt, device):\n    for ids in loader:\n        heldout_loss(model, ids, device)\n"
+    project.write("evaluate.py", EVAL_SCRIPT + loop + "        opt.step()\n        torch_xla.sync()\n")
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high" and d["location"]["row"] == 8

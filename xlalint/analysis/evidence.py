@@ -33,12 +33,14 @@ from .steps import (
     NOT_STEP_FUNCTION,
     _runs_each_iteration,
     _training_call,
+    fixed_values_loop,
     is_named_step,
     is_step_loop,
     iterates_batches,
     local_callees_of,
     offline_loop,
     overrides_model_hook,
+    runs_bounded,
     runs_less_often,
     test_entry,
     trains,
@@ -145,6 +147,8 @@ def loop_evidence(ctx: FileContext, loop: ast.AST) -> Evidence:
     trains (its validation); one in a file that never trains (an offline evaluation, inference or
     analysis script) may as well run once: possible."""
     step = loop_step(ctx, loop)
+    if fixed_values_loop(loop):  # `for cfg in ["a.yaml", "b.yaml"]:`: a few runs, not a run of steps
+        return Evidence(POSSIBLE, (replace(step, message=f"{step.message}, over {len(loop.iter.elts)} fixed values"),))
     if step.message.startswith("training loop"):
         return Evidence(HIGH, (step,))
     if not offline_loop(ctx, loop):  # a validation loop of a training program: it runs while training
@@ -245,7 +249,7 @@ def _root_evidence(ctx: FileContext, func: Any) -> Evidence | None:
     (a loop of a script that never trains, a step by its name only)."""
     if ctx.externally_per_step(func) and not ctx.externally_guessed_step(func):
         return Evidence(HIGH, (_at(ctx, func, f"`{func.name}` is called every step from another module"),))
-    if trains(ctx, func):
+    if trains(ctx, func) and not runs_bounded(ctx, func):
         call = _training_call_in(ctx, func)
         where = f" ({_call_label(call)} at {call.lineno})" if call is not None else ""
         return Evidence(HIGH, (_at(ctx, func, f"`{func.name}` runs a training step{where}"),))
@@ -264,6 +268,8 @@ def framework_role(ctx: FileContext, func: Any) -> str | None:
     from another class; or a loss function, which a training step computes every step."""
     cls = ctx.index.parent(func)
     if LOSS_FUNCTION.search(func.name) and not NOT_STEP_FUNCTION.search(func.name):
+        if _seen_off_steps(ctx, func):
+            return None
         return f"`{func.name}`, a loss: computed every training step"
     if isinstance(cls, ast.ClassDef) and func.name == "__call__" and CALLABLE_CLASS.search(cls.name):
         return f"`{cls.name}.__call__`, a loss or metric: computed every training step"
@@ -280,6 +286,28 @@ def framework_role(ctx: FileContext, func: Any) -> str | None:
     if not bases or all(b in PLAIN_BASES for b in bases):
         return None
     return f"`{cls.name}.{func.name}`, called by the framework every step"
+
+
+def _seen_off_steps(ctx: FileContext, func: Any) -> bool:
+    """A module-level function whose calls are all seen, in this module (an application's, or a
+    script's that no module imports it from), and none runs every step (`loss = eval_loss(model,
+    data)` once in `main`): what it is named gives it no role."""
+    if not isinstance(ctx.index.parent(func), ast.Module) or ctx.externally_called(func):
+        return False
+    if not (ctx.application_module or (_script(ctx) and func.name not in ctx.project.imported)):
+        return False  # a library's users may call it, every step
+    sites = ctx.calls_of(func.name)
+    return bool(sites) and not any(ctx.is_per_step(site) for site in sites)
+
+
+def _script(ctx: FileContext) -> bool:
+    """The module runs as a program: `if __name__ == "__main__":` at its top level."""
+    return any(
+        isinstance(n, ast.If)
+        and isinstance(n.test, ast.Compare)
+        and any(dotted_name(side) == "__name__" for side in (n.test.left, *n.test.comparators))
+        for n in ctx.tree.body
+    )
 
 
 # -- a device value ----------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from . import jax_tracing
 from .guards import ALMOST_ALWAYS, EVERY_N, is_periodic, periodic_polarity, skips_rest
-from .index import FUNCTIONS, LOOPS, loop_bindings
+from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, loop_bindings
 from .names import (
     dotted_name,
     function_params,
@@ -715,6 +715,46 @@ def offline_loop(ctx: FileContext, loop: ast.AST) -> bool:
         return func is None
     # called every step from elsewhere, unless only from code that is a step on guessed evidence
     return not ctx.externally_per_step(func) or ctx.externally_guessed_step(func)
+
+
+def fixed_values_loop(loop: ast.AST) -> bool:
+    """`for path in ["a.yaml", "b.yaml"]:`: a loop over a few constants written out, which runs a
+    fixed number of times (a sweep, a smoke test's cases), not once per batch of a run."""
+    return (
+        isinstance(loop, (ast.For, ast.AsyncFor))
+        and isinstance(loop.iter, (ast.List, ast.Tuple, ast.Set))
+        and bool(loop.iter.elts)
+        and all(isinstance(e, ast.Constant) for e in loop.iter.elts)
+    )
+
+
+def runs_bounded(ctx: FileContext, func: ast.AST, depth: int = 0) -> bool:
+    """Every run of `func` is seen, and each runs a fixed number of times: a module-level function
+    of an application's module that nothing imports, called (never handed on) only outside loops or
+    in loops over fixed values, from module level or from functions that are so bounded themselves.
+    A function that trains so runs a few steps (a smoke test), not the steps of a training run."""
+    if depth > 3 or not isinstance(ctx.index.parent(func), ast.Module) or not ctx.application_module:
+        return False
+    if ctx.externally_called(func) or ctx.externally_per_step(func) or func.name in ctx.project.imported:
+        return False
+    uses = [n for n in ctx.index.name_uses.get(func.name, ()) if isinstance(n.ctx, ast.Load)]
+    if not uses:
+        return False
+    for use in uses:
+        call = ctx.index.parent(use)
+        if not (isinstance(call, ast.Call) and call.func is use):
+            return False  # handed on (`xmp.spawn(fn)`, a callback): its runs are not seen
+        caller = ctx.index.enclosing_function(call)
+        for anc in ctx.index.ancestors(call):
+            if anc is caller:
+                break
+            if isinstance(anc, (ast.While, ast.Lambda, *COMPREHENSIONS)) or (
+                isinstance(anc, (ast.For, ast.AsyncFor)) and not fixed_values_loop(anc)
+            ):
+                return False
+        if caller is not None and (caller is func or not runs_bounded(ctx, caller, depth + 1)):
+            return False
+    return True
 
 
 def _slices_batches(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
