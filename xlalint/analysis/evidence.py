@@ -148,7 +148,8 @@ def loop_evidence(ctx: FileContext, loop: ast.AST) -> Evidence:
     analysis script) may as well run once: possible."""
     step = loop_step(ctx, loop)
     if fixed_values_loop(loop):  # `for cfg in ["a.yaml", "b.yaml"]:`: a few runs, not a run of steps
-        return Evidence(POSSIBLE, (replace(step, message=f"{step.message}, over {len(loop.iter.elts)} fixed values"),))
+        count = len(cast("ast.List", cast("ast.For", loop).iter).elts)
+        return Evidence(POSSIBLE, (replace(step, message=f"{step.message}, over {count} fixed values"),))
     if step.message.startswith("training loop"):
         return Evidence(HIGH, (step,))
     if not offline_loop(ctx, loop):  # a validation loop of a training program: it runs while training
