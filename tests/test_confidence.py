@@ -430,3 +430,47 @@ def test_a_loss_by_name_whose_calls_are_seen_off_the_steps_is_possible(run_cli, 
     project.write("evaluate.py", EVAL_SCRIPT + loop + "        opt.step()\n        torch_xla.sync()\n")
     (d,) = check_json(run_cli, project)
     assert d["confidence"] == "high" and d["location"]["row"] == 8
+
+
+# An application's model file (no packaging: only its own scripts import it) with two heads; the
+# training script imports one, nothing mentions the other.
+HEADS = """\
+import torch
+from torch import nn
+
+
+class {name}(nn.Module):
+    def forward(self, hidden, labels):
+        active = hidden[labels > 0]
+        return active.sum()
+"""
+USES_HEAD = """\
+import torch_xla
+from heads import Head
+
+
+def train(loader, opt):
+    head = Head()
+    for hidden, labels in loader:
+        head(hidden, labels).backward()
+        opt.step()
+        torch_xla.sync()
+"""
+
+
+def test_a_role_of_a_class_its_application_never_mentions_is_possible(run_cli, project):
+    project.write("heads.py", HEADS.format(name="Head"))
+    project.write("vendored.py", HEADS.format(name="UnusedHead"))
+    project.write("train.py", USES_HEAD)
+    found = check_json(run_cli, project)
+    assert [(d["filename"].rsplit("/", 1)[-1], d["code"]) for d in found] == [("heads.py", "XLA302")]
+    found = check_json(run_cli, project, "--confidence", "possible")
+    ((d,),) = [[d for d in found if d["filename"].endswith("vendored.py")]]
+    assert d["confidence"] == "possible" and d["related"][0]["message"] == "`forward` is a step by its name"
+    # named in a configuration string: it may be built from there
+    project.write("config.py", 'import torch\n\nHEAD = "vendored.UnusedHead"\n')
+    assert {d["filename"].rsplit("/", 1)[-1] for d in check_json(run_cli, project)} == {"heads.py", "vendored.py"}
+    # registered by a decorator: built from its name somewhere
+    project.write("config.py", "")
+    project.write("vendored.py", HEADS.format(name="UnusedHead").replace("class", "@register\nclass"))
+    assert {d["filename"].rsplit("/", 1)[-1] for d in check_json(run_cli, project)} == {"heads.py", "vendored.py"}

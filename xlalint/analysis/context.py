@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from bisect import bisect_left, bisect_right
 from functools import cached_property
 from pathlib import Path
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 
 XLA_MODULES = ("torch_xla", "torchax")
 # Files that make a project an installable distribution (see `application_module`).
+# Decorators that register a class under a name (`@register_model`, `@MODELS.register_module()`).
+REGISTERS = re.compile(r"regist", re.I)
 PACKAGING_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 # Top-level modules whose import makes torch tensors possible in a file (see `jax_only`).
 TORCH_MODULES = ("torch", "torch_xla", "torchax", "torchvision", "torchaudio", "functorch")
@@ -491,6 +494,25 @@ class FileContext:
         return not any(n.attr == name for n in self.index.by_type.get(ast.Attribute, ())) and not any(
             n.value == name for n in self.index.by_type.get(ast.Constant, ())
         )
+
+    def unmentioned_class(self, cls: ast.ClassDef) -> bool:
+        """`cls`, a top-level class of an application module, is mentioned nowhere in the project
+        but in its own body (no other module names it, in code or a string; this one neither
+        instantiates, subclasses nor names it): never instantiated, its methods run at no step."""
+        if not self.project.unmentioned_classes or cls.name not in self.project.unmentioned_classes:
+            return False
+        if not isinstance(self.index.parent(cls), ast.Module) or not self.application_module:
+            return False
+        if cls.keywords or any(REGISTERS.search(ast.unparse(d)) for d in cls.decorator_list):
+            return False  # registered by a decorator or a metaclass: built from a name elsewhere
+        uses: list[ast.AST] = [n for n in self.index.name_uses.get(cls.name, ()) if isinstance(n.ctx, ast.Load)]
+        uses += [n for n in self.index.by_type.get(ast.Attribute, ()) if n.attr == cls.name]
+        uses += [
+            n
+            for n in self.index.by_type.get(ast.Constant, ())
+            if isinstance(n.value, str) and n.value.rpartition(".")[2].strip() == cls.name
+        ]
+        return all(cls in self.index.ancestors(n) for n in uses)
 
     @cached_property
     def verification_module(self) -> bool:

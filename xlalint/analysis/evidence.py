@@ -268,6 +268,8 @@ def framework_role(ctx: FileContext, func: Any) -> str | None:
     step hook, a per-batch callback: a method a framework calls every step, on a class derived
     from another class; or a loss function, which a training step computes every step."""
     cls = ctx.index.parent(func)
+    if isinstance(cls, ast.ClassDef) and ctx.unmentioned_class(cls):
+        return None  # a class its application never instantiates: no framework runs any of it
     if LOSS_FUNCTION.search(func.name) and not NOT_STEP_FUNCTION.search(func.name):
         if _seen_off_steps(ctx, func):
             return None

@@ -127,6 +127,9 @@ class ProjectFacts:
     imported: frozenset[str] = frozenset()
     project_uses_xla: bool = False  # some module of the project imports torch_xla / torchax
     called_from_xla: bool = False  # a module that imports torch_xla calls one of its functions
+    # its top-level classes (CapWords names) that no other module mentions, in code or in a string, in
+    # a project that trains somewhere (its own code builds the models it runs)
+    unmentioned_classes: frozenset[str] = frozenset()
 
     def key(self) -> str:
         return repr(
@@ -149,6 +152,7 @@ class ProjectFacts:
                 sorted(self.imported),
                 self.project_uses_xla,
                 self.called_from_xla,
+                sorted(self.unmentioned_classes),
             )
         )
 
@@ -186,6 +190,7 @@ class ProjectFacts:
             self.imported,
             self.project_uses_xla,
             self.called_from_xla,
+            self.unmentioned_classes,
         )
 
 
@@ -240,6 +245,9 @@ class ModuleSummary:
     returned_collates: dict[str, list[list]] = field(default_factory=dict)
     loader_refs: list[str] = field(default_factory=list)
     guessed_steps: set[str] = field(default_factory=set)  # its step functions whose evidence is guessed
+    # CapWords identifiers it mentions (names, attributes, a string's last dotted part): class names
+    mentions: set[str] = field(default_factory=set)
+    trains_here: bool = False  # some statement runs a backward, an optimizer step or a train step
 
 
 # -- where a file belongs ----------------------------------------------------------------------------
@@ -313,6 +321,8 @@ def summarize(ctx, name: str) -> ModuleSummary:
         _summarize_call(ctx, summary, call)
     _summarize_helpers(ctx, summary)
     summary.hook_calls = sorted(hook_names_used(ctx))
+    summary.mentions = mentioned_class_names(ctx)
+    summary.trains_here = ctx.module_trains
     if ctx.imports_jax:
         for key, target in ctx.jax_jitted.items():
             if key.startswith("self.") and target.filtered:
@@ -385,6 +395,21 @@ def launches_replicas(ctx) -> bool:
             launched = launched or qualified in REPLICA_LAUNCH
             owned = owned or last_part(qualified) in GRADIENT_REDUCERS
     return launched and not owned
+
+
+CAP_WORD = re.compile(r"^_*[A-Z]\w*$")
+
+
+def mentioned_class_names(ctx) -> set[str]:
+    """The CapWords identifiers the module mentions, as names, attributes or the last part of a
+    dotted string (`"models.Head"` in a configuration): the classes it may use."""
+    found = {name for name in ctx.index.all_names if CAP_WORD.match(name)}
+    for node in ctx.index.by_type.get(ast.Constant, ()):
+        if isinstance(node.value, str) and len(node.value) < 200:
+            last = node.value.rpartition(".")[2].strip()
+            if CAP_WORD.match(last):
+                found.add(last)
+    return found
 
 
 def hook_names_used(ctx) -> set[str]:
@@ -858,6 +883,7 @@ class ProjectIndex:
         imported = self._imported()
         uses_xla = any(summary.imports_xla for summary in self.summaries.values())
         from_xla = {path for summary, _, (path, _) in resolved if summary.imports_xla and path != summary.path}
+        unmentioned = self._unmentioned_classes()
         return {
             path: ProjectFacts(
                 frozenset(steps[path]),
@@ -878,8 +904,27 @@ class ProjectIndex:
                 frozenset(imported[path]),
                 uses_xla,
                 path in from_xla,
+                unmentioned.get(path, frozenset()),
             )
             for path in self.summaries
+        }
+
+    def _unmentioned_classes(self) -> dict[str, frozenset[str]]:
+        """Module path -> its top-level classes no other module mentions; only in a project that
+        trains somewhere (an application whose own code builds and runs its models)."""
+        if not any(summary.trains_here for summary in self.summaries.values()):
+            return {}
+        mentioned: dict[str, int] = defaultdict(int)  # name -> how many modules mention it
+        for summary in self.summaries.values():
+            for name in summary.mentions:
+                mentioned[name] += 1
+        return {
+            path: frozenset(
+                cls
+                for cls in summary.classes
+                if "." not in cls and CAP_WORD.match(cls) and mentioned[cls] <= (cls in summary.mentions)
+            )
+            for path, summary in self.summaries.items()
         }
 
     def _imported(self) -> dict[str, set[str]]:
@@ -1152,6 +1197,8 @@ def summary_to_json(s: ModuleSummary) -> dict:
         "returned_collates": s.returned_collates,
         "loader_refs": s.loader_refs,
         "guessed_steps": sorted(s.guessed_steps),
+        "mentions": sorted(s.mentions),
+        "trains_here": s.trains_here,
     }
 
 
@@ -1183,4 +1230,6 @@ def summary_from_json(data: dict) -> ModuleSummary:
         returned_collates={k: [list(r) for r in v] for k, v in data.get("returned_collates", {}).items()},
         loader_refs=list(data.get("loader_refs", [])),
         guessed_steps=set(data.get("guessed_steps", [])),
+        mentions=set(data.get("mentions", [])),
+        trains_here=bool(data.get("trains_here")),
     )
