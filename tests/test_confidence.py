@@ -430,6 +430,11 @@ def test_a_loss_by_name_whose_calls_are_seen_off_the_steps_is_possible(run_cli, 
     project.write("evaluate.py", EVAL_SCRIPT + loop + "        opt.step()\n        torch_xla.sync()\n")
     (d,) = check_json(run_cli, project)
     assert d["confidence"] == "high" and d["location"]["row"] == 8
+    # called in a closure handed out (`loss_fn = make_loss()`): where it runs is not seen, the name holds
+    closure = "\n\ndef make_loss(device):\n    def f(model, ids):\n        return heldout_loss(model, ids, device)\n\n    return f\n"
+    project.write("evaluate.py", EVAL_SCRIPT + closure)
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high" and d["related"][0]["message"] == "`heldout_loss`, a loss: computed every training step"
 
 
 # An application's model file (no packaging: only its own scripts import it) with two heads; the

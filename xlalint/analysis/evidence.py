@@ -300,7 +300,19 @@ def _seen_off_steps(ctx: FileContext, func: Any) -> bool:
     if not (ctx.application_module or (_script(ctx) and func.name not in ctx.project.imported)):
         return False  # a library's users may call it, every step
     sites = ctx.calls_of(func.name)
-    return bool(sites) and not any(ctx.is_per_step(site) for site in sites)
+    return bool(sites) and all(_seen_caller(ctx, site) and not ctx.is_per_step(site) for site in sites)
+
+
+def _seen_caller(ctx: FileContext, site: ast.Call) -> bool:
+    """`site` runs where its module's analysis sees it: at module level, or in a module-level
+    function or a method, not in a closure handed out (`def get_loss_fn(): def f(...): ...`)."""
+    caller = ctx.index.enclosing_function(site)
+    if caller is None:
+        return True
+    holder = ctx.index.parent(caller)
+    return isinstance(holder, ast.Module) or (
+        isinstance(holder, ast.ClassDef) and isinstance(ctx.index.parent(holder), ast.Module)
+    )
 
 
 def _script(ctx: FileContext) -> bool:
