@@ -582,3 +582,40 @@ def test_an_instance_called_runs_its_classes_call_method(run_cli, project):
     renamed = LOSS_OBJECT.replace("def __call__(self", "def compute(self")
     found = findings(run_cli, project, {"losses.py": renamed, "train.py": LOSS_CALLER})
     assert ("train.py", 9, "XLA109") not in found
+
+
+# A pooling module whose helper returns the kept indices only when asked: the forward asks not to,
+# a generation helper takes the default.
+POOL = """\
+import torch
+from torch import nn
+
+
+class Pool(nn.Module):
+    def masks(self, scores, return_index=True):
+        keep = scores > 0
+        if return_index:
+            return keep, keep.nonzero()
+        return keep, None
+
+    def forward(self, scores):
+        keep, _ = self.masks(scores, {passed})
+        return keep.float().sum()
+
+    def generate(self, scores):
+        return self.masks(scores)[1]
+"""
+
+
+@pytest.mark.parametrize(
+    "passed, reported",
+    [
+        ("return_index=False", []),  # every call run per step switches it off
+        ("False", []),
+        ("return_index=True", [(9, "XLA301")]),
+        ("return_index=flag", [(9, "XLA301")]),  # a value the step decides
+    ],
+)
+def test_a_block_every_step_call_switches_off_runs_at_no_step(run_cli, project, passed, reported):
+    found = findings(run_cli, project, {"pool.py": POOL.format(passed=passed)}, "--confidence", "possible")
+    assert [(row, code) for _, row, code in found] == reported

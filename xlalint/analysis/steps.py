@@ -27,6 +27,7 @@ from . import jax_tracing
 from .guards import ALMOST_ALWAYS, EVERY_N, is_periodic, periodic_polarity, skips_rest
 from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, loop_bindings
 from .names import (
+    argument,
     dotted_name,
     function_params,
     is_constant,
@@ -375,6 +376,7 @@ def _if_gates(ctx: FileContext, parent: ast.If, field: str | None) -> bool:
     if field == "body" and (
         polarity == EVERY_N
         or opt_in(ctx, parent)
+        or off_at_step_calls(ctx, parent)
         or _counter_bounded(ctx, parent)
         or _leaves_loop(ctx, parent)
         or _lazily_initialised(ctx, parent)
@@ -593,6 +595,39 @@ def opt_in(ctx: FileContext, node: ast.If) -> bool:
     asks for a non-default behaviour. (A block that calls or uses an attribute of the name, as in
     `if writer is not None: writer.add_scalar(...)`, runs whenever the object is provided.)"""
     return any(_option_value(ctx, name, node.body) for name in _tested_present(node.test))
+
+
+def off_at_step_calls(ctx: FileContext, node: ast.If) -> bool:
+    """`if return_indices:` where `return_indices` is a parameter that every call of the function
+    running every step passes as a false constant (`f(x, return_indices=False)` in the forward),
+    while other calls (generation, analysis) take the default: the block runs at no step. Only
+    for a function no framework or other module runs every step by itself."""
+    test = node.test
+    param = ctx.parameter(test) if isinstance(test, ast.Name) else None
+    func = ctx.index.parent(ctx.index.parent(param)) if param is not None else None
+    if param is None or not isinstance(func, FUNCTIONS) or ctx.index.enclosing_function(node) is not func:
+        return False
+    busy = ctx.analysis_cache.setdefault("off-at-step-calls", set())
+    if not isinstance(busy, set) or func in busy:
+        return False  # asked again while deciding (a recursive function): not shown
+    if STEP_FUNCTION.match(func.name) or ctx.externally_per_step(func):
+        return False
+    params = [*func.args.posonlyargs, *func.args.args]
+    position = params.index(param) if param in params else None
+    if position is not None and params and params[0].arg in ("self", "cls"):
+        position -= 1
+    busy.add(func)
+    try:
+        hot = [site for site in ctx.calls_of(func.name) if ctx.is_per_step(site)]
+    finally:
+        busy.discard(func)
+    if not hot:
+        return False
+    for site in hot:
+        passed = argument(site, position, param.arg)
+        if not (isinstance(passed, ast.Constant) and not passed.value and passed.value != ""):
+            return False  # a string constant is a value the block may use, not an off switch
+    return True
 
 
 def _tested_present(test: ast.expr) -> list[ast.Name]:
