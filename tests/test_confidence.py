@@ -301,3 +301,181 @@ class TpuLlava(LlavaForConditionalGeneration):
     (d,) = [d for d in check_json(run_cli, project) if d["code"] == "XLA201"]
     assert d["confidence"] == "high"
     assert "overrides a hook the library model's forward calls every step" in d["related"][0]["message"]
+
+
+# A script that never trains hands each batch's output to a helper of another module; and one whose
+# loop over checkpoint paths runs a model-loading function of its own that hands on its output.
+OFFLINE_CALLER = """\
+import torch_xla
+from helpers import summarize
+
+
+def analyse(model, loader, device):
+    for x in loader:
+        out = model(x.to(device))
+        summarize(out)
+"""
+OFFLINE_HELPER = "import torch\n\n\ndef summarize(out):\n    print(out.argmax(-1).cpu())\n"
+OFFLINE_OWN = """\
+import torch
+import torch_xla
+
+
+def show(out):
+    print(out.cpu())
+
+
+def run_model(path, device):
+    out = torch.load(path)(torch.ones(2, device=device))
+    show(out)
+
+
+for path in ["a.pt", "b.pt"]:
+    run_model(path, torch_xla.device())
+"""
+
+
+def test_a_step_on_guessed_evidence_makes_its_callees_no_surer_steps(run_cli, project):
+    # the project's per-step facts keep the confidence of their root: a call from a loop not seen to
+    # train is no "called every step" fact of high confidence, in another module or in its own
+    project.write("pyproject.toml", '[project]\nname = "p"\n')
+    project.write("helpers.py", OFFLINE_HELPER)
+    project.write("analyse.py", OFFLINE_CALLER)
+    project.write("checkpoints.py", OFFLINE_OWN)
+    assert check_json(run_cli, project) == []
+    found = {d["filename"].rsplit("/", 1)[-1]: d for d in check_json(run_cli, project, "--confidence", "possible")}
+    assert {"checkpoints.py", "helpers.py"} <= set(found)
+    assert {d["confidence"] for d in found.values()} == {"possible"}
+    # the same loop with a backward trains: its helper runs every training step
+    trains = OFFLINE_CALLER.replace("        summarize(", "        out.sum().backward()\n        summarize(")
+    project.write("analyse.py", trains)
+    found = {d["filename"].rsplit("/", 1)[-1]: d for d in check_json(run_cli, project)}
+    assert found["helpers.py"]["related"][0]["message"] == "`summarize` is called every step from another module"
+    assert "checkpoints.py" not in found
+
+
+# A smoke test: `check` runs one training step by itself, and `main` runs it on two models written
+# out; nothing imports the script.
+SMOKE = """\
+import torch
+import torch_xla
+
+
+def check(model, device):
+    x = torch.randn(4, 8, device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(x).sum()
+    print(f"loss {loss.item():.4f}")
+    loss.backward()
+    opt.step()
+    torch_xla.sync()
+
+
+def main():
+    device = torch_xla.device()
+    for name in ["small", "large"]:
+        check(torch.load(name), device)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_function_that_trains_run_a_fixed_number_of_times_is_possible(run_cli, project):
+    # every run of `check` is seen: two, from a loop over values written out; a few steps, no training run
+    project.write("smoke.py", SMOKE)
+    assert check_json(run_cli, project) == []
+    (d,) = check_json(run_cli, project, "--confidence", "possible")
+    assert (d["code"], d["location"]["row"], d["confidence"]) == ("XLA101", 9, "possible")
+    assert d["related"][0]["message"].endswith("over 2 fixed values")
+    # run once per step of a loop: a training run's step
+    project.write("smoke.py", SMOKE.replace('for name in ["small", "large"]:', "for name in range(1000):"))
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high"
+
+
+# An evaluation script: `heldout_loss` is named like a loss, but its two calls are seen, in `main`,
+# once per checkpoint, never in a training step.
+EVAL_SCRIPT = """\
+import torch
+import torch_xla
+
+
+def heldout_loss(model, ids, device):
+    logits = model(ids.to(device))
+    loss = logits.logsumexp(-1).mean()
+    return loss.item()
+
+
+def main(device):
+    print(heldout_loss(torch.load("a.pt"), torch.ones(4), device))
+    print(heldout_loss(torch.load("b.pt"), torch.ones(4), device))
+
+
+if __name__ == "__main__":
+    main(torch_xla.device())
+"""
+
+
+def test_a_loss_by_name_whose_calls_are_seen_off_the_steps_is_possible(run_cli, project):
+    project.write("pyproject.toml", '[project]\nname = "lib"\n')
+    project.write("evaluate.py", EVAL_SCRIPT)
+    assert check_json(run_cli, project) == []
+    (d,) = check_json(run_cli, project, "--confidence", "possible")
+    assert (d["code"], d["location"]["row"]) == ("XLA101", 8)
+    assert d["related"][0]["message"] == "`heldout_loss` is a step by its name"
+    # a training loop calls it: a loss computed every training step
+    loop = "\n\ndef train(model, loader, opt, device):\n    for ids in loader:\n        heldout_loss(model, ids, device)\n"
+    project.write("evaluate.py", EVAL_SCRIPT + loop + "        opt.step()\n        torch_xla.sync()\n")
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high" and d["location"]["row"] == 8
+    # called in a closure handed out (`loss_fn = make_loss()`): where it runs is not seen, the name holds
+    closure = "\n\ndef make_loss(device):\n    def f(model, ids):\n        return heldout_loss(model, ids, device)\n\n    return f\n"
+    project.write("evaluate.py", EVAL_SCRIPT + closure)
+    (d,) = check_json(run_cli, project)
+    assert d["confidence"] == "high" and d["related"][0]["message"] == "`heldout_loss`, a loss: computed every training step"
+
+
+# An application's model file (no packaging: only its own scripts import it) with two heads; the
+# training script imports one, nothing mentions the other.
+HEADS = """\
+import torch
+from torch import nn
+
+
+class {name}(nn.Module):
+    def forward(self, hidden, labels):
+        active = hidden[labels > 0]
+        return active.sum()
+"""
+USES_HEAD = """\
+import torch_xla
+from heads import Head
+
+
+def train(loader, opt):
+    head = Head()
+    for hidden, labels in loader:
+        head(hidden, labels).backward()
+        opt.step()
+        torch_xla.sync()
+"""
+
+
+def test_a_role_of_a_class_its_application_never_mentions_is_possible(run_cli, project):
+    project.write("heads.py", HEADS.format(name="Head"))
+    project.write("vendored.py", HEADS.format(name="UnusedHead"))
+    project.write("train.py", USES_HEAD)
+    found = check_json(run_cli, project)
+    assert [(d["filename"].rsplit("/", 1)[-1], d["code"]) for d in found] == [("heads.py", "XLA302")]
+    found = check_json(run_cli, project, "--confidence", "possible")
+    ((d,),) = [[d for d in found if d["filename"].endswith("vendored.py")]]
+    assert d["confidence"] == "possible" and d["related"][0]["message"] == "`forward` is a step by its name"
+    # named in a configuration string: it may be built from there
+    project.write("config.py", 'import torch\n\nHEAD = "vendored.UnusedHead"\n')
+    assert {d["filename"].rsplit("/", 1)[-1] for d in check_json(run_cli, project)} == {"heads.py", "vendored.py"}
+    # registered by a decorator: built from its name somewhere
+    project.write("config.py", "")
+    project.write("vendored.py", HEADS.format(name="UnusedHead").replace("class", "@register\nclass"))
+    assert {d["filename"].rsplit("/", 1)[-1] for d in check_json(run_cli, project)} == {"heads.py", "vendored.py"}

@@ -397,10 +397,73 @@ class TrainTest(unittest.TestCase):
 """
 
 
-@pytest.mark.parametrize("path, reported", [("test_train.py", [16]), ("train.py", [15, 16])])
-def test_a_test_cases_assertion_methods_are_checks(run_cli, project, path, reported):
+@pytest.mark.parametrize(
+    "path, reported, possible",
+    [
+        # a test case's method runs once per test: its logging is possible, its assertions no finding
+        ("test_train.py", [], [16]),
+        ("train.py", [15, 16], [15, 16]),
+    ],
+)
+def test_a_test_cases_assertion_methods_are_checks(run_cli, project, path, reported, possible):
     found = findings(run_cli, project, {path: CASE_SCRIPT})
     assert sorted({row for _, row, _ in found}) == reported
+    found = findings(run_cli, project, {path: CASE_SCRIPT}, "--confidence", "possible")
+    assert sorted({row for _, row, _ in found}) == possible
+
+
+# A pytest module: a test, a fixture and a helper only they use build a batch padded to its longest
+# example and read a loss; a script's `main` beside them trains, and is no test.
+PYTEST_MODULE = """\
+import pytest
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+
+def collate_batch(seqs):
+    return pad_sequence(seqs, batch_first=True)
+
+
+def fit(model, loader, opt):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        print(loss.item())
+
+
+@pytest.fixture
+def batch():
+    return collate_batch([torch.ones(3), torch.ones(5)])
+
+
+def test_fit_runs(model, batch, opt):
+    fit(model, [batch], opt)
+
+
+def test_loss(model, batch):
+    loss = model(batch).sum()
+    assert loss.item() > 0
+
+
+def main(model, loader, opt):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        print(loss.item())
+"""
+
+
+def test_code_that_runs_only_as_tests_is_possible(run_cli, project):
+    # pytest runs a test, its fixtures and the helpers only they use once per test: no training step
+    found = findings(run_cli, project, {"tests/test_fit.py": PYTEST_MODULE})
+    assert found == [("tests/test_fit.py", 37, "XLA101")]  # `main` trains wherever it sits
+    found = findings(run_cli, project, {"tests/test_fit.py": PYTEST_MODULE}, "--confidence", "possible")
+    assert {(row, code) for _, row, code in found} >= {(7, "XLA312"), (15, "XLA101"), (37, "XLA101")}
+    # the same code in a training module: the helpers are the project's, run wherever it trains
+    found = findings(run_cli, project, {"tests/test_fit.py": "", "train_lib.py": PYTEST_MODULE})
+    assert {(row, code) for _, row, code in found} == {(7, "XLA312"), (15, "XLA101"), (37, "XLA101")}
 
 
 COLLATES = """\
@@ -519,3 +582,40 @@ def test_an_instance_called_runs_its_classes_call_method(run_cli, project):
     renamed = LOSS_OBJECT.replace("def __call__(self", "def compute(self")
     found = findings(run_cli, project, {"losses.py": renamed, "train.py": LOSS_CALLER})
     assert ("train.py", 9, "XLA109") not in found
+
+
+# A pooling module whose helper returns the kept indices only when asked: the forward asks not to,
+# a generation helper takes the default.
+POOL = """\
+import torch
+from torch import nn
+
+
+class Pool(nn.Module):
+    def masks(self, scores, return_index=True):
+        keep = scores > 0
+        if return_index:
+            return keep, keep.nonzero()
+        return keep, None
+
+    def forward(self, scores):
+        keep, _ = self.masks(scores, {passed})
+        return keep.float().sum()
+
+    def generate(self, scores):
+        return self.masks(scores)[1]
+"""
+
+
+@pytest.mark.parametrize(
+    "passed, reported",
+    [
+        ("return_index=False", []),  # every call run per step switches it off
+        ("False", []),
+        ("return_index=True", [(9, "XLA301")]),
+        ("return_index=flag", [(9, "XLA301")]),  # a value the step decides
+    ],
+)
+def test_a_block_every_step_call_switches_off_runs_at_no_step(run_cli, project, passed, reported):
+    found = findings(run_cli, project, {"pool.py": POOL.format(passed=passed)}, "--confidence", "possible")
+    assert [(row, code) for _, row, code in found] == reported

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 FixBuilder = Callable[["CstContext"], "Fix | None"]
 
+# Categories of hazards that cost while the code runs (not a migration of its API): a test that runs
+# them once is no training step.
+RUN_TIME_CATEGORIES = ("item_sync", "control_flow_on_tensor", "dynamic_shape", "varying_shape")
+
 # The sections every rule docstring has, in this order (Ruff's rule docs); tests check them.
 DOC_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "Use instead:")
 
@@ -164,10 +168,13 @@ class Rule:
         self.reports.append(Report(node, message or self.summary, fix, cause, confidence, chain))
 
     def evidence_for(self, node: ast.AST, value: ast.expr | None = None) -> Evidence | None:
-        """The evidence this rule's findings rest on (None: the pattern alone is the finding)."""
+        """The evidence this rule's findings rest on (None: the pattern alone is the finding). A
+        hazard of the running code (not a migration) in code that runs only as tests is possible."""
         found: Evidence | None = None
         if "step" in self.evidence:
             found = self.ctx.step_evidence(node)
+        elif self.category in RUN_TIME_CATEGORIES:
+            found = self.ctx.test_evidence(node)
         if "value" in self.evidence and value is not None:
             judged = self.ctx.value_evidence(value)
             found = judged if found is None else found & judged

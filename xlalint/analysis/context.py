@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from functools import cached_property
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 Built = TypeVar("Built")
 XLA_MODULES = ("torch_xla", "torchax")
 # Files that make a project an installable distribution (see `application_module`).
+# Decorators that register a class under a name (`@register_model`, `@MODELS.register_module()`).
+REGISTERS = re.compile(r"regist", re.I)
 PACKAGING_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 # Top-level modules whose import makes torch tensors possible in a file (see `jax_only`).
 TORCH_MODULES = ("torch", "torch_xla", "torchax", "torchvision", "torchaudio", "functorch")
@@ -373,6 +376,11 @@ class FileContext:
         """Another module of the project calls `func` every step (see `project.ProjectIndex`)."""
         return bool(self.project.steps) and qualname(self.index, func) in self.project.steps
 
+    def externally_guessed_step(self, func: ast.AST) -> bool:
+        """Another module calls `func` every step, but only from code that is a step on guessed
+        evidence there (an offline script's loop, a step by its name only): no surer a step here."""
+        return bool(self.project.guessed_steps) and qualname(self.index, func) in self.project.guessed_steps
+
     def externally_called(self, func: ast.AST) -> bool:
         """Another module of the project calls `func` (its callers, not its name, say how often)."""
         return bool(self.project.called) and qualname(self.index, func) in self.project.called
@@ -500,6 +508,25 @@ class FileContext:
             n.value == name for n in self.index.of_type(ast.Constant)
         )
 
+    def unmentioned_class(self, cls: ast.ClassDef) -> bool:
+        """`cls`, a top-level class of an application module, is mentioned nowhere in the project
+        but in its own body (no other module names it, in code or a string; this one neither
+        instantiates, subclasses nor names it): never instantiated, its methods run at no step."""
+        if not self.project.unmentioned_classes or cls.name not in self.project.unmentioned_classes:
+            return False
+        if not isinstance(self.index.parent(cls), ast.Module) or not self.application_module:
+            return False
+        if cls.keywords or any(REGISTERS.search(ast.unparse(d)) for d in cls.decorator_list):
+            return False  # registered by a decorator or a metaclass: built from a name elsewhere
+        uses: list[ast.AST] = [n for n in self.index.name_uses.get(cls.name, ()) if isinstance(n.ctx, ast.Load)]
+        uses += [n for n in self.index.of_type(ast.Attribute) if n.attr == cls.name]
+        uses += [
+            n
+            for n in self.index.of_type(ast.Constant)
+            if isinstance(n.value, str) and n.value.rpartition(".")[2].strip() == cls.name
+        ]
+        return all(cls in self.index.ancestors(n) for n in uses)
+
     @cached_property
     def verification_module(self) -> bool:
         """A script that checks results (`test_*.py`, a package's `test_utils/`): see `steps.verification_check`."""
@@ -515,6 +542,18 @@ class FileContext:
         from . import evidence
 
         return evidence.step_evidence(self, node)
+
+    def test_evidence(self, node: ast.AST) -> Evidence | None:
+        """Possible evidence when `node` runs only as a test module's tests (see `evidence`)."""
+        from . import evidence
+
+        return evidence.test_evidence(self, node)
+
+    def step_confidence(self, func: ast.AST) -> str:
+        """How sure it is that every call of the step function `func` is a step (see `evidence`)."""
+        from . import evidence
+
+        return evidence.function_evidence(self, func).confidence
 
     def value_evidence(self, node: ast.expr | None) -> Evidence:
         """Where the device value `node` comes from, and how sure that is (see `evidence`)."""

@@ -33,13 +33,16 @@ from .steps import (
     NOT_STEP_FUNCTION,
     _runs_each_iteration,
     _training_call,
+    fixed_values_loop,
     is_named_step,
     is_step_loop,
     iterates_batches,
     local_callees_of,
     offline_loop,
     overrides_model_hook,
+    runs_bounded,
     runs_less_often,
+    test_entry,
     trains,
 )
 from .tensors import Kind
@@ -110,7 +113,22 @@ def _code(node: ast.AST, limit: int = 40) -> str:
 
 
 def step_evidence(ctx: File, node: ast.AST) -> Evidence:
-    """Why `node` runs every step (the loop or role, the calls on the way), and how sure that is."""
+    """Why `node` runs every step (the loop or role, the calls on the way), and how sure that is.
+    Code that runs only as a test module's tests is possible whatever its chain: a test runs once."""
+    found = _step_evidence(ctx, node)
+    test = test_evidence(ctx, node)
+    return found if test is None else Evidence(POSSIBLE, (*test.chain, *found.chain)[:MAX_CHAIN])
+
+
+def test_evidence(ctx: File, node: ast.AST) -> Evidence | None:
+    """Possible evidence when `node` runs only as part of a test module's tests (`steps.test_code`)."""
+    test = test_entry(ctx, node)
+    if test is None:
+        return None
+    return Evidence(POSSIBLE, (_at(ctx, node, f"runs only in tests (`{test}`): once per test, not per training step"),))
+
+
+def _step_evidence(ctx: File, node: ast.AST) -> Evidence:
     child = node
     for anc in ctx.index.ancestors(node):
         field = ctx.index.field_of(child)
@@ -129,6 +147,9 @@ def loop_evidence(ctx: File, loop: ast.AST) -> Evidence:
     trains (its validation); one in a file that never trains (an offline evaluation, inference or
     analysis script) may as well run once: possible."""
     step = loop_step(ctx, loop)
+    if fixed_values_loop(loop):  # `for cfg in ["a.yaml", "b.yaml"]:`: a few runs, not a run of steps
+        count = len(cast("ast.List", cast("ast.For", loop).iter).elts)
+        return Evidence(POSSIBLE, (replace(step, message=f"{step.message}, over {count} fixed values"),))
     if step.message.startswith("training loop"):
         return Evidence(HIGH, (step,))
     if not offline_loop(ctx, loop):  # a validation loop of a training program: it runs while training
@@ -198,7 +219,7 @@ def origins(ctx: File) -> dict[ast.AST, Evidence]:
                 continue
             root = _root_evidence(ctx, func)
             if root is not None:
-                high.append((func, root))
+                (high if root.confidence == HIGH else guessed).append((func, root))
             elif is_named_step(ctx, func):
                 guessed.append((func, Evidence(POSSIBLE, (_at(ctx, func, f"`{func.name}` is a step by its name"),))))
     for roots in (high, guessed):
@@ -224,16 +245,21 @@ def origins(ctx: File) -> dict[ast.AST, Evidence]:
 
 def _root_evidence(ctx: File, func: Any) -> Evidence | None:
     """High evidence that `func` runs every step by itself: another module's step loop calls it,
-    it trains (one backward or optimizer step a call), or a framework calls it each step."""
-    if ctx.externally_per_step(func):
+    it trains (one backward or optimizer step a call), or a framework calls it each step. Possible
+    evidence when the only such root is a call from code that is a step on guessed evidence itself
+    (a loop of a script that never trains, a step by its name only)."""
+    if ctx.externally_per_step(func) and not ctx.externally_guessed_step(func):
         return Evidence(HIGH, (_at(ctx, func, f"`{func.name}` is called every step from another module"),))
-    if trains(ctx, func):
+    if trains(ctx, func) and not runs_bounded(ctx, func):
         call = _training_call_in(ctx, func)
         where = f" ({_call_label(call)} at {call.lineno})" if call is not None else ""
         return Evidence(HIGH, (_at(ctx, func, f"`{func.name}` runs a training step{where}"),))
     role = framework_role(ctx, func)
     if role is not None:
         return Evidence(HIGH, (_at(ctx, func, role),))
+    if ctx.externally_per_step(func):
+        why = f"`{func.name}` is called every step only from code that is a step on guessed evidence"
+        return Evidence(POSSIBLE, (_at(ctx, func, why),))
     return None
 
 
@@ -242,7 +268,11 @@ def framework_role(ctx: File, func: Any) -> str | None:
     step hook, a per-batch callback: a method a framework calls every step, on a class derived
     from another class; or a loss function, which a training step computes every step."""
     cls = ctx.index.parent(func)
+    if isinstance(cls, ast.ClassDef) and ctx.unmentioned_class(cls):
+        return None  # a class its application never instantiates: no framework runs any of it
     if LOSS_FUNCTION.search(func.name) and not NOT_STEP_FUNCTION.search(func.name):
+        if _seen_off_steps(ctx, func):
+            return None
         return f"`{func.name}`, a loss: computed every training step"
     if isinstance(cls, ast.ClassDef) and func.name == "__call__" and CALLABLE_CLASS.search(cls.name):
         return f"`{cls.name}.__call__`, a loss or metric: computed every training step"
@@ -259,6 +289,40 @@ def framework_role(ctx: File, func: Any) -> str | None:
     if not bases or all(b in PLAIN_BASES for b in bases):
         return None
     return f"`{cls.name}.{func.name}`, called by the framework every step"
+
+
+def _seen_off_steps(ctx: File, func: Any) -> bool:
+    """A module-level function whose calls are all seen, in this module (an application's, or a
+    script's that no module imports it from), and none runs every step (`loss = eval_loss(model,
+    data)` once in `main`): what it is named gives it no role."""
+    if not isinstance(ctx.index.parent(func), ast.Module) or ctx.externally_called(func):
+        return False
+    if not (ctx.application_module or (_script(ctx) and func.name not in ctx.project.imported)):
+        return False  # a library's users may call it, every step
+    sites = ctx.calls_of(func.name)
+    return bool(sites) and all(_seen_caller(ctx, site) and not ctx.is_per_step(site) for site in sites)
+
+
+def _seen_caller(ctx: File, site: ast.Call) -> bool:
+    """`site` runs where its module's analysis sees it: at module level, or in a module-level
+    function or a method, not in a closure handed out (`def get_loss_fn(): def f(...): ...`)."""
+    caller = ctx.index.enclosing_function(site)
+    if caller is None:
+        return True
+    holder = ctx.index.parent(caller)
+    return isinstance(holder, ast.Module) or (
+        isinstance(holder, ast.ClassDef) and isinstance(ctx.index.parent(holder), ast.Module)
+    )
+
+
+def _script(ctx: File) -> bool:
+    """The module runs as a program: `if __name__ == "__main__":` at its top level."""
+    return any(
+        isinstance(n, ast.If)
+        and isinstance(n.test, ast.Compare)
+        and any(dotted_name(side) == "__name__" for side in (n.test.left, *n.test.comparators))
+        for n in ctx.tree.body
+    )
 
 
 # -- a device value ----------------------------------------------------------------------------------

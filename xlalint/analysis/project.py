@@ -67,6 +67,9 @@ class CallSite:
     host_args: tuple[str, ...] = ()
     # the arguments that are batch elements of a loop over a loader: "0=ref#position" (`rows.row_args`)
     row_args: tuple[str, ...] = ()
+    # per step only on guessed evidence in its own module (a loop not seen to train, in a module that
+    # never trains; a caller that is a step by its name only): so is the function it calls
+    guessed: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class ProjectFacts:
     """What the rest of the project says about one module (part of its cache key)."""
 
     steps: frozenset[str] = frozenset()  # its functions other modules call every step (qualnames)
+    # those of `steps` called every step only from code whose own evidence is guessed (`CallSite.guessed`)
+    guessed_steps: frozenset[str] = frozenset()
     called: frozenset[str] = frozenset()  # its functions other modules call at all
     training_calls: frozenset[tuple[int, int]] = frozenset()  # its calls (line, column) of trainers elsewhere
     # its calls of functions that read an argument to the host on every call: (line, column) ->
@@ -122,11 +127,15 @@ class ProjectFacts:
     imported: frozenset[str] = frozenset()
     project_uses_xla: bool = False  # some module of the project imports torch_xla / torchax
     called_from_xla: bool = False  # a module that imports torch_xla calls one of its functions
+    # its top-level classes (CapWords names) that no other module mentions, in code or in a string, in
+    # a project that trains somewhere (its own code builds the models it runs)
+    unmentioned_classes: frozenset[str] = frozenset()
 
     def key(self) -> str:
         return repr(
             (
                 sorted(self.steps),
+                sorted(self.guessed_steps),
                 sorted(self.called),
                 sorted(self.training_calls),
                 self.helper_reads,
@@ -143,6 +152,7 @@ class ProjectFacts:
                 sorted(self.imported),
                 self.project_uses_xla,
                 self.called_from_xla,
+                sorted(self.unmentioned_classes),
             )
         )
 
@@ -155,6 +165,7 @@ class ProjectFacts:
         lines = _line_map(before.splitlines(), after.splitlines())
         return ProjectFacts(
             self.steps,
+            self.guessed_steps,
             self.called,
             frozenset((lines[line], column) for line, column in self.training_calls if line in lines),
             tuple(
@@ -179,6 +190,7 @@ class ProjectFacts:
             self.imported,
             self.project_uses_xla,
             self.called_from_xla,
+            self.unmentioned_classes,
         )
 
 
@@ -232,6 +244,10 @@ class ModuleSummary:
     row_sized: dict[str, dict[str, int]] = field(default_factory=dict)  # qualname -> {param key: line}
     returned_collates: dict[str, list[list]] = field(default_factory=dict)
     loader_refs: list[str] = field(default_factory=list)
+    guessed_steps: set[str] = field(default_factory=set)  # its step functions whose evidence is guessed
+    # CapWords identifiers it mentions (names, attributes, a string's last dotted part): class names
+    mentions: set[str] = field(default_factory=set)
+    trains_here: bool = False  # some statement runs a backward, an optimizer step or a train step
 
 
 # -- where a file belongs ----------------------------------------------------------------------------
@@ -292,6 +308,8 @@ def summarize(ctx, name: str) -> ModuleSummary:
             summary.functions[qualified] = func.lineno
             if ctx.is_step_function(func):
                 summary.step_functions.add(qualified)
+                if ctx.step_confidence(func) != HIGH:
+                    summary.guessed_steps.add(qualified)
             if trains(ctx, func):
                 summary.trains.add(qualified)
             if has_reads:
@@ -303,6 +321,8 @@ def summarize(ctx, name: str) -> ModuleSummary:
         _summarize_call(ctx, summary, call)
     _summarize_helpers(ctx, summary)
     summary.hook_calls = sorted(hook_names_used(ctx))
+    summary.mentions = mentioned_class_names(ctx)
+    summary.trains_here = ctx.module_trains
     if ctx.imports_jax:
         for key, target in ctx.jax_jitted.items():
             if key.startswith("self.") and target.filtered:
@@ -377,6 +397,21 @@ def launches_replicas(ctx) -> bool:
     return launched and not owned
 
 
+CAP_WORD = re.compile(r"^_*[A-Z]\w*$")
+
+
+def mentioned_class_names(ctx) -> set[str]:
+    """The CapWords identifiers the module mentions, as names, attributes or the last part of a
+    dotted string (`"models.Head"` in a configuration): the classes it may use."""
+    found = {name for name in ctx.index.all_names if CAP_WORD.match(name)}
+    for node in ctx.index.by_type.get(ast.Constant, ()):
+        if isinstance(node.value, str) and len(node.value) < 200:
+            last = node.value.rpartition(".")[2].strip()
+            if CAP_WORD.match(last):
+                found.add(last)
+    return found
+
+
 def hook_names_used(ctx) -> set[str]:
     """Hook-like method names (`steps.HOOK_NAME`) this module calls or hands on as attributes
     (`meter.update(loss)`, `callbacks=[self.on_batch_end]`), not counting dicts' and progress
@@ -426,6 +461,9 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     )
     hot = not excluded and not (func is not None and runs_less_often(ctx, call, func))
     per_step = not excluded and ctx.is_per_step(call)
+    # a call per step on guessed evidence (an offline script's loop, a step by its name only) makes
+    # its callee no surer a step than itself
+    guessed = per_step and ctx.step_evidence(call).confidence != HIGH
     column = ctx.text.column(call.lineno, call.col_offset)
     looped = in_loop_within(ctx, call, func if func is not None else ctx.tree)
     if callee:
@@ -442,15 +480,28 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
                 _device_loaders(ctx, call),
                 _host_args(ctx, call),
                 row_args(ctx, call) if summary.loader_refs else (),
+                guessed,
             )
         )
     for target in targets:
         if registers or hot:
             summary.calls.append(
-                CallSite(caller, target, None, hot or registers, per_step or registers, looped, call.lineno, column)
+                CallSite(
+                    caller,
+                    target,
+                    None,
+                    hot or registers,
+                    per_step or registers,
+                    looped,
+                    call.lineno,
+                    column,
+                    guessed=guessed and not registers,
+                )
             )
     for target in dispatched:  # each function the table may hand out runs where the call runs
-        summary.calls.append(CallSite(caller, target, None, hot, per_step, looped, call.lineno, column))
+        summary.calls.append(
+            CallSite(caller, target, None, hot, per_step, looped, call.lineno, column, guessed=guessed)
+        )
 
 
 def dispatch_targets(ctx, call: ast.Call) -> list[str]:
@@ -787,14 +838,17 @@ class ProjectIndex:
         (elsewhere) that trains."""
         resolved = self.resolved
         training = self._training(resolved)
-        hot = self._per_step(resolved)
+        hot, seen = self._per_step(resolved)
         steps: dict[str, set[str]] = defaultdict(set)
+        guessed_steps: dict[str, set[str]] = defaultdict(set)
         called: dict[str, set[str]] = defaultdict(set)
         training_calls: dict[str, set[tuple[int, int]]] = defaultdict(set)
         helper_reads: dict[str, set] = defaultdict(set)
         for path, name in hot:
             if name not in self.summaries[path].step_functions:
                 steps[path].add(name)
+                if (path, name) not in seen:
+                    guessed_steps[path].add(name)
         for summary, call, (path, name) in resolved:
             if path != summary.path:
                 called[path].add(name)
@@ -829,9 +883,11 @@ class ProjectIndex:
         imported = self._imported()
         uses_xla = any(summary.imports_xla for summary in self.summaries.values())
         from_xla = {path for summary, _, (path, _) in resolved if summary.imports_xla and path != summary.path}
+        unmentioned = self._unmentioned_classes()
         return {
             path: ProjectFacts(
                 frozenset(steps[path]),
+                frozenset(guessed_steps[path]),
                 frozenset(called[path]),
                 frozenset(training_calls[path]),
                 tuple(sorted(helper_reads[path])),
@@ -848,8 +904,27 @@ class ProjectIndex:
                 frozenset(imported[path]),
                 uses_xla,
                 path in from_xla,
+                unmentioned.get(path, frozenset()),
             )
             for path in self.summaries
+        }
+
+    def _unmentioned_classes(self) -> dict[str, frozenset[str]]:
+        """Module path -> its top-level classes no other module mentions; only in a project that
+        trains somewhere (an application whose own code builds and runs its models)."""
+        if not any(summary.trains_here for summary in self.summaries.values()):
+            return {}
+        mentioned: dict[str, int] = defaultdict(int)  # name -> how many modules mention it
+        for summary in self.summaries.values():
+            for name in summary.mentions:
+                mentioned[name] += 1
+        return {
+            path: frozenset(
+                cls
+                for cls in summary.classes
+                if "." not in cls and CAP_WORD.match(cls) and mentioned[cls] <= (cls in summary.mentions)
+            )
+            for path, summary in self.summaries.items()
         }
 
     def _imported(self) -> dict[str, set[str]]:
@@ -1031,15 +1106,20 @@ class ProjectIndex:
                 callers[target].append((summary.path, call.caller))
         return _reachable(training, callers)
 
-    def _per_step(self, resolved) -> set[FunctionRef]:
+    def _per_step(self, resolved) -> tuple[set[FunctionRef], set[FunctionRef]]:
+        """Functions run every step, through any module; and those of them reached from a root
+        whose evidence is seen (not only from a step by its name, or an offline script's loop)."""
         edges: dict[FunctionRef, list[FunctionRef]] = defaultdict(list)
         hot: set[FunctionRef] = {(s.path, name) for s in self.summaries.values() for name in s.step_functions}
+        seen = {(s.path, name) for s in self.summaries.values() for name in s.step_functions - s.guessed_steps}
         for summary, call, target in resolved:
             if call.per_step:
                 hot.add(target)
+                if not call.guessed:
+                    seen.add(target)
             elif call.hot and call.caller:
                 edges[(summary.path, call.caller)].append(target)
-        return _reachable(hot, edges)
+        return _reachable(hot, edges), _reachable(seen, edges)
 
 
 def _reachable(seeds: set[FunctionRef], edges: dict[FunctionRef, list[FunctionRef]]) -> set[FunctionRef]:
@@ -1095,6 +1175,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
                 list(c.device_loaders),
                 list(c.host_args),
                 list(c.row_args),
+                c.guessed,
             ]
             for c in s.calls
         ],
@@ -1115,6 +1196,9 @@ def summary_to_json(s: ModuleSummary) -> dict:
         "row_sized": s.row_sized,
         "returned_collates": s.returned_collates,
         "loader_refs": s.loader_refs,
+        "guessed_steps": sorted(s.guessed_steps),
+        "mentions": sorted(s.mentions),
+        "trains_here": s.trains_here,
     }
 
 
@@ -1127,7 +1211,7 @@ def summary_from_json(data: dict) -> ModuleSummary:
         dict(data["functions"]),
         set(data["step_functions"]),
         set(data["trains"]),
-        [CallSite(*c[:8], *(tuple(extra) for extra in c[8:11])) for c in data["calls"]],
+        [CallSite(*c[:8], *(tuple(extra) for extra in c[8:11]), *c[11:12]) for c in data["calls"]],
         {name: [ParamRead(*r) for r in reads] for name, reads in data.get("reads", {}).items()},
         {name: [list(p), list(st)] for name, (p, st) in data.get("static_jitted", {}).items()},
         dict(data.get("compiled", {})),
@@ -1145,4 +1229,7 @@ def summary_from_json(data: dict) -> ModuleSummary:
         row_sized={k: dict(v) for k, v in data.get("row_sized", {}).items()},
         returned_collates={k: [list(r) for r in v] for k, v in data.get("returned_collates", {}).items()},
         loader_refs=list(data.get("loader_refs", [])),
+        guessed_steps=set(data.get("guessed_steps", [])),
+        mentions=set(data.get("mentions", [])),
+        trains_here=bool(data.get("trains_here")),
     )

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 
 from . import jax_tracing
 from .guards import ALMOST_ALWAYS, EVERY_N, is_periodic, periodic_polarity, skips_rest
-from .index import FUNCTIONS, LOOPS, Function, loop_bindings
+from .index import COMPREHENSIONS, FUNCTIONS, LOOPS, Function, loop_bindings
 from .names import (
+    argument,
     dotted_name,
     function_params,
     is_constant,
@@ -375,6 +376,7 @@ def _if_gates(ctx: File, parent: ast.If, field: str | None) -> bool:
     if field == "body" and (
         polarity == EVERY_N
         or opt_in(ctx, parent)
+        or off_at_step_calls(ctx, parent)
         or _counter_bounded(ctx, parent)
         or _leaves_loop(ctx, parent)
         or _lazily_initialised(ctx, parent)
@@ -595,6 +597,39 @@ def opt_in(ctx: File, node: ast.If) -> bool:
     return any(_option_value(ctx, name, node.body) for name in _tested_present(node.test))
 
 
+def off_at_step_calls(ctx: File, node: ast.If) -> bool:
+    """`if return_indices:` where `return_indices` is a parameter that every call of the function
+    running every step passes as a false constant (`f(x, return_indices=False)` in the forward),
+    while other calls (generation, analysis) take the default: the block runs at no step. Only
+    for a function no framework or other module runs every step by itself."""
+    test = node.test
+    param = ctx.parameter(test) if isinstance(test, ast.Name) else None
+    func = ctx.index.parent(ctx.index.parent(param)) if param is not None else None
+    if param is None or not isinstance(func, FUNCTIONS) or ctx.index.enclosing_function(node) is not func:
+        return False
+    busy = ctx.analysis_cache.setdefault("off-at-step-calls", set())
+    if not isinstance(busy, set) or func in busy:
+        return False  # asked again while deciding (a recursive function): not shown
+    if STEP_FUNCTION.match(func.name) or ctx.externally_per_step(func):
+        return False
+    params = [*func.args.posonlyargs, *func.args.args]
+    position = params.index(param) if param in params else None
+    if position is not None and params and params[0].arg in ("self", "cls"):
+        position -= 1
+    busy.add(func)
+    try:
+        hot = [site for site in ctx.calls_of(func.name) if ctx.is_per_step(site)]
+    finally:
+        busy.discard(func)
+    if not hot:
+        return False
+    for site in hot:
+        passed = argument(site, position, param.arg)
+        if not (isinstance(passed, ast.Constant) and not passed.value and passed.value != ""):
+            return False  # a string constant is a value the block may use, not an off switch
+    return True
+
+
 def _tested_present(test: ast.expr) -> list[ast.Name]:
     """Names the test requires to be present: `x is not None`, `x`, and the `and` of such tests."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
@@ -711,7 +746,50 @@ def offline_loop(ctx: File, loop: ast.AST) -> bool:
         return False  # a loop of a `forward` runs with the step that calls it
     if ctx.module_trains:
         return False
-    return func is None or not (ctx.externally_per_step(func) or ctx.externally_called(func))
+    if func is None or ctx.externally_called(func):
+        return func is None
+    # called every step from elsewhere, unless only from code that is a step on guessed evidence
+    return not ctx.externally_per_step(func) or ctx.externally_guessed_step(func)
+
+
+def fixed_values_loop(loop: ast.AST) -> bool:
+    """`for path in ["a.yaml", "b.yaml"]:`: a loop over a few constants written out, which runs a
+    fixed number of times (a sweep, a smoke test's cases), not once per batch of a run."""
+    return (
+        isinstance(loop, (ast.For, ast.AsyncFor))
+        and isinstance(loop.iter, (ast.List, ast.Tuple, ast.Set))
+        and bool(loop.iter.elts)
+        and all(isinstance(e, ast.Constant) for e in loop.iter.elts)
+    )
+
+
+def runs_bounded(ctx: File, func: Function, depth: int = 0) -> bool:
+    """Every run of `func` is seen, and each runs a fixed number of times: a module-level function
+    of an application's module that nothing imports, called (never handed on) only outside loops or
+    in loops over fixed values, from module level or from functions that are so bounded themselves.
+    A function that trains so runs a few steps (a smoke test), not the steps of a training run."""
+    if depth > 3 or not isinstance(ctx.index.parent(func), ast.Module) or not ctx.application_module:
+        return False
+    if ctx.externally_called(func) or ctx.externally_per_step(func) or func.name in ctx.project.imported:
+        return False
+    uses = [n for n in ctx.index.name_uses.get(func.name, ()) if isinstance(n.ctx, ast.Load)]
+    if not uses:
+        return False
+    for use in uses:
+        call = ctx.index.parent(use)
+        if not (isinstance(call, ast.Call) and call.func is use):
+            return False  # handed on (`xmp.spawn(fn)`, a callback): its runs are not seen
+        caller = ctx.index.enclosing_function(call)
+        for anc in ctx.index.ancestors(call):
+            if anc is caller:
+                break
+            if isinstance(anc, (ast.While, ast.Lambda, *COMPREHENSIONS)) or (
+                isinstance(anc, (ast.For, ast.AsyncFor)) and not fixed_values_loop(anc)
+            ):
+                return False
+        if caller is not None and (caller is func or not runs_bounded(ctx, caller, depth + 1)):
+            return False
+    return True
 
 
 def _slices_batches(ctx: File, loop: ast.For | ast.AsyncFor) -> bool:
@@ -1098,6 +1176,65 @@ def is_verification_module(path, root=None) -> bool:
     except ValueError:
         return False
     return bool(TEST_FOLDERS & set(inside))
+
+
+# What pytest and unittest run as tests: `test*` functions, `Test*` classes, `TestCase` subclasses,
+# and the fixtures they ask for (each once per test, never once per training step).
+TEST_FUNCTION = re.compile(r"^test")
+TEST_CLASS = re.compile(r"^Test")
+
+
+def _test_entry(node: ast.AST) -> bool:
+    if isinstance(node, ast.ClassDef):
+        return bool(TEST_CLASS.match(node.name)) or any(
+            last_part(dotted_name(b)).endswith("TestCase") for b in node.bases
+        )
+    if not isinstance(node, FUNCTIONS):
+        return False
+    decorators = [last_part(dotted_name(d.func if isinstance(d, ast.Call) else d)) for d in node.decorator_list]
+    return bool(TEST_FUNCTION.match(node.name)) or "fixture" in decorators
+
+
+def test_code(ctx: File) -> dict[ast.AST, str]:
+    """The module-level functions and classes of a test module that run only as tests: the tests
+    and fixtures themselves, and the helpers used by nothing else in the module (nor imported by
+    other modules), to a fixed point. Each maps to the name of a test that runs it: the test runner
+    runs it once per test, not once per training step (a script's `main`, which trains, is none)."""
+    cached = ctx.analysis_cache.get("test-code")
+    if isinstance(cached, dict):
+        return cached
+    found: dict[ast.AST, str] = {}
+    if ctx.verification_module:
+        tops = [n for n in ctx.tree.body if isinstance(n, (*FUNCTIONS, ast.ClassDef))]
+        found = {n: n.name for n in tops if _test_entry(n)}
+        changed = bool(found)
+        while changed:
+            changed = False
+            for node in tops:
+                if node in found or node.name in ctx.project.imported or ctx.externally_called(node):
+                    continue
+                uses = [n for n in ctx.index.name_uses.get(node.name, ()) if isinstance(n.ctx, ast.Load)]
+                owners = [o for o in (_top_level(ctx, n) for n in uses) if o is not None and o is not node]
+                if owners and len(owners) == len(uses) and all(o in found for o in owners):
+                    found[node] = found[owners[0]]
+                    changed = True
+    ctx.analysis_cache["test-code"] = found
+    return found
+
+
+def _top_level(ctx: File, node: ast.AST) -> ast.AST | None:
+    """The module-level function or class holding `node` (None at module level)."""
+    for anc in (node, *ctx.index.ancestors(node)):
+        if ctx.index.parent(anc) is ctx.tree:
+            return anc if isinstance(anc, (*FUNCTIONS, ast.ClassDef)) else None
+    return None
+
+
+def test_entry(ctx: File, node: ast.AST) -> str | None:
+    """The test that runs `node`, when it runs only as part of a test module's tests."""
+    found = test_code(ctx)
+    top = _top_level(ctx, node) if found else None
+    return found.get(top) if top is not None else None
 
 
 def verification_check(ctx: File, node: ast.AST) -> bool:
