@@ -416,6 +416,94 @@ def test_a_cuda_module_that_xla_code_calls_is_judged(run_cli, project):
     assert ("meters.py", 9, "XLA101") in found
 
 
+# A trainer handed its device (a parameter, a dataclass field) shows its backend by what its code
+# computes under: an autocast region it switches on, a process bound to a CUDA device.
+HANDED = """\
+import torch
+
+
+def finetune(model, loader, device):
+    total = 0.0
+    for x, y in loader:
+        {region}
+            loss = model(x.to(device), y.to(device))
+        loss.backward()
+        total += loss.item()
+    return total
+"""
+
+
+@pytest.mark.parametrize(
+    "region, reported",
+    [
+        ('with torch.autocast("cuda", dtype=torch.bfloat16):', False),
+        ('with torch.autocast(device_type="mps" if args.mps else "cuda"):', False),
+        ("with torch.cuda.amp.autocast():", False),
+        ("with torch.autocast(device.type):", True),  # wherever `device` is: nothing seen
+        ('with torch.autocast("cuda", enabled=False):', True),  # a full-precision region, any device
+        ('with torch.autocast("xla"):', True),  # XLA's own
+        ('with torch.autocast("cpu"):', True),  # the host only
+    ],
+)
+def test_a_handed_device_under_a_cuda_autocast_is_no_xla_code(run_cli, project, region, reported):
+    files = {"trainer.py": HANDED.format(region=region)}
+    assert (("trainer.py", 10, "XLA101") in findings(run_cli, project, files)) is reported
+
+
+def test_a_process_bound_to_a_cuda_device_is_no_xla_code(run_cli, project):
+    source = HANDED.format(region="if True:").replace(
+        "    total = 0.0\n", "    torch.cuda.set_device(device)\n    total = 0.0\n", 1
+    )
+    assert ("trainer.py", 11, "XLA101") not in findings(run_cli, project, {"trainer.py": source})
+    source = HANDED.format(region="if True:").replace("x.to(device)", "x.to(torch.cuda.current_device())")
+    assert ("trainer.py", 10, "XLA101") not in findings(run_cli, project, {"trainer.py": source})
+
+
+COMMON = """\
+import os
+
+import torch
+
+
+def setup(kind):
+    rank = int(os.environ.get("LOCAL_RANK", 0))
+    if kind == "cuda":
+        torch.cuda.manual_seed(0)
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device(kind)
+    return rank, device
+"""
+
+SCRIPT = """\
+import torch
+from common import setup
+
+rank, device = setup(args.kind)
+for x, y in loader:
+    loss = model(x.to(device), y.to(device))
+    loss.backward()
+    print(loss.item())
+"""
+
+
+def test_a_device_from_a_cuda_helper_module_is_no_xla_code(run_cli, project):
+    # `common.setup` picks CUDA (or what it is told): in a project with no XLA code the script
+    # that takes its device from there is a CUDA script too
+    files = {"common.py": COMMON, "train.py": SCRIPT}
+    assert ("train.py", 8, "XLA101") not in findings(run_cli, project, files)
+    # where the project runs on XLA elsewhere, a device it is told could be XLA's: judged
+    files["train_xla.py"] = TRAIN_XLA
+    assert ("train.py", 8, "XLA101") in findings(run_cli, project, files)
+
+
+def test_a_device_from_a_helper_that_names_no_backend_is_judged(run_cli, project):
+    # a helper module that shows no backend of its own (`torch.device(kind)` only) says nothing
+    common = COMMON.replace('torch.cuda.manual_seed(0)\n        device = torch.device("cuda", rank)', "device = None")
+    files = {"common.py": common, "train.py": SCRIPT}
+    assert ("train.py", 8, "XLA101") in findings(run_cli, project, files)
+
+
 @pytest.mark.parametrize("text, names", [("xla:0", True), ("--use_tpu", True), ("Train on TPUs", True),
                                          ("output size", False), ("pytpuzzle", False)])
 def test_a_string_names_xla_as_a_word(text, names):
