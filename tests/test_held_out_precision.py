@@ -504,6 +504,46 @@ def test_a_device_from_a_helper_that_names_no_backend_is_judged(run_cli, project
     assert ("train.py", 8, "XLA101") in findings(run_cli, project, files)
 
 
+# -- a value handed back by a function that returns Python numbers ------------------------------------
+
+REDUCED = """\
+import torch
+import torch_xla
+import torch_xla.core.xla_model as xm
+
+
+def reduced(loss, aux):
+    pair = torch.stack([loss.detach(), aux.detach()])
+    pair = xm.all_reduce(xm.REDUCE_SUM, pair)
+    return {returned}
+
+
+def train(model, loader, optimizer, bar):
+    device = torch_xla.device()
+    for x, y in loader:
+        loss, aux = model(x.to(device), y.to(device))
+        loss.backward()
+        optimizer.step()
+        torch_xla.sync()
+        loss_val, aux_val = reduced(loss, aux)
+        bar.set_postfix({{"loss": f"{{loss_val:.4f}}", "aux": f"{{aux_val:.2e}}"}})
+"""
+
+
+@pytest.mark.parametrize(
+    "returned, reported",
+    [
+        ("pair.cpu().tolist()", False),  # Python floats: read once, inside the function
+        ("pair[0].item(), pair[1].item()", False),
+        ("pair", True),  # the device tensor itself: formatting it reads it
+        ("pair.unbind()", True),
+    ],
+)
+def test_a_function_returning_python_numbers_hands_back_no_tensor(run_cli, project, returned, reported):
+    found = findings(run_cli, project, {"train.py": REDUCED.format(returned=returned)}, "--select", "XLA104")
+    assert (("train.py", 20, "XLA104") in found) is reported
+
+
 @pytest.mark.parametrize("text, names", [("xla:0", True), ("--use_tpu", True), ("Train on TPUs", True),
                                          ("output size", False), ("pytpuzzle", False)])
 def test_a_string_names_xla_as_a_word(text, names):

@@ -686,20 +686,23 @@ class TensorInference:
             result = self._method_call(node, method)
             if result != Kind.NOT_TENSOR or dotted_name(receiver(node)) not in ("self", "cls"):
                 return result
+        returned = self._returned_kind(node.func.id, node) if isinstance(node.func, ast.Name) else None
+        if returned == Kind.NOT_TENSOR:
+            return returned  # `def mean_loss(t): return t.mean().item()`: what it hands back is read already
         # `self.residual(x)`, `project(h)`: a function of device tensors most likely returns one
         if any(self.kind(a).on_device for a in positional(node)):
             return Kind.TENSOR
-        if isinstance(node.func, ast.Name):
-            returned = self._returned_kind(node.func.id, node)
-            if returned is not None:
-                return returned
-        return Kind.UNKNOWN
+        return Kind.UNKNOWN if returned is None else returned
 
     def _returned_kind(self, name: str, call: ast.Call) -> Kind | None:
         """`def fast_all(t): return t.all()`: a function of this module whose every `return` gives a
-        tensor returns one (its returns are judged in its own scope)."""
+        tensor returns one; one whose every `return` gives a Python value (`t.cpu().tolist()`,
+        `(a.item(), b.item())`) returns a Python value, whatever it is passed (its returns are
+        judged in its own scope)."""
         values = returned_values(self.ctx, name, call)
         kinds = [self.kind(v) for v in values]
+        if kinds and all(k == Kind.NOT_TENSOR for k in kinds):
+            return Kind.NOT_TENSOR
         return combine(*kinds) if kinds and all(k >= Kind.CPU for k in kinds) else None
 
     def _submodule(self, name: str) -> bool:
