@@ -107,6 +107,43 @@ def test_a_module_a_helper_imports_and_returns_is_that_module():
     assert ctx.qualified_name(calls["_import_backend"].func) == "_import_backend"
 
 
+ALIASED = """\
+import torch
+
+try:
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    step_barrier = {alias}
+except ImportError:
+    step_barrier = lambda: None
+
+
+def train(model, loader, optimizer):
+    device = torch_xla.device()
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        loss.backward()
+        optimizer.step()
+        step_barrier()
+"""
+
+
+@pytest.mark.parametrize(
+    "alias, reported",
+    [
+        ("xm.mark_step", False),
+        ("torch_xla.sync", False),
+        ('getattr(torch_xla, "sync", None) or xm.mark_step', False),
+        ("xm.get_ordinal", True),  # bound to something else: no barrier
+        ('getattr(torch_xla, "device", None) or xm.mark_step', True),  # one of them is no barrier
+    ],
+)
+def test_a_name_bound_to_a_barrier_function_is_the_step_barrier(run_cli, project, alias, reported):
+    found = findings(run_cli, project, {"train.py": ALIASED.format(alias=alias)}, "--select", "XLA401")
+    assert (("train.py", 17, "XLA401") in found) is reported
+
+
 @pytest.mark.parametrize("barrier, reported", [("flush()", []), ("pass", [("train.py", 25, "XLA401")])])
 def test_a_sync_through_a_lazily_imported_module_is_the_step_barrier(run_cli, project, barrier, reported):
     found = findings(run_cli, project, {"train.py": LAZY.format(barrier=barrier)}, "--select", "XLA401")
