@@ -581,6 +581,41 @@ def test_a_function_returning_python_numbers_hands_back_no_tensor(run_cli, proje
     assert (("train.py", 20, "XLA104") in found) is reported
 
 
+# -- a parameter the code uses as a size is a Python int ---------------------------------------------
+
+WINDOWS = """\
+import torch
+from torch import nn
+
+
+def merge(windows, size, H, W):
+    B = int(windows.shape[0] / (H * W / size / size))
+    return windows.view(B, H // size, W // size, size, size, -1)
+
+
+class Block(nn.Module):
+    def forward(self, x, {param}):
+        {unpack}
+        B, L, C = x.shape
+        x = x.view(B, H, W, C)
+        return merge(x, 7, H, W)
+"""
+
+
+@pytest.mark.parametrize(
+    "param, unpack, reported",
+    [
+        ("x_size", "H, W = x_size", False),  # unpacked into the view's sizes: a tuple of ints
+        ("H, W", "pass", False),  # the view's sizes themselves
+        ("lengths", "H, W = lengths.amax(0)[:2]", True),  # a tensor's reduction: data, not a size
+    ],
+)
+def test_a_parameter_used_as_a_size_is_a_python_int(run_cli, project, param, unpack, reported):
+    source = WINDOWS.format(param=param, unpack=unpack)
+    found = findings(run_cli, project, {"model.py": source}, "--select", "XLA103", "--assume-xla")
+    assert (("model.py", 6, "XLA103") in found) is reported
+
+
 @pytest.mark.parametrize("text, names", [("xla:0", True), ("--use_tpu", True), ("Train on TPUs", True),
                                          ("output size", False), ("pytpuzzle", False)])
 def test_a_string_names_xla_as_a_word(text, names):
