@@ -581,6 +581,13 @@ def test_a_function_returning_python_numbers_hands_back_no_tensor(run_cli, proje
     assert (("train.py", 20, "XLA104") in found) is reported
 
 
+def test_a_list_filled_after_its_display_is_no_python_value(run_cli, project):
+    # `parts = []` is a list display, but the function appends device tensors to it
+    filled = REDUCED.replace("    return {returned}", "    parts = []\n    parts.append(pair[0])\n    parts.append(pair[1])\n    return parts")
+    found = findings(run_cli, project, {"train.py": filled.format()}, "--select", "XLA104")
+    assert ("train.py", 23, "XLA104") in found
+
+
 # -- a parameter the code uses as a size is a Python int ---------------------------------------------
 
 WINDOWS = """\

@@ -771,9 +771,22 @@ class TensorInference:
         judged in its own scope)."""
         values = returned_values(self.ctx, name, call)
         kinds = [self.kind(v) for v in values]
-        if kinds and all(k == Kind.NOT_TENSOR for k in kinds):
+        if kinds and all(self._python_value(v) for v in values):
             return Kind.NOT_TENSOR
         return combine(*kinds) if kinds and all(k >= Kind.CPU for k in kinds) else None
+
+    def _python_value(self, expr: ast.expr, depth: int = 0) -> bool:
+        """`expr` is a Python value as computed (`t.tolist()`, `(a.item(), b.item())`), through the
+        names it is assigned to; not a list, dict or set display, which the code may fill with
+        tensors afterwards (`out = []`, then `out.append(t)`)."""
+        if depth > 8 or isinstance(expr, (ast.List, ast.Dict, ast.Set)):
+            return False
+        if isinstance(expr, ast.Tuple):
+            return all(self._python_value(e, depth + 1) for e in expr.elts)
+        if isinstance(expr, ast.Name):
+            values = self.ctx.reaching_values(expr)
+            return bool(values) and all(self._python_value(v, depth + 1) for v in values)
+        return self.kind(expr) == Kind.NOT_TENSOR
 
     def _submodule(self, name: str) -> bool:
         """`self.<name>` is assigned a module instance (`nn.Linear(...)`, `Encoder(...)`) in the class."""
