@@ -623,6 +623,42 @@ def test_a_parameter_used_as_a_size_is_a_python_int(run_cli, project, param, unp
     assert (("model.py", 6, "XLA103") in found) is reported
 
 
+# -- a block for another mode than the one the per-step call passes ---------------------------------
+
+SCOPED = """\
+import torch
+import torch_xla
+
+
+class Averager(Callback):
+    def _aggregate(self, scope, metrics):
+        value = torch.tensor(list(metrics.values()), device=torch_xla.device()).mean()
+        if scope {test}:
+            value = float(value)
+        metrics["mean"] = value
+
+    def on_batch_end(self, runner):
+        self._aggregate({batch}, runner.batch_metrics)
+
+    def on_loader_end(self, runner):
+        self._aggregate("loader", runner.loader_metrics)
+"""
+
+
+@pytest.mark.parametrize(
+    "test, batch, reported",
+    [
+        ('== "loader"', '"batch"', False),  # only the once-per-loader call passes "loader"
+        ('!= "batch"', '"batch"', False),
+        ('== "loader"', "runner.scope", True),  # what the per-step call passes is not seen
+        ('!= "loader"', '"batch"', True),  # the per-step call runs the block
+    ],
+)
+def test_a_block_for_a_mode_the_per_step_call_does_not_pass_is_no_step(run_cli, project, test, batch, reported):
+    found = findings(run_cli, project, {"cb.py": SCOPED.format(test=test, batch=batch)}, "--select", "XLA103")
+    assert (("cb.py", 9, "XLA103") in found) is reported
+
+
 @pytest.mark.parametrize("text, names", [("xla:0", True), ("--use_tpu", True), ("Train on TPUs", True),
                                          ("output size", False), ("pytpuzzle", False)])
 def test_a_string_names_xla_as_a_word(text, names):
