@@ -756,36 +756,33 @@ class TensorInference:
             result = self._method_call(node, method)
             if result != Kind.NOT_TENSOR or dotted_name(receiver(node)) not in ("self", "cls"):
                 return result
-        returned = self._returned_kind(node.func.id, node) if isinstance(node.func, ast.Name) else None
-        if returned == Kind.NOT_TENSOR:
-            return returned  # `def mean_loss(t): return t.mean().item()`: what it hands back is read already
         # `self.residual(x)`, `project(h)`: a function of device tensors most likely returns one
         if any(self.kind(a).on_device for a in positional(node)):
             return Kind.TENSOR
-        return Kind.UNKNOWN if returned is None else returned
+        if isinstance(node.func, ast.Name):
+            returned = self._returned_kind(node.func.id, node)
+            if returned is not None:
+                return returned
+        return Kind.UNKNOWN
 
     def _returned_kind(self, name: str, call: ast.Call) -> Kind | None:
         """`def fast_all(t): return t.all()`: a function of this module whose every `return` gives a
-        tensor returns one; one whose every `return` gives a Python value (`t.cpu().tolist()`,
-        `(a.item(), b.item())`) returns a Python value, whatever it is passed (its returns are
-        judged in its own scope)."""
+        tensor returns one (its returns are judged in its own scope)."""
         values = returned_values(self.ctx, name, call)
         kinds = [self.kind(v) for v in values]
-        if kinds and all(self._python_value(v) for v in values):
-            return Kind.NOT_TENSOR
         return combine(*kinds) if kinds and all(k >= Kind.CPU for k in kinds) else None
 
-    def _python_value(self, expr: ast.expr, depth: int = 0) -> bool:
+    def python_value(self, expr: ast.expr, depth: int = 0) -> bool:
         """`expr` is a Python value as computed (`t.tolist()`, `(a.item(), b.item())`), through the
         names it is assigned to; not a list, dict or set display, which the code may fill with
         tensors afterwards (`out = []`, then `out.append(t)`)."""
         if depth > 8 or isinstance(expr, (ast.List, ast.Dict, ast.Set)):
             return False
         if isinstance(expr, ast.Tuple):
-            return all(self._python_value(e, depth + 1) for e in expr.elts)
+            return all(self.python_value(e, depth + 1) for e in expr.elts)
         if isinstance(expr, ast.Name):
             values = self.ctx.reaching_values(expr)
-            return bool(values) and all(self._python_value(v, depth + 1) for v in values)
+            return bool(values) and all(self.python_value(v, depth + 1) for v in values)
         return self.kind(expr) == Kind.NOT_TENSOR
 
     def _submodule(self, name: str) -> bool:
