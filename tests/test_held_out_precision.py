@@ -107,6 +107,43 @@ def test_a_module_a_helper_imports_and_returns_is_that_module():
     assert ctx.qualified_name(calls["_import_backend"].func) == "_import_backend"
 
 
+ALIASED = """\
+import torch
+
+try:
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    step_barrier = {alias}
+except ImportError:
+    step_barrier = lambda: None
+
+
+def train(model, loader, optimizer):
+    device = torch_xla.device()
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        loss.backward()
+        optimizer.step()
+        step_barrier()
+"""
+
+
+@pytest.mark.parametrize(
+    "alias, reported",
+    [
+        ("xm.mark_step", False),
+        ("torch_xla.sync", False),
+        ('getattr(torch_xla, "sync", None) or xm.mark_step', False),
+        ("xm.get_ordinal", True),  # bound to something else: no barrier
+        ('getattr(torch_xla, "device", None) or xm.mark_step', True),  # one of them is no barrier
+    ],
+)
+def test_a_name_bound_to_a_barrier_function_is_the_step_barrier(run_cli, project, alias, reported):
+    found = findings(run_cli, project, {"train.py": ALIASED.format(alias=alias)}, "--select", "XLA401")
+    assert (("train.py", 17, "XLA401") in found) is reported
+
+
 @pytest.mark.parametrize("barrier, reported", [("flush()", []), ("pass", [("train.py", 25, "XLA401")])])
 def test_a_sync_through_a_lazily_imported_module_is_the_step_barrier(run_cli, project, barrier, reported):
     found = findings(run_cli, project, {"train.py": LAZY.format(barrier=barrier)}, "--select", "XLA401")
@@ -414,6 +451,212 @@ def test_a_cuda_module_that_xla_code_calls_is_judged(run_cli, project):
     train = train.replace("        loss.backward()", "        update_meter(model, [(x, y)])\n        loss.backward()")
     found = findings(run_cli, project, {"train_xla.py": train, "meters.py": meters})
     assert ("meters.py", 9, "XLA101") in found
+
+
+# A trainer handed its device (a parameter, a dataclass field) shows its backend by what its code
+# computes under: an autocast region it switches on, a process bound to a CUDA device.
+HANDED = """\
+import torch
+
+
+def finetune(model, loader, device):
+    total = 0.0
+    for x, y in loader:
+        {region}
+            loss = model(x.to(device), y.to(device))
+        loss.backward()
+        total += loss.item()
+    return total
+"""
+
+
+@pytest.mark.parametrize(
+    "region, reported",
+    [
+        ('with torch.autocast("cuda", dtype=torch.bfloat16):', False),
+        ('with torch.autocast(device_type="mps" if args.mps else "cuda"):', False),
+        ("with torch.cuda.amp.autocast():", False),
+        ("with torch.autocast(device.type):", True),  # wherever `device` is: nothing seen
+        ('with torch.autocast("cuda", enabled=False):', True),  # a full-precision region, any device
+        ('with torch.autocast("xla"):', True),  # XLA's own
+        ('with torch.autocast("cpu"):', True),  # the host only
+    ],
+)
+def test_a_handed_device_under_a_cuda_autocast_is_no_xla_code(run_cli, project, region, reported):
+    files = {"trainer.py": HANDED.format(region=region)}
+    assert (("trainer.py", 10, "XLA101") in findings(run_cli, project, files)) is reported
+
+
+def test_a_process_bound_to_a_cuda_device_is_no_xla_code(run_cli, project):
+    source = HANDED.format(region="if True:").replace(
+        "    total = 0.0\n", "    torch.cuda.set_device(device)\n    total = 0.0\n", 1
+    )
+    assert ("trainer.py", 11, "XLA101") not in findings(run_cli, project, {"trainer.py": source})
+    source = HANDED.format(region="if True:").replace("x.to(device)", "x.to(torch.cuda.current_device())")
+    assert ("trainer.py", 10, "XLA101") not in findings(run_cli, project, {"trainer.py": source})
+
+
+COMMON = """\
+import os
+
+import torch
+
+
+def setup(kind):
+    rank = int(os.environ.get("LOCAL_RANK", 0))
+    if kind == "cuda":
+        torch.cuda.manual_seed(0)
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device(kind)
+    return rank, device
+"""
+
+SCRIPT = """\
+import torch
+from common import setup
+
+rank, device = setup(args.kind)
+for x, y in loader:
+    loss = model(x.to(device), y.to(device))
+    loss.backward()
+    print(loss.item())
+"""
+
+
+def test_a_device_from_a_cuda_helper_module_is_no_xla_code(run_cli, project):
+    # `common.setup` picks CUDA (or what it is told): in a project with no XLA code the script
+    # that takes its device from there is a CUDA script too
+    files = {"common.py": COMMON, "train.py": SCRIPT}
+    assert ("train.py", 8, "XLA101") not in findings(run_cli, project, files)
+    # where the project runs on XLA elsewhere, a device it is told could be XLA's: judged
+    files["train_xla.py"] = TRAIN_XLA
+    assert ("train.py", 8, "XLA101") in findings(run_cli, project, files)
+
+
+def test_a_device_from_a_helper_that_names_no_backend_is_judged(run_cli, project):
+    # a helper module that shows no backend of its own (`torch.device(kind)` only) says nothing
+    common = COMMON.replace('torch.cuda.manual_seed(0)\n        device = torch.device("cuda", rank)', "device = None")
+    files = {"common.py": common, "train.py": SCRIPT}
+    assert ("train.py", 8, "XLA101") in findings(run_cli, project, files)
+
+
+# -- a value handed back by a function that returns Python numbers ------------------------------------
+
+REDUCED = """\
+import torch
+import torch_xla
+import torch_xla.core.xla_model as xm
+
+
+def reduced(loss, aux):
+    pair = torch.stack([loss.detach(), aux.detach()])
+    pair = xm.all_reduce(xm.REDUCE_SUM, pair)
+    return {returned}
+
+
+def train(model, loader, optimizer, bar):
+    device = torch_xla.device()
+    for x, y in loader:
+        loss, aux = model(x.to(device), y.to(device))
+        loss.backward()
+        optimizer.step()
+        torch_xla.sync()
+        loss_val, aux_val = reduced(loss, aux)
+        bar.set_postfix({{"loss": f"{{loss_val:.4f}}", "aux": f"{{aux_val:.2e}}"}})
+"""
+
+
+@pytest.mark.parametrize(
+    "returned, reported",
+    [
+        ("pair.cpu().tolist()", False),  # Python floats: read once, inside the function
+        ("pair[0].item(), pair[1].item()", False),
+        ("pair", True),  # the device tensor itself: formatting it reads it
+        ("pair.unbind()", True),
+    ],
+)
+def test_a_function_returning_python_numbers_hands_back_no_tensor(run_cli, project, returned, reported):
+    found = findings(run_cli, project, {"train.py": REDUCED.format(returned=returned)}, "--select", "XLA104")
+    assert (("train.py", 20, "XLA104") in found) is reported
+
+
+def test_a_list_filled_after_its_display_is_no_python_value(run_cli, project):
+    # `parts = []` is a list display, but the function appends device tensors to it
+    filled = REDUCED.replace("    return {returned}", "    parts = []\n    parts.append(pair[0])\n    parts.append(pair[1])\n    return parts")
+    found = findings(run_cli, project, {"train.py": filled.format()}, "--select", "XLA104")
+    assert ("train.py", 23, "XLA104") in found
+
+
+# -- a parameter the code uses as a size is a Python int ---------------------------------------------
+
+WINDOWS = """\
+import torch
+from torch import nn
+
+
+def merge(windows, size, H, W):
+    B = int(windows.shape[0] / (H * W / size / size))
+    return windows.view(B, H // size, W // size, size, size, -1)
+
+
+class Block(nn.Module):
+    def forward(self, x, {param}):
+        {unpack}
+        B, L, C = x.shape
+        x = x.view(B, H, W, C)
+        return merge(x, 7, H, W)
+"""
+
+
+@pytest.mark.parametrize(
+    "param, unpack, reported",
+    [
+        ("x_size", "H, W = x_size", False),  # unpacked into the view's sizes: a tuple of ints
+        ("H, W", "pass", False),  # the view's sizes themselves
+        ("lengths", "H, W = lengths.amax(0)[:2]", True),  # a tensor's reduction: data, not a size
+    ],
+)
+def test_a_parameter_used_as_a_size_is_a_python_int(run_cli, project, param, unpack, reported):
+    source = WINDOWS.format(param=param, unpack=unpack)
+    found = findings(run_cli, project, {"model.py": source}, "--select", "XLA103", "--assume-xla")
+    assert (("model.py", 6, "XLA103") in found) is reported
+
+
+# -- a block for another mode than the one the per-step call passes ---------------------------------
+
+SCOPED = """\
+import torch
+import torch_xla
+
+
+class Averager(Callback):
+    def _aggregate(self, scope, metrics):
+        value = torch.tensor(list(metrics.values()), device=torch_xla.device()).mean()
+        if scope {test}:
+            value = float(value)
+        metrics["mean"] = value
+
+    def on_batch_end(self, runner):
+        self._aggregate({batch}, runner.batch_metrics)
+
+    def on_loader_end(self, runner):
+        self._aggregate("loader", runner.loader_metrics)
+"""
+
+
+@pytest.mark.parametrize(
+    "test, batch, reported",
+    [
+        ('== "loader"', '"batch"', False),  # only the once-per-loader call passes "loader"
+        ('!= "batch"', '"batch"', False),
+        ('== "loader"', "runner.scope", True),  # what the per-step call passes is not seen
+        ('!= "loader"', '"batch"', True),  # the per-step call runs the block
+    ],
+)
+def test_a_block_for_a_mode_the_per_step_call_does_not_pass_is_no_step(run_cli, project, test, batch, reported):
+    found = findings(run_cli, project, {"cb.py": SCOPED.format(test=test, batch=batch)}, "--select", "XLA103")
+    assert (("cb.py", 9, "XLA103") in found) is reported
 
 
 @pytest.mark.parametrize("text, names", [("xla:0", True), ("--use_tpu", True), ("Train on TPUs", True),

@@ -132,7 +132,7 @@ class GradScalerStep(Rule):
             import torch
             scaler = torch.cuda.amp.GradScaler()
             for x, y in loader:
-                with torch.autocast("cuda", dtype=torch.float16):
+                with torch.autocast(device.type, dtype=torch.float16):
                     loss = loss_fn(model(x), y)
                 scaler.scale(loss).backward()
                 scaler.step(optimizer)

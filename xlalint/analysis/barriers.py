@@ -98,12 +98,41 @@ class StepBarriers:
             return True
         if name == "sync" and qualified.split(".")[0] in ("torch_xla", "torchax", "xlalint"):
             return True
+        if isinstance(call.func, ast.Name) and not call.args and self.aliases_barrier(call.func):
+            return True
         # `trainer.optimizer_step()`, `self.optimizer_step()` defined elsewhere: can't tell, assume it cuts
         return (
             name == "optimizer_step"
             and not qualified.startswith(("torch_xla.", "xlalint."))
             and not any(True for _ in local_callees_of(self.ctx, call))
         )
+
+    def aliases_barrier(self, name: ast.Name) -> bool:
+        """`name` is bound to a barrier function, not called there: `sync = xm.mark_step`,
+        `sync = getattr(torch_xla, "sync", None) or xm.mark_step` (the newer API where there is
+        one), with a no-op (`sync = lambda: None`) where torch_xla is missing, which needs no
+        barrier. Every value it is assigned is one of those, and one is a barrier."""
+        if name.id in self.ctx.index.functions:
+            return False  # a function of this module of that name
+        kinds = [self._barrier_reference(v) for v in self.ctx.values_in_scope(name)]
+        return bool(kinds) and None not in kinds and True in kinds
+
+    def _barrier_reference(self, value: ast.expr) -> bool | None:
+        """True for a reference to a barrier function, False for a no-op lambda, else None."""
+        if isinstance(value, ast.Lambda):
+            body = value.body
+            return False if isinstance(body, ast.Constant) and body.value is None else None
+        if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
+            kinds = [self._barrier_reference(v) for v in value.values]
+            return True if True in kinds and None not in kinds else None
+        if isinstance(value, ast.Call) and dotted_name(value.func) == "getattr" and len(value.args) >= 2:
+            # `getattr(torch_xla, "sync", None)`: the function, or None where it is missing
+            module, attribute = value.args[0], string_value(value.args[1])
+            qualified = self.ctx.qualified_name(module) or ""
+            return True if attribute is not None and f"{qualified}.{attribute}" in SYNC_CALLS else None
+        if isinstance(value, (ast.Name, ast.Attribute)):
+            return True if (self.ctx.qualified_name(value) or "") in SYNC_CALLS else None
+        return None
 
     def barriers(self, top: ast.AST) -> list[tuple[ast.Call, frozenset]]:
         """The barrier calls that `top` (a loop or function) runs, directly or through module-local

@@ -122,16 +122,27 @@ class FileContext:
         """A module that places its tensors on CUDA (or MPS) explicitly (`placement.off_xla_placement`)
         and that no XLA code reaches. In a project that runs on XLA elsewhere: the project's GPU path
         or an evaluation on another device, which no XLA module calls. In a project with no XLA code
-        at all: a CUDA training script or tool, where a host read is no graph cut. None of it runs on
-        XLA, so the XLA rules leave it alone; `--assume-xla` (the migration view: the user says the
-        code moves to XLA) judges it all."""
+        at all: a CUDA training script or tool, where a host read is no graph cut; one that takes
+        its device from a project function of such a module counts too (`ProjectFacts.off_xla_device`).
+        None of it runs on XLA, so the XLA rules leave it alone; `--assume-xla` (the migration view:
+        the user says the code moves to XLA) judges it all."""
         from .placement import ONLY_OFF_XLA, off_xla_placement
 
-        # the module's own evidence first: the project's facts are asked only of a module placed
-        # off XLA (a question asked is one the shared first-pass analysis must answer again)
-        placement = None if self.uses_xla else off_xla_placement(self)
-        if placement is None:
+        # the module's own evidence first: the project's facts are asked of a module placed off XLA,
+        # or of one that shows no placement of its own, where the project's one flag of a device
+        # taken from elsewhere is asked first (a question asked is one the shared first-pass
+        # analysis must answer again)
+        if self.uses_xla:
             return False
+        placement = off_xla_placement(self)
+        if placement is None:
+            # in a project with no XLA code, a device taken from a project function of another
+            # backend's module (`_, device = setup()` of a `common.py` that picks CUDA) places it too
+            return (
+                bool(self.project.off_xla_device)
+                and not self.project.project_uses_xla
+                and off_xla_placement(self, device_from_elsewhere=True) is not None
+            )
         if not self.project.project_uses_xla:
             return True
         # a device a caller chooses may be XLA's; a helper the XLA scripts call (a meter whose sync

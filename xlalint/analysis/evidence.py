@@ -45,7 +45,7 @@ from .steps import (
     test_entry,
     trains,
 )
-from .tensors import Kind
+from .tensors import Kind, TensorInference, returned_values
 
 if TYPE_CHECKING:
     from .file import File
@@ -358,6 +358,16 @@ def _passed_from_device(ctx: File, func: Any, param: ast.arg) -> bool:
     return any((name, key, "dev") in facts for key in keys)
 
 
+def _returns_python_values(ctx: File, call: ast.Call) -> bool:
+    """`call` runs a function of this module whose every `return` gives a Python value
+    (`return pair.cpu().tolist()`, `return a.item(), b.item()`): its device arguments are read
+    there, and what it hands back is no device value, whatever the kind of the call's value says
+    (a size read from data still counts as data for the rules that ask)."""
+    assert isinstance(call.func, ast.Name)
+    values = returned_values(ctx, call.func.id, call)
+    return bool(values) and all(ctx.cached(TensorInference).python_value(v) for v in values)
+
+
 def _device_origin(ctx: File, expr: ast.expr, depth: int) -> tuple[ast.AST, str] | None:
     """The expression that makes `expr` a device value, followed back through names, attributes,
     subscripts, methods and operations; None when none is seen."""
@@ -414,6 +424,8 @@ def _device_origin(ctx: File, expr: ast.expr, depth: int) -> tuple[ast.AST, str]
                     return found
         return None
     if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Name) and _returns_python_values(ctx, expr):
+            return None  # `loss_val, aux_val = reduced(loss, aux)`: it read them; it hands back numbers
         recv = receiver(expr) if method_name(expr) else None
         if kind == Kind.DEVICE:  # placed on a device, a model's output, a collective
             # `out.sum()`, `loss.detach()`: where the device value they compute on comes from

@@ -271,11 +271,23 @@ DEVICE_CHOOSERS = ("accelerate", "lightning", "pytorch_lightning", "lightning_fa
 # What `off_xla_placement` finds of a module's own devices.
 ONLY_OFF_XLA, ALSO_CHOSEN = "only", "also-chosen"
 
+# `torch.autocast("cuda")`, `torch.amp.autocast(device_type="mps")`: the code they wrap computes on the
+# device type they name; `torch.cuda.amp.autocast()` names CUDA by its module.
+AUTOCASTS = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
+BACKEND_AUTOCASTS = {"torch.cuda.amp.autocast": "cuda", "torch.cpu.amp.autocast": "cpu"}
+# `torch.cuda.set_device(rank)`: the process computes on a CUDA device.
+CUDA_BINDINGS = {"torch.cuda.set_device"}
+# `torch.cuda.current_device()`: the CUDA device the process is bound to (its index), as a device.
+CUDA_CURRENT = {"torch.cuda.current_device"}
 
-def off_xla_placement(ctx: File) -> str | None:
+
+def off_xla_placement(ctx: File, *, device_from_elsewhere: bool = False) -> str | None:
     """How the module puts its tensors on another backend, from one pass over its device arguments:
     a device it names resolves to `"cuda"`, `"cuda:0"` or `"mps"` (`.cuda()`, `torch.device("cuda"
-    if ... else "cpu")`, `device = "cuda"` then `.to(device)`), and nothing in it names XLA or a TPU.
+    if ... else "cpu")`, `device = "cuda"` then `.to(device)`, `torch.cuda.current_device()`), or
+    the code it runs computes on such a device (`torch.autocast("cuda")` or `torch.cuda.amp.autocast()`
+    switched on, `torch.cuda.set_device(rank)`), or `device_from_elsewhere` (it takes its device from
+    a project function of such code, see `returns_device`); and nothing in it names XLA or a TPU.
     `ONLY_OFF_XLA` when every device it names resolves so; `ALSO_CHOSEN` when some device is a
     parameter or another call's result (one a caller could make XLA where the project runs on XLA
     elsewhere; in a project with no XLA code no caller can). None when it shows no such placement,
@@ -283,7 +295,7 @@ def off_xla_placement(ctx: File) -> str | None:
     TPU host it hands that code an XLA device)."""
     if any(b.qualified.split(".")[0] in DEVICE_CHOOSERS for b in ctx.index.imports.values()):
         return None
-    found = chosen = False
+    found, chosen = device_from_elsewhere, False
     for call in ctx.index.calls:
         for given in _device_arguments(call):
             kinds = _device_kinds(ctx, given, 0)
@@ -295,12 +307,39 @@ def off_xla_placement(ctx: File) -> str | None:
                 found = found or any(k != "cpu" for k in kinds if isinstance(k, str))
         if method_name(call) == "cuda":
             found = True
+        kinds = _computes_on(ctx, call)
+        if kinds is not None:
+            if True in kinds:
+                return None  # `torch.autocast("xla")`
+            found = found or any(k != "cpu" for k in kinds if isinstance(k, str))
     if not found or any(
         isinstance(node, ast.Constant) and isinstance(node.value, str) and NAMES_XLA.search(node.value)
         for node in ctx.index.by_type.get(ast.Constant, ())
     ):
         return None
     return ALSO_CHOSEN if chosen else ONLY_OFF_XLA
+
+
+def _computes_on(ctx: File, call: ast.Call) -> set[str | bool] | None:
+    """The device types the code `call` wraps or binds computes on: an autocast region it switches
+    on (`torch.autocast("cuda", dtype=...)`, `torch.cuda.amp.autocast()`), a process bound to a CUDA
+    device (`torch.cuda.set_device(rank)`). None for other calls, for a device type the module does
+    not resolve (`x.device.type`: wherever `x` is), and for an autocast switched off
+    (`enabled=False`: a region kept in full precision, on whatever device it runs)."""
+    qualified = ctx.qualified_name(call.func) or ""
+    if qualified in CUDA_BINDINGS:
+        return {"cuda"}
+    if qualified in BACKEND_AUTOCASTS:
+        kinds: set[str | bool] | None = {BACKEND_AUTOCASTS[qualified]}
+    elif qualified in AUTOCASTS:
+        given = keyword_value(call, "device_type") or next(iter(positional(call)), None)
+        kinds = _device_kinds(ctx, given, 0) if given is not None else None
+    else:
+        return None
+    enabled = keyword_value(call, "enabled")
+    if isinstance(enabled, ast.Constant) and enabled.value is False:
+        return None
+    return kinds
 
 
 def _device_arguments(call: ast.Call) -> list[ast.expr]:
@@ -319,7 +358,7 @@ def _device_like(expr: ast.expr) -> bool:
     if isinstance(expr, ast.Constant):
         return isinstance(expr.value, str)
     if isinstance(expr, ast.Call):
-        return dotted_name(expr.func) in ("torch.device", "device")
+        return dotted_name(expr.func) in ("torch.device", "device", *CUDA_CURRENT)
     name = last_part(dotted_name(expr) or "").lower()
     return any(part in name for part in DEVICE_NAME)
 
@@ -340,6 +379,8 @@ def _device_kinds(ctx: File, expr: ast.expr, depth: int) -> set[str | bool] | No
     if isinstance(expr, ast.Call):
         if dotted_name(expr.func) in XLA_DEVICE_CALLS:
             return {True}
+        if dotted_name(expr.func) in CUDA_CURRENT:
+            return {"cuda"}
         if dotted_name(expr.func) in ("torch.device", "device") and positional(expr):
             return _device_kinds(ctx, positional(expr)[0], depth + 1)
         return None

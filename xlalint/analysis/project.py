@@ -24,6 +24,7 @@ from .guards import names_non_xla_feature
 from .index import FUNCTIONS, qualname
 from .loaders import returned_ragged_loaders, training_sources
 from .names import dotted_name, last_part, method_name, receiver
+from .placement import OTHER_DEVICES, off_xla_placement
 from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
 from .steps import (
     HOOK_NAME,
@@ -130,6 +131,9 @@ class ProjectFacts:
     # its top-level classes (CapWords names) that no other module mentions, in code or in a string, in
     # a project that trains somewhere (its own code builds the models it runs)
     unmentioned_classes: frozenset[str] = frozenset()
+    # it calls a project function that returns a device, in a module placed on another backend
+    # (`placement.off_xla_placement`): `device = setup()` of a `common.py` that picks CUDA
+    off_xla_device: bool = False
 
     def key(self) -> str:
         return repr(
@@ -153,6 +157,7 @@ class ProjectFacts:
                 self.project_uses_xla,
                 self.called_from_xla,
                 sorted(self.unmentioned_classes),
+                self.off_xla_device,
             )
         )
 
@@ -191,6 +196,7 @@ class ProjectFacts:
             self.project_uses_xla,
             self.called_from_xla,
             self.unmentioned_classes,
+            self.off_xla_device,
         )
 
 
@@ -228,6 +234,8 @@ class ModuleSummary:
     compile_disabled: list[str] = field(default_factory=list)
     imports_xla: bool = False
     xla_devices: list[str] = field(default_factory=list)  # functions that return an XLA device
+    # functions that return a device in a module placed on another backend (`returns_device`)
+    off_xla_devices: list[str] = field(default_factory=list)
     # qualname -> [position without self, name] of the parameters a training loop iterates
     loader_params: dict[str, list[list]] = field(default_factory=dict)
     # qualname -> [line of the DataLoader(...), index in the returned tuple or -1] (see loaders)
@@ -364,11 +372,17 @@ def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
         summary.loader_params[qualname(index, func)] = [list(p) for p in params]
     has_loaders = "DataLoader" in index.all_names
     has_reads = any(host_read(c)[0] for c in index.calls)
+    off_xla: bool | None = None  # asked once, of a module with a function that returns a device
     for defs in index.functions.values():
         for func in defs:
             qualified = qualname(index, func)
             if returns_xla_device(ctx, func):
                 summary.xla_devices.append(qualified)
+            elif returns_device(ctx, func):
+                if off_xla is None:
+                    off_xla = not ctx.imports_xla and off_xla_placement(ctx) is not None
+                if off_xla:
+                    summary.off_xla_devices.append(qualified)
             if has_loaders and not ctx.imports_xla:  # in XLA code, XLA311 reports the loader itself
                 found = returned_ragged_loaders(ctx, func)
                 if found:
@@ -433,6 +447,26 @@ def returns_xla_device(ctx, func: ast.AST) -> bool:
             if any(isinstance(v, ast.Call) and ctx.qualified_name(v.func) in XLA_DEVICE for v in values):
                 return True
     return False
+
+
+def returns_device(ctx, func: ast.AST) -> bool:
+    """`func` returns a device, alone or in a tuple (`return rank, device`): a `torch.device(...)`
+    or a device string (`return "cuda"`), directly or through the name it is assigned to."""
+    for node in ast.walk(func):
+        if isinstance(node, ast.Return) and node.value is not None and ctx.index.enclosing_function(node) is func:
+            returned = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            for item in returned:
+                values = ctx.reaching_values(item) if isinstance(item, ast.Name) else [item]
+                if any(_is_device(ctx, v) for v in values):
+                    return True
+    return False
+
+
+def _is_device(ctx, value: ast.expr) -> bool:
+    if isinstance(value, ast.Call):
+        return ctx.qualified_name(value.func) == "torch.device"
+    text = value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+    return text is not None and text.split(":")[0] in OTHER_DEVICES
 
 
 def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
@@ -865,7 +899,7 @@ class ProjectIndex:
                 helper_reads[summary.path].add(((call.line, call.column), call.callee, path, tuple(reads)))
         static = self._static_methods()
         compiled = self._compiled(resolved)
-        helper_calls, xla_device = self._helper_calls(resolved)
+        helper_calls, xla_device, off_xla_device = self._helper_calls(resolved)
         replicas = {path for summary, _, (path, _) in resolved if summary.launches_replicas and path != summary.path}
         device_loaders: dict[str, set[tuple[str, str]]] = defaultdict(set)
         overridden: set[tuple[str, str]] = set()  # `self.m(loader)`: any override of `m` gets it too
@@ -905,6 +939,7 @@ class ProjectIndex:
                 uses_xla,
                 path in from_xla,
                 unmentioned.get(path, frozenset()),
+                path in off_xla_device,
             )
             for path in self.summaries
         }
@@ -1054,16 +1089,20 @@ class ProjectIndex:
                 spread[path][name] = options.key()
         return spread
 
-    def _helper_calls(self, resolved) -> tuple[dict[str, set], set[str]]:
+    def _helper_calls(self, resolved) -> tuple[dict[str, set], set[str], set[str]]:
         """Per module, its calls of functions with a fact for their call sites (see
-        `ProjectFacts.helper_calls`), and whether it calls one returning an XLA device."""
+        `ProjectFacts.helper_calls`), and whether it calls one returning an XLA device, or one
+        returning a device of another backend's module."""
         found: dict[str, set] = defaultdict(set)
         xla_device: set[str] = set()
+        off_xla_device: set[str] = set()
         for summary, call, (path, name) in resolved:
             target = self.summaries[path]
             at = (call.line, call.column)
             if name in target.xla_devices:
                 xla_device.add(summary.path)
+            if name in target.off_xla_devices and path != summary.path:
+                off_xla_device.add(summary.path)
             for position, param in target.loader_params.get(name, ()):
                 found[summary.path].add(
                     (at, "trains_on", call.callee, path, f"{'' if position is None else position}:{param}")
@@ -1080,7 +1119,7 @@ class ProjectIndex:
             if name in target.state_reads and call.hot and not _delegates_to_own_step(summary, call, target, name):
                 line, what = target.state_reads[name][0]
                 found[summary.path].add((at, "reads_state", call.callee, path, f"{line}:{what}"))
-        return found, xla_device
+        return found, xla_device, off_xla_device
 
     def _static_methods(self) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
         """filter_jit methods whose name no other method or function of the project has: a call of
@@ -1186,6 +1225,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
         "compile_disabled": s.compile_disabled,
         "imports_xla": s.imports_xla,
         "xla_devices": s.xla_devices,
+        "off_xla_devices": s.off_xla_devices,
         "loader_params": s.loader_params,
         "ragged_loaders": s.ragged_loaders,
         "optimizer_steps": s.optimizer_steps,
@@ -1219,6 +1259,7 @@ def summary_from_json(data: dict) -> ModuleSummary:
         list(data.get("compile_disabled", [])),
         imports_xla=bool(data.get("imports_xla")),
         xla_devices=list(data.get("xla_devices", [])),
+        off_xla_devices=list(data.get("off_xla_devices", [])),
         loader_params={k: [list(p) for p in v] for k, v in data.get("loader_params", {}).items()},
         ragged_loaders={k: [list(p) for p in v] for k, v in data.get("ragged_loaders", {}).items()},
         optimizer_steps=dict(data.get("optimizer_steps", {})),

@@ -1121,7 +1121,9 @@ def runs_hot(ctx: File, node: ast.AST, depth: int = 0) -> bool:
         ):
             return True
         sites = _call_sites(ctx, func)
-        return not sites or any(runs_hot(ctx, site, depth + 1) for site in sites)
+        if not sites:
+            return True
+        return any(runs_hot(ctx, site, depth + 1) for site in sites if not _passes_past(ctx, site, node, func))
     if func is not None and func in ctx.per_call_functions and not _site_excluded(ctx, node):
         return True
     return False
@@ -1136,6 +1138,34 @@ def _in_step_loop_within(ctx: File, node: ast.AST, func: ast.AST) -> bool:
         field = ctx.index.field_of(child)
         if _runs_each_iteration(ctx, anc, field):
             return not _periodic_pass(ctx, anc)
+        child = anc
+    return False
+
+
+def _passes_past(ctx: File, call: ast.Call, node: ast.AST, func: Function) -> bool:
+    """`call` of `func` passes a constant that keeps `node` from running: `node` is in a block of
+    an `if mode == "epoch":` (or `!=`) on a parameter of `func`, and the test, with the constant
+    `call` passes for it (`self._log("batch", ...)`), leads elsewhere."""
+    params = [*func.args.posonlyargs, *func.args.args]
+    method = isinstance(ctx.index.parent(func), ast.ClassDef)
+    offset = 1 if method and params and params[0].arg in ("self", "cls") else 0
+    child = node
+    for anc in ctx.index.ancestors(node):
+        if anc is func:
+            return False
+        field = ctx.index.field_of(child)
+        test = anc.test if isinstance(anc, ast.If) and field in ("body", "orelse") else None
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+            sides = (test.left, test.comparators[0])
+            name = next((side.id for side in sides if isinstance(side, ast.Name)), None)
+            wanted = next((side for side in sides if isinstance(side, ast.Constant)), None)
+            param = next((p for p in [*params, *func.args.kwonlyargs] if p.arg == name), None)
+            if param is not None and wanted is not None:
+                passed = argument(call, params.index(param) - offset if param in params else None, param.arg)
+                if isinstance(passed, ast.Constant):
+                    holds = (passed.value == wanted.value) == isinstance(test.ops[0], ast.Eq)
+                    if holds != (field == "body"):
+                        return True
         child = anc
     return False
 

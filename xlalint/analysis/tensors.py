@@ -315,6 +315,39 @@ TO_DEVICE_CALL = re.compile(
 )
 
 
+# Tensor methods and torch factories whose positional arguments are sizes (`x.view(B, H // w, -1)`,
+# `torch.zeros((1, H, W, 1))`): Python ints, or tuples of them.
+SIZE_METHODS = {"view", "reshape", "expand", "new_zeros", "new_ones", "new_empty"}
+SIZE_FACTORIES = {"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"}
+
+
+def _size_operands(expr: ast.expr) -> set[str]:
+    """The names a size argument computes with: `H // w` -> {H, w}, `(1, H, W, 1)` -> {H, W}."""
+    if isinstance(expr, ast.Name):
+        return {expr.id}
+    if isinstance(expr, ast.BinOp):
+        return _size_operands(expr.left) | _size_operands(expr.right)
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return {n for e in expr.elts for n in _size_operands(e)}
+    return set()
+
+
+def _computed(ctx: File, expr: ast.expr, depth: int = 0) -> bool:
+    """`expr` is the result of an operation (`x.amax(0)[:2]`, through the names it is assigned to),
+    not a parameter handed on or unpacked (`H, W = x_size`)."""
+    if depth > 8:
+        return False
+    if isinstance(expr, ast.Name):
+        return any(_computed(ctx, v, depth + 1) for v in ctx.reaching_values(expr))
+    if isinstance(expr, (ast.Subscript, ast.Attribute)):
+        return _computed(ctx, expr.value, depth + 1)
+    if isinstance(expr, ast.BinOp):
+        return _computed(ctx, expr.left, depth + 1) or _computed(ctx, expr.right, depth + 1)
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return any(_computed(ctx, e, depth + 1) for e in expr.elts)
+    return isinstance(expr, ast.Call)
+
+
 def combine(*kinds: Kind) -> Kind:
     return max(kinds, default=Kind.NOT_TENSOR)
 
@@ -333,6 +366,7 @@ class TensorInference:
         self.provisional: dict[ast.AST, Kind] = {}
         self.active: set[ast.AST] = set()
         self.cycles = 0  # recursion-guard hits
+        self.size_names: dict[ast.AST, frozenset[str]] = {}  # function -> names it computes sizes with
 
     def kind(self, node: ast.expr | None) -> Kind:
         if node is None:
@@ -503,6 +537,15 @@ class TensorInference:
         default = param_default(func, param) if func is not None else None
         if default is not None and not is_constant(default, None):
             return Kind.NOT_TENSOR  # a literal/config default: a hyper-parameter, not data
+        if isinstance(func, FUNCTIONS) and self._used_as_size(func, param):
+            # `def window_reverse(windows, w, H, W): windows.view(B, H // w, W // w, ...)`, or
+            # `H, W = x_size` then `x.view(B, H, W, C)`: a size, unless a caller evidently passes a tensor
+            passed = self._passed(param)
+            if passed in (Kind.DEVICE, Kind.CPU) or (
+                passed == Kind.TENSOR and any(_computed(self.ctx, v) for v in self.ctx.arguments_for(param) if v)
+            ):
+                return passed
+            return Kind.NOT_TENSOR
         if isinstance(func, FUNCTIONS) and is_named_step(self.ctx, func) and self.ctx.is_step_function(func):
             return Kind.TENSOR  # forward(self, x), training_step(self, batch, ...): data
         passed = self._passed(param) if isinstance(func, FUNCTIONS) else Kind.UNKNOWN
@@ -516,6 +559,33 @@ class TensorInference:
         if host is not None:
             return host  # every call in the project passes a host value (`summarize(out.cpu())`)
         return Kind.TENSOR if TENSOR_NAME.match(name) else Kind.UNKNOWN
+
+    def _used_as_size(self, func: ast.FunctionDef | ast.AsyncFunctionDef, param: ast.arg) -> bool:
+        """`func` computes a size argument of a reshape or a factory (`SIZE_METHODS`,
+        `SIZE_FACTORIES`) with the parameter, or with a name it unpacks the parameter into."""
+        sizes = self.size_names.get(func)
+        if sizes is None:
+            sizes = self.size_names[func] = self._size_names(func)
+        if param.arg in sizes:
+            return True
+        return any(
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == param.arg
+            and any(
+                isinstance(t, ast.Tuple) and {n.id for n in ast.walk(t) if isinstance(n, ast.Name)} & sizes
+                for t in node.targets
+            )
+            for node in func.body
+        )
+
+    def _size_names(self, func: ast.AST) -> frozenset[str]:
+        found: set[str] = set()
+        for call in self.ctx.calls_within(func):
+            if method_name(call) in SIZE_METHODS or self.ctx.qualified_name(call.func) in SIZE_FACTORIES:
+                for arg in positional(call):
+                    found |= _size_operands(arg)
+        return frozenset(found)
 
     def _host_everywhere(self, func: ast.FunctionDef | ast.AsyncFunctionDef, param: ast.arg) -> Kind | None:
         """CPU (a host tensor) or NOT_TENSOR (a Python value) when every call of `func` the project
@@ -689,6 +759,19 @@ class TensorInference:
         values = returned_values(self.ctx, name, call)
         kinds = [self.kind(v) for v in values]
         return combine(*kinds) if kinds and all(k >= Kind.CPU for k in kinds) else None
+
+    def python_value(self, expr: ast.expr, depth: int = 0) -> bool:
+        """`expr` is a Python value as computed (`t.tolist()`, `(a.item(), b.item())`), through the
+        names it is assigned to; not a list, dict or set display, which the code may fill with
+        tensors afterwards (`out = []`, then `out.append(t)`)."""
+        if depth > 8 or isinstance(expr, (ast.List, ast.Dict, ast.Set)):
+            return False
+        if isinstance(expr, ast.Tuple):
+            return all(self.python_value(e, depth + 1) for e in expr.elts)
+        if isinstance(expr, ast.Name):
+            values = self.ctx.reaching_values(expr)
+            return bool(values) and all(self.python_value(v, depth + 1) for v in values)
+        return self.kind(expr) == Kind.NOT_TENSOR
 
     def _submodule(self, name: str) -> bool:
         """`self.<name>` is assigned a module instance (`nn.Linear(...)`, `Encoder(...)`) in the class."""
