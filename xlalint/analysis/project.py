@@ -12,6 +12,7 @@ from the same `ast` analysis as the rules and cached by content hash.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -652,16 +653,17 @@ class ProjectIndex:
         """`pkg.helpers` where `pkg` has no `__init__.py` (a namespace package, PEP 420): the file
         `pkg/helpers.py` (or `pkg/helpers/__init__.py`) in the nearest folder above the importer
         that has it, as when that folder is on `sys.path`."""
-        folder = str(Path(near.path).parent)
+        folder = os.path.dirname(near.path)
         key = (qualified, folder)
         found = self._namespace.get(key)
         if found is None:  # asked for every call of every module: once per (name, folder)
-            relative = Path(*qualified.split("."))
+            # strings, not `Path`s (the same paths: summaries' paths are absolute and resolved)
+            relative = os.path.join(*qualified.split("."))
             found = self._namespace[key] = [
                 summary
-                for above in (Path(folder), *Path(folder).parents)
-                for candidate in (above / relative.with_suffix(".py"), above / relative / "__init__.py")
-                if (summary := self.summaries.get(str(candidate))) is not None
+                for above in _folders_up(folder)
+                for candidate in (os.path.join(above, relative + ".py"), os.path.join(above, relative, "__init__.py"))
+                if (summary := self.summaries.get(candidate)) is not None
             ][:2]
         return next((s for s in found if s is not near), None)
 
@@ -1040,6 +1042,16 @@ class ProjectIndex:
             elif call.hot and call.caller:
                 edges[(summary.path, call.caller)].append(target)
         return _reachable(hot, edges)
+
+
+def _folders_up(folder: str):
+    """`folder` and each folder above it, as `(Path(folder), *Path(folder).parents)` gives them."""
+    while True:
+        yield folder
+        above = os.path.dirname(folder)
+        if not folder or above == folder:
+            return
+        folder = above
 
 
 def _reachable(seeds: set[FunctionRef], edges: dict[FunctionRef, list[FunctionRef]]) -> set[FunctionRef]:
