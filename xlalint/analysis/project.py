@@ -393,11 +393,16 @@ def hook_names_used(ctx) -> set[str]:
 
 def returns_xla_device(ctx, func: ast.AST) -> bool:
     """`def get_device(): return xm.xla_device()`: code that takes its device from here runs on XLA."""
-    for node in ast.walk(func):
-        if isinstance(node, ast.Return) and node.value is not None and ctx.index.enclosing_function(node) is func:
-            values = ctx.reaching_values(node.value) if isinstance(node.value, ast.Name) else [node.value]
-            if any(isinstance(v, ast.Call) and ctx.qualified_name(v.func) in XLA_DEVICE for v in values):
-                return True
+    returns = ctx.analysis_cache.get("returns")
+    if returns is None:  # each function's own `return`s, found once per module (not a walk per function)
+        returns = ctx.analysis_cache["returns"] = defaultdict(list)
+        for node in ctx.index.by_type.get(ast.Return, ()):
+            if node.value is not None:
+                returns[ctx.index.enclosing_function(node)].append(node)
+    for node in returns.get(func, ()):
+        values = ctx.reaching_values(node.value) if isinstance(node.value, ast.Name) else [node.value]
+        if any(isinstance(v, ast.Call) and ctx.qualified_name(v.func) in XLA_DEVICE for v in values):
+            return True
     return False
 
 
