@@ -876,8 +876,10 @@ def loop_data(ctx: FileContext, loop: ast.AST) -> set[str]:
     }
     # each assignment's value read once: the names it reads as data, and the names it binds
     assignments = [
-        (_read_names(n.value), [name for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-                                for name in _bound_names(t)])
+        (
+            _read_names(n.value),
+            [name for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for name in _bound_names(t)],
+        )
         for stmt in loop.body
         for n in ast.walk(stmt)
         if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None

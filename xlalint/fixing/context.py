@@ -129,7 +129,10 @@ class CstContext:
             statement = self.module.body[number]
             last = number == len(self.module.body) - 1
             alone = self.module.with_changes(
-                body=[statement], header=(), footer=(), has_trailing_newline=self.module.has_trailing_newline or not last
+                body=[statement],
+                header=(),
+                footer=(),
+                has_trailing_newline=self.module.has_trailing_newline or not last,
             )
             raw = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
             first, last_line = statements.lines[number]
@@ -137,7 +140,9 @@ class CstContext:
             if raw[statement].start.column != 0 or raw[statement].end.line + shift != last_line:
                 return None  # not the statement the `ast` says is there: never guessed
             positions = {
-                n: CodeRange(CodePosition(w.start.line + shift, w.start.column), CodePosition(w.end.line + shift, w.end.column))
+                n: CodeRange(
+                    CodePosition(w.start.line + shift, w.start.column), CodePosition(w.end.line + shift, w.end.column)
+                )
                 for n, w in raw.items()
                 if n is not alone
             }
