@@ -16,7 +16,7 @@ import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from ..diagnostics import HIGH
@@ -688,8 +688,11 @@ class ProjectIndex:
         parts = qualified.split(".")
         for split in range(len(parts) - 1, 0, -1):
             head = parts[split]
-            ending = _module_ending(parts[:split])
-            found = [s for s in self.defining(head) if s is not near and ending.search(s.name)]
+            defining = self.defining(head)
+            if not defining:  # (most names: no pattern to build)
+                continue
+            ending = _module_ending(tuple(parts[:split]))
+            found = [s for s in defining if s is not near and ending.search(s.name)]
             if len(found) == 1:
                 return found[0], ".".join(parts[split:])
         return None
@@ -1071,7 +1074,8 @@ def _reachable(seeds: set[FunctionRef], edges: dict[FunctionRef, list[FunctionRe
     return found
 
 
-def _module_ending(parts: list[str]) -> re.Pattern:
+@lru_cache(maxsize=4096)
+def _module_ending(parts: tuple[str, ...]) -> re.Pattern:
     """Matches a module name ending with the dotted `parts`, whether as packages (`src.utils.trainer`)
     or joined into one file name (`kwt_utils_trainer`)."""
     return re.compile(r"(^|[._])" + r"[._]+".join(map(re.escape, parts)) + "$")
