@@ -23,17 +23,17 @@ after one file changed (the largest module); TorchFix (`--select ALL`) and Ruff 
 cache). xlalint runs from compiled bytecode, as an installed copy does (see `ENV`).
 
 Figures (issue 39), CPU seconds (user + system of the process and its workers: the 2-core machine
-was shared with other jobs, so wall times say little), one run of `--repeat 2 --one-file
-open_clip src/open_clip_train/train.py pytorch/xla` before (a2e9ef9) and after the round:
+was shared with other jobs, so wall times say little). Before (a2e9ef9) and after the round, each
+the minimum of 2 runs interleaved (cold rows), or of `lint_speed.py --repeat 2` (warm rows):
 
                                       before    after   (pytorch/xla: 367 files, 82k lines)
     ast.parse, every file               0.53     0.52
-    cold, 2 jobs                       19.11    15.87   (30.4x ast.parse; target <= 15x: not met)
-    cold, --jobs 1                     18.40    16.50
+    cold, 2 jobs                       16.92    15.51   (29.8x ast.parse; target <= 15x: not met)
+    cold, --jobs 1                     17.76    16.43
     warm, nothing changed               0.55     0.48   (0.54 s wall; target < 0.5 s)
     warm, the largest module changed    1.55     1.08
-    open_clip (114 files), train.py alone: cold 2.98 -> 2.38 (2.38 s wall, target < 2.5 s), warm
-    0.25 -> 0.23 (0.23 s wall, target < 0.3 s); start-up (`--version`) 0.18-0.20.
+    open_clip (114 files), src/open_clip_train/train.py alone: cold 2.55 -> 2.31 (1.46 s wall on 2
+    jobs, target < 2.5 s), warm 0.25 -> 0.23 (0.23 s wall, target < 0.3 s); start-up 0.18-0.20.
 
 Without bytecode (PYTHONDONTWRITEBYTECODE=1, as in the sandbox these were measured in) every start
 compiles each module again: start-up 0.41 s, a warm one-file check 0.46 s.
