@@ -14,6 +14,12 @@ set to 0 (`initializationOptions: {"debounce": 0}`), so a figure is the check it
 protocol's round trip; in an editor add the debounce (0.25 s after the last keystroke). Each row
 prints the median and the minimum of N edits, the server's median CPU time per edit (on a shared
 machine wall time includes waiting for a core), and the findings published (the same each time).
+
+Figures (issue 39; `--repeat 5`, CPU median per edit, a shared 2-core machine): before (a2e9ef9)
+1,000 lines 140 ms, 10,000 lines 1,850 ms; after 130 ms (target < 150 ms) and 1,280 ms (target
+< 1 s: not met; a quarter of it was the garbage collector scanning the server's heap, now frozen
+and collected less often; the rest is the analysis and rules of the edited buffer, linear in its
+lines). 164 and 1,664 findings both times.
 """
 
 from __future__ import annotations

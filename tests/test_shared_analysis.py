@@ -285,3 +285,38 @@ def test_the_cached_facts_keep_every_field():
     for field in fields(ProjectFacts):  # each field on its own, the others at their defaults
         alone = ProjectFacts(**{field.name: values[field.name]})
         assert workspace._facts_from_json(json.loads(json.dumps(workspace._facts_to_json({"m": alone}))))["m"] == alone
+
+
+def _findings(run_cli, *args):
+    code, out, err = run_cli(
+        "check", "--preview", "--confidence", "possible", "--jobs", "1", "--output-format", "json", *args
+    )
+    assert code in (0, 1) and err == "", err
+    return sorted(json.dumps(d, sort_keys=True) for d in json.loads(out))
+
+
+def test_each_file_checked_alone_has_the_findings_of_the_whole_project_check(run_cli, trainer, tmp_path):
+    """One file checked alone (cold, then warm from a cache that whole-project run wrote, then after
+    an edit elsewhere) gets exactly the findings it gets in a cold check of the whole project,
+    those that only other modules establish included (a helper another module calls every step, a
+    helper elsewhere that reads its argument on the host, a hook, a filter_jit method)."""
+    whole = _findings(run_cli, "--no-cache", trainer)
+    by_file: dict[str, list[str]] = {}
+    for entry in whole:
+        by_file.setdefault(Path(json.loads(entry)["filename"]).resolve().as_posix(), []).append(entry)
+    cross = {(Path(name).name, json.loads(e)["code"]) for name, entries in by_file.items() for e in entries}
+    assert {("metrics.py", "XLA101"), ("loop.py", "XLA109"), ("hooks.py", "XLA101"), ("serve.py", "JAX109")} <= cross
+    cache = ["--cache-dir", tmp_path / "cache"]
+    _findings(run_cli, *cache, trainer)  # a warm cache, as a whole-project run leaves it
+    for name in MODULES:
+        if not name.endswith(".py"):
+            continue
+        path = (trainer / name).resolve()
+        expected = sorted(by_file.get(path.as_posix(), []))
+        assert _findings(run_cli, "--no-cache", path) == expected, f"{name}, cold"
+        assert _findings(run_cli, *cache, path) == expected, f"{name}, warm"
+    # an edit elsewhere that changes nothing the project says: the same findings, from a fresh summary
+    (trainer / "trainer" / "model.py").write_text(MODULES["trainer/model.py"] + "\n# edited\n", encoding="utf-8")
+    for name in ("trainer/metrics.py", "trainer/loop.py", "serve.py"):
+        path = (trainer / name).resolve()
+        assert _findings(run_cli, *cache, path) == sorted(by_file.get(path.as_posix(), [])), f"{name}, after an edit"

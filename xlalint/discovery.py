@@ -55,6 +55,7 @@ class _Excluder:
         self.settings = settings
         self.patterns = [*settings.exclude, *settings.extend_exclude]
         self.gitignores: dict[Path, pathspec.PathSpec | None] = {}
+        self.repositories: dict[Path, bool] = {}
 
     def excluded(self, path: Path) -> bool:
         if any(glob_matches(p, path, self.settings.root) for p in self.patterns):
@@ -76,9 +77,16 @@ class _Excluder:
                 relative = resolved.relative_to(folder).as_posix()
                 if spec.match_file(relative + ("/" if is_dir(path) else "")):
                     return True
-            if stat_or_none(folder / ".git") is not None:
+            if self._repository_root(folder):
                 break  # .gitignore files above the repository root do not apply
         return False
+
+    def _repository_root(self, folder: Path) -> bool:
+        """`folder` holds a `.git` (looked up once per folder: asked for every file below it)."""
+        found = self.repositories.get(folder)
+        if found is None:
+            found = self.repositories[folder] = stat_or_none(folder / ".git") is not None
+        return found
 
     def _spec(self, folder: Path) -> pathspec.PathSpec | None:
         if folder not in self.gitignores:

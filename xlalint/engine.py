@@ -311,7 +311,7 @@ def _build_fixes(
     module = parse_cst(source)
     if module is None:
         return None  # findings stay, without fixes
-    cst_ctx = CstContext(module, ctx.text)
+    cst_ctx = CstContext(module, ctx.text, ctx.tree)
     edits = FixEdits(cst_ctx) if with_edits else None
     try:
         for item in found:
@@ -334,7 +334,7 @@ def _build_fixes(
 
 
 def _cst_span(cst_ctx: CstContext, node: cst.CSTNode) -> tuple[Location, Location]:
-    where = cst_ctx.positions[node]
+    where = cst_ctx.position(node)
     return Location(where.start.line, where.start.column + 1), Location(where.end.line, where.end.column + 1)
 
 

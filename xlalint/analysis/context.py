@@ -88,6 +88,7 @@ class FileContext:
         # (parent, field) of a block -> its statements' positions, and `x = ...` positions by target
         self._block_assignments: dict[tuple[ast.AST, str], tuple[dict[int, int], dict[str, list[int]]]] = {}
         self._calls_within: dict[ast.AST, list[ast.Call]] = {}
+        self._qualified: dict[ast.AST | None, str | None] = {}  # see qualified_name
 
     # -- source ----------------------------------------------------------------------------------
     def code(self, node: ast.AST) -> str:
@@ -168,7 +169,15 @@ class FileContext:
         return self.assume_xla or self.imports_xla or self.project.xla_device
 
     def qualified_name(self, node: ast.AST) -> str | None:
-        """`xm.mark_step` -> `torch_xla.core.xla_model.mark_step`, through this file's imports."""
+        """`xm.mark_step` -> `torch_xla.core.xla_model.mark_step`, through this file's imports (asked
+        of every call by most rules: answered once per node)."""
+        try:
+            return self._qualified[node]
+        except KeyError:
+            found = self._qualified[node] = self._qualify(node)
+            return found
+
+    def _qualify(self, node: ast.AST) -> str | None:
         name = dotted_name(node)
         if not name:
             return None

@@ -12,10 +12,11 @@ from the same `ast` analysis as the rules and cached by content hash.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from ..diagnostics import HIGH
@@ -441,11 +442,16 @@ def hook_names_used(ctx) -> set[str]:
 
 def returns_xla_device(ctx, func: ast.AST) -> bool:
     """`def get_device(): return xm.xla_device()`: code that takes its device from here runs on XLA."""
-    for node in ast.walk(func):
-        if isinstance(node, ast.Return) and node.value is not None and ctx.index.enclosing_function(node) is func:
-            values = ctx.reaching_values(node.value) if isinstance(node.value, ast.Name) else [node.value]
-            if any(isinstance(v, ast.Call) and ctx.qualified_name(v.func) in XLA_DEVICE for v in values):
-                return True
+    returns = ctx.analysis_cache.get("returns")
+    if returns is None:  # each function's own `return`s, found once per module (not a walk per function)
+        returns = ctx.analysis_cache["returns"] = defaultdict(list)
+        for node in ctx.index.by_type.get(ast.Return, ()):
+            if node.value is not None:
+                returns[ctx.index.enclosing_function(node)].append(node)
+    for node in returns.get(func, ()):
+        values = ctx.reaching_values(node.value) if isinstance(node.value, ast.Name) else [node.value]
+        if any(isinstance(v, ast.Call) and ctx.qualified_name(v.func) in XLA_DEVICE for v in values):
+            return True
     return False
 
 
@@ -737,16 +743,17 @@ class ProjectIndex:
         """`pkg.helpers` where `pkg` has no `__init__.py` (a namespace package, PEP 420): the file
         `pkg/helpers.py` (or `pkg/helpers/__init__.py`) in the nearest folder above the importer
         that has it, as when that folder is on `sys.path`."""
-        folder = str(Path(near.path).parent)
+        folder = os.path.dirname(near.path)
         key = (qualified, folder)
         found = self._namespace.get(key)
         if found is None:  # asked for every call of every module: once per (name, folder)
-            relative = Path(*qualified.split("."))
+            # strings, not `Path`s (the same paths: summaries' paths are absolute and resolved)
+            relative = os.path.join(*qualified.split("."))
             found = self._namespace[key] = [
                 summary
-                for above in (Path(folder), *Path(folder).parents)
-                for candidate in (above / relative.with_suffix(".py"), above / relative / "__init__.py")
-                if (summary := self.summaries.get(str(candidate))) is not None
+                for above in _folders_up(folder)
+                for candidate in (os.path.join(above, relative + ".py"), os.path.join(above, relative, "__init__.py"))
+                if (summary := self.summaries.get(candidate)) is not None
             ][:2]
         return next((s for s in found if s is not near), None)
 
@@ -766,8 +773,11 @@ class ProjectIndex:
         parts = qualified.split(".")
         for split in range(len(parts) - 1, 0, -1):
             head = parts[split]
-            ending = _module_ending(parts[:split])
-            found = [s for s in self.defining(head) if s is not near and ending.search(s.name)]
+            defining = self.defining(head)
+            if not defining:  # (most names: no pattern to build)
+                continue
+            ending = _module_ending(tuple(parts[:split]))
+            found = [s for s in defining if s is not near and ending.search(s.name)]
             if len(found) == 1:
                 return found[0], ".".join(parts[split:])
         return None
@@ -1161,6 +1171,16 @@ class ProjectIndex:
         return _reachable(hot, edges), _reachable(seen, edges)
 
 
+def _folders_up(folder: str):
+    """`folder` and each folder above it, as `(Path(folder), *Path(folder).parents)` gives them."""
+    while True:
+        yield folder
+        above = os.path.dirname(folder)
+        if not folder or above == folder:
+            return
+        folder = above
+
+
 def _reachable(seeds: set[FunctionRef], edges: dict[FunctionRef, list[FunctionRef]]) -> set[FunctionRef]:
     """`seeds` and every function reachable from them along `edges`."""
     found = set(seeds)
@@ -1173,7 +1193,8 @@ def _reachable(seeds: set[FunctionRef], edges: dict[FunctionRef, list[FunctionRe
     return found
 
 
-def _module_ending(parts: list[str]) -> re.Pattern:
+@lru_cache(maxsize=4096)
+def _module_ending(parts: tuple[str, ...]) -> re.Pattern:
     """Matches a module name ending with the dotted `parts`, whether as packages (`src.utils.trainer`)
     or joined into one file name (`kwt_utils_trainer`)."""
     return re.compile(r"(^|[._])" + r"[._]+".join(map(re.escape, parts)) + "$")

@@ -956,12 +956,20 @@ def loop_data(ctx: File, loop: ast.AST) -> set[str]:
         for name, iterable in loop_bindings(loop.target, loop.iter)
         if not (isinstance(iterable, ast.Call) and dotted_name(iterable.func) == "range")
     }
-    assignments = [n for stmt in loop.body for n in ast.walk(stmt) if isinstance(n, (ast.Assign, ast.AnnAssign))]
+    # each assignment's value read once: the names it reads as data, and the names it binds
+    assignments = [
+        (
+            _read_names(n.value),
+            [name for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for name in _bound_names(t)],
+        )
+        for stmt in loop.body
+        for n in ast.walk(stmt)
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None
+    ]
     for _ in range(3):  # a few rounds of `a = f(batch); b = a.to(d)`
-        for node in assignments:
-            if node.value is not None and _mentions(node.value, data):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                data |= {name for t in targets for name in _bound_names(t)}
+        for reads, bound in assignments:
+            if not reads.isdisjoint(data):
+                data.update(bound)
     return data
 
 
@@ -979,8 +987,14 @@ def _bound_names(target: ast.expr):
 
 def _mentions(expr: ast.AST, names: set[str]) -> bool:
     """`expr` reads one of `names` as data (a callee's name is not data: `layer(x)`)."""
-    callees = {n.func for n in ast.walk(expr) if isinstance(n, ast.Call)}
-    return any(isinstance(n, ast.Name) and n.id in names and n not in callees for n in ast.walk(expr))
+    return not _read_names(expr).isdisjoint(names)
+
+
+def _read_names(expr: ast.AST) -> set[str]:
+    """The names `expr` reads as data (a callee's name is not data: `layer(x)`)."""
+    nodes = list(ast.walk(expr))
+    callees = {n.func for n in nodes if isinstance(n, ast.Call)}
+    return {n.id for n in nodes if isinstance(n, ast.Name) and n not in callees}
 
 
 def _forward_on(call: ast.Call, data: set[str]) -> bool:

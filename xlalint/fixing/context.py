@@ -4,12 +4,13 @@ finding located by its `ast` node's position. Built only for files with a fix to
 from __future__ import annotations
 
 import ast
+from bisect import bisect_right
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, TypeVar, overload
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from ..diagnostics import ImportRequest
 from ..source import SourceText
@@ -48,10 +49,15 @@ Span = tuple[int, int, int, int]  # start line, start column, end line, end colu
 
 
 class CstContext:
-    def __init__(self, module: cst.Module, text: SourceText) -> None:
+    def __init__(self, module: cst.Module, text: SourceText, tree: ast.Module | None = None) -> None:
         self.module = module
         self.text = text
         self.index: ModuleIndex = build_index(module)
+        # `tree`: the `ast` of the same text. With it, a node's position comes from the positions of
+        # its top-level statement alone (see `_statement_positions`), not from the whole module's:
+        # a fix in a 5,000-line file no longer pays for a position of each of its nodes
+        self._statements = _statement_lines(module, tree) if tree is not None else None
+        self._of_statement: dict[int, tuple[Mapping[cst.CSTNode, CodeRange], dict[Span, list[cst.CSTNode]]]] = {}
 
     def importable(self, module: str, obj: str) -> tuple[str, ImportRequest]:
         """How fixed code should spell `module.obj`, and the import that makes it valid.
@@ -97,17 +103,80 @@ class CstContext:
             self.text.column(n.end_lineno, n.end_col_offset),
         )
 
+    def position(self, node: cst.CSTNode) -> CodeRange:
+        """`node`'s position in the module (from its top-level statement's positions where it has one)."""
+        top: cst.CSTNode | None = node
+        while top is not None and self.index.parent(top) is not self.module:
+            top = self.index.parent(top)
+        if top is not None and self._statements is not None:
+            found = self._statement_positions(self._statements.number.get(id(top)))
+            if found is not None:
+                return found[0][node]
+        return self.positions[node]
+
+    def _statement_positions(
+        self, number: int | None
+    ) -> tuple[Mapping[cst.CSTNode, CodeRange], dict[Span, list[cst.CSTNode]]] | None:
+        """The positions of the nodes of top-level statement `number` (and the nodes by span), as the
+        whole module's positions give them: the statement is positioned on its own (a top-level
+        statement's text is the same alone, at column 0) and moved to its first line. None where
+        that line cannot be told (the module's positions are then asked)."""
+        statements = self._statements
+        if number is None or statements is None:
+            return None
+        found = self._of_statement.get(number)
+        if found is None:
+            statement = self.module.body[number]
+            last = number == len(self.module.body) - 1
+            alone = self.module.with_changes(
+                body=[statement],
+                header=(),
+                footer=(),
+                has_trailing_newline=self.module.has_trailing_newline or not last,
+            )
+            raw = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+            first, last_line = statements.lines[number]
+            shift = first - raw[statement].start.line
+            if raw[statement].start.column != 0 or raw[statement].end.line + shift != last_line:
+                return None  # not the statement the `ast` says is there: never guessed
+            positions = {
+                n: CodeRange(
+                    CodePosition(w.start.line + shift, w.start.column), CodePosition(w.end.line + shift, w.end.column)
+                )
+                for n, w in raw.items()
+                if n is not alone
+            }
+            spans: dict[Span, list[cst.CSTNode]] = {}
+            for n, w in positions.items():
+                spans.setdefault((w.start.line, w.start.column, w.end.line, w.end.column), []).append(n)
+            found = self._of_statement[number] = (positions, spans)
+        return found
+
+    def _around(self, row: int) -> tuple[Mapping[cst.CSTNode, CodeRange], dict[Span, list[cst.CSTNode]]]:
+        """The positions and spans of the top-level statement holding line `row` (the module's where
+        none does, or it cannot be positioned alone)."""
+        statements = self._statements
+        if statements is not None:
+            at = bisect_right(statements.starts, row) - 1
+            if at >= 0 and row <= statements.ends[at]:
+                found = self._statement_positions(statements.order[at])
+                if found is not None:
+                    return found
+        return self.positions, self._by_span
+
     def locate(self, node: ast.AST, kind: type | tuple[type, ...] | None = None) -> cst.CSTNode | None:
         """The libcst node for `node`: same span, of the class `kind` (default: the class that
         stands for `node`'s). Parenthesised expressions may differ by their parentheses: then the
-        smallest such node containing the span."""
+        smallest such node containing the span (both within `node`'s top-level statement, which
+        holds every node that spans it)."""
         kinds = (kind if isinstance(kind, tuple) else (kind,)) if kind else AST_TO_CST.get(type(node), ())
         span = self.span_of(node)
-        for candidate in self._by_span.get(span, ()):
+        positions, by_span = self._around(span[0])
+        for candidate in by_span.get(span, ()):
             if isinstance(candidate, kinds):
                 return candidate
         best = None
-        for candidate, where in self.positions.items():
+        for candidate, where in positions.items():
             if not isinstance(candidate, kinds):
                 continue
             outer = (where.start.line, where.start.column, where.end.line, where.end.column)
@@ -151,6 +220,43 @@ class CstContext:
 
     def parse_statement(self, text: str) -> cst.BaseStatement:
         return cst.parse_statement(text, config=self.module.config_for_parsing)
+
+
+class _Statements:
+    """Where each top-level statement of a module is: `lines[number]`: (the line its first
+    statement starts on, as `ast` gives it (a `def` line, not its decorators'), its last line);
+    `starts`/`ends`/`order`: the lines it spans (decorators included), sorted, for bisection;
+    `number`: id(statement) -> its number in the module's body."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, int]] = []
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.order: list[int] = []
+        self.number: dict[int, int] = {}
+
+
+def _statement_lines(module: cst.Module, tree: ast.Module) -> _Statements | None:
+    """The lines of each top-level statement of `module`, from `tree` (the `ast` of the same text:
+    a simple statement line holds as many `ast` statements as it has small statements, a compound
+    statement one); None when the two do not pair up."""
+    found = _Statements()
+    at = 0
+    for number, statement in enumerate(module.body):
+        count = len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
+        pieces = tree.body[at : at + count]
+        if len(pieces) != count:
+            return None
+        at += count
+        first, last = pieces[0], pieces[-1]
+        top = min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", ()))])
+        end = last.end_lineno if last.end_lineno is not None else last.lineno
+        found.lines.append((first.lineno, end))
+        found.starts.append(top)
+        found.ends.append(end)
+        found.order.append(number)
+        found.number[id(statement)] = number
+    return found if at == len(tree.body) else None
 
 
 def _size(span: Span) -> tuple[int, int]:
