@@ -296,6 +296,7 @@ def test_loop_hazards_count_as_found_possible_or_missed():
         {"repo": "o/a", "path": "train.py", "line": "5", "category": "host-sync"},
         {"repo": "o/a", "path": "train.py", "line": "6", "category": "host-sync"},
         {"repo": "o/a", "path": "train.py", "line": "-", "category": "none"},  # a clean loop: not counted
+        {"repo": "o/a", "path": "train.py", "line": "9", "category": "none"},  # nor when it names the loop's line
     ]
     head = [finding(4, "XLA101", "x"), check.Finding("o/a", "train.py", 5, "XLA201", "m", "y", "possible")]
     counts = check.loop_recall(loops, head)

@@ -284,14 +284,15 @@ LOOP_STATES = ("found", "possible", "missed")
 def loop_recall(loops: list[dict[str, str]], head: list[Finding]) -> dict[str, dict[str, int]]:
     """The hazards read in training loops (`loops.tsv`: repo, path, line, category, ...) against the
     head's findings: `found` when a default finding is on that line, `possible` when only a possible
-    one is, else `missed`; per repository kind of code ("all" and each repo) and overall. Rows whose
-    line is not a number (a loop read and found clean) are left out."""
+    one is, else `missed`; per repository kind of code ("all" and each repo) and overall. A loop read and
+    found clean (category `none`, its line naming the loop or not) is no hazard: left out."""
     at: dict[tuple[str, str, int], set[str]] = defaultdict(set)
     for f in head:
         at[(f.repo, f.path, f.line)].add(f.confidence)
     out: dict[str, dict[str, int]] = {}
     for row in loops:
-        if not str(row.get("line", "")).strip().isdigit():
+        # a loop read and found clean (category "none") is no hazard, whether or not it names the loop's line
+        if row.get("category") == "none" or not str(row.get("line", "")).strip().isdigit():
             continue
         seen = at.get((local_name(row["repo"]), row["path"], int(row["line"])), set()) | at.get(
             (row["repo"], row["path"], int(row["line"])), set()
