@@ -286,7 +286,9 @@ def test_a_validation_loop_of_a_training_script_is_high(run_cli, project):
 
 def test_an_override_of_a_library_models_hook_is_a_framework_role(run_cli, project):
     # the library model's forward calls the hook every step; nothing in the project calls it
-    project.write("model.py", """\
+    project.write(
+        "model.py",
+        """\
 import torch
 import torch_xla
 from transformers import LlavaForConditionalGeneration
@@ -297,7 +299,8 @@ class TpuLlava(LlavaForConditionalGeneration):
         if torch.sum(input_ids == self.pad_token_id) > 0:
             inputs_embeds = inputs_embeds * 1
         return inputs_embeds
-""")
+""",
+    )
     (d,) = [d for d in check_json(run_cli, project) if d["code"] == "XLA201"]
     assert d["confidence"] == "high"
     assert "overrides a hook the library model's forward calls every step" in d["related"][0]["message"]
@@ -426,7 +429,9 @@ def test_a_loss_by_name_whose_calls_are_seen_off_the_steps_is_possible(run_cli, 
     assert (d["code"], d["location"]["row"]) == ("XLA101", 8)
     assert d["related"][0]["message"] == "`heldout_loss` is a step by its name"
     # a training loop calls it: a loss computed every training step
-    loop = "\n\ndef train(model, loader, opt, device):\n    for ids in loader:\n        heldout_loss(model, ids, device)\n"
+    loop = (
+        "\n\ndef train(model, loader, opt, device):\n    for ids in loader:\n        heldout_loss(model, ids, device)\n"
+    )
     project.write("evaluate.py", EVAL_SCRIPT + loop + "        opt.step()\n        torch_xla.sync()\n")
     (d,) = check_json(run_cli, project)
     assert d["confidence"] == "high" and d["location"]["row"] == 8
@@ -434,7 +439,10 @@ def test_a_loss_by_name_whose_calls_are_seen_off_the_steps_is_possible(run_cli, 
     closure = "\n\ndef make_loss(device):\n    def f(model, ids):\n        return heldout_loss(model, ids, device)\n\n    return f\n"
     project.write("evaluate.py", EVAL_SCRIPT + closure)
     (d,) = check_json(run_cli, project)
-    assert d["confidence"] == "high" and d["related"][0]["message"] == "`heldout_loss`, a loss: computed every training step"
+    assert (
+        d["confidence"] == "high"
+        and d["related"][0]["message"] == "`heldout_loss`, a loss: computed every training step"
+    )
 
 
 # An application's model file (no packaging: only its own scripts import it) with two heads; the
@@ -479,3 +487,47 @@ def test_a_role_of_a_class_its_application_never_mentions_is_possible(run_cli, p
     project.write("config.py", "")
     project.write("vendored.py", HEADS.format(name="UnusedHead").replace("class", "@register\nclass"))
     assert {d["filename"].rsplit("/", 1)[-1] for d in check_json(run_cli, project)} == {"heads.py", "vendored.py"}
+
+
+# `loss` comes from a helper in another module, whose return the value analysis does not follow;
+# but the step backpropagates it: it is the loss of the graph the model trains.
+BACKPROPAGATED = """\
+import torch_xla
+import torch_xla.core.xla_model as xm
+from helpers import compute_losses
+
+
+def run(model, loader, opt):
+    total = 0.0
+    for x, y in loader:
+        losses = compute_losses(model, x, y)
+        loss = losses["loss"].mean()
+        early = loss.item()
+        loss.backward()
+        xm.optimizer_step(opt)
+        total += loss.item()
+        loss = torch_xla.sync()
+        print(early, total)
+"""
+
+
+def test_a_value_the_step_backpropagates_is_a_device_value_before_and_after(run_cli, project):
+    project.write("train.py", BACKPROPAGATED)
+    found = [d for d in check_json(run_cli, project) if d["code"] == "XLA101"]
+    assert [(d["location"]["row"], d["confidence"]) for d in found] == [(11, "high"), (14, "high")]
+    assert found[1]["related"][-1]["message"] == "`loss.backward()` (line 12): a tensor of the training graph"
+
+
+def test_a_name_rebound_after_backward_is_not_the_backpropagated_value(run_cli, project):
+    read_then_backward = GUESSED_VALUE.replace(
+        "        report(loss)\n", "        report(loss)\n        loss.backward()\n"
+    )
+    project.write("train.py", read_then_backward)
+    # `report(loss)` reads the binding that `loss.backward()` differentiates: high
+    assert [d["confidence"] for d in check_json(run_cli, project) if d["code"] == "XLA101"] == ["high"]
+    rebound = GUESSED_VALUE.replace(
+        "        report(loss)\n",
+        "        report(loss)\n        loss = forward_backward(batch)\n        loss.backward()\n",
+    )
+    project.write("train.py", rebound)
+    assert [d["code"] for d in check_json(run_cli, project)] == []  # another binding: still unseen

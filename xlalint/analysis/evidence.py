@@ -368,6 +368,33 @@ def _returns_python_values(ctx: File, call: ast.Call) -> bool:
     return bool(values) and all(ctx.cached(TensorInference).python_value(v) for v in values)
 
 
+def _backpropagated(ctx: File, name: ast.Name) -> ast.Call | None:
+    """A `name.backward()` call on the binding `name` reads, before or after it (`loss =
+    helper(batch)`, then `loss.backward()` and `loss.item()`): whatever computed it, the value is
+    the loss of the graph the step differentiates, on the device the model trains on, however
+    little of its origin is seen (a helper in another module, a dict of losses)."""
+    for use in ctx.index.name_uses.get(name.id, ()):
+        attribute = ctx.index.parent(use)
+        call = ctx.index.parent(attribute)
+        if (
+            use is not name
+            and isinstance(attribute, ast.Attribute)
+            and attribute.attr == "backward"
+            and isinstance(call, ast.Call)
+            and call.func is attribute
+            and (ctx.same_binding(use, name) or ctx.same_binding(name, use))
+        ):
+            return call
+    return None
+
+
+def _backward_origin(ctx: File, name: ast.Name) -> tuple[ast.AST, str] | None:
+    call = _backpropagated(ctx, name)
+    if call is None:
+        return None
+    return call, f"`{name.id}.backward()` (line {call.lineno}): a tensor of the training graph"
+
+
 def _device_origin(ctx: File, expr: ast.expr, depth: int) -> tuple[ast.AST, str] | None:
     """The expression that makes `expr` a device value, followed back through names, attributes,
     subscripts, methods and operations; None when none is seen."""
@@ -377,7 +404,8 @@ def _device_origin(ctx: File, expr: ast.expr, depth: int) -> tuple[ast.AST, str]
     # the value itself is a device value; what it is computed from may be of unknown kind
     # (`outputs["logits"]` of a role's input): only host values end the search there
     if not kind.on_device and (depth == 0 or kind in (Kind.NOT_TENSOR, Kind.CPU)):
-        return None
+        # a name of unknown kind (the return of a helper elsewhere) that the step backpropagates
+        return _backward_origin(ctx, expr) if kind == Kind.UNKNOWN and isinstance(expr, ast.Name) else None
     if isinstance(expr, ast.Name):
         for value in ctx.reaching_values(expr):
             found = _device_origin(ctx, value, depth + 1)
@@ -392,6 +420,9 @@ def _device_origin(ctx: File, expr: ast.expr, depth: int) -> tuple[ast.AST, str]
             if kind == Kind.DEVICE:  # a device loader's batch
                 return iterables[0], f"a batch of `{_code(iterables[0], 30)}` (line {iterables[0].lineno})"
             return None
+        backward = _backward_origin(ctx, expr)
+        if backward is not None:
+            return backward
         param = ctx.parameter(expr)
         if param is not None:
             func = ctx.index.parent(ctx.index.parent(param))
