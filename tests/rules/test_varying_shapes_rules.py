@@ -8,6 +8,7 @@ import pytest
 
 from xlalint.rules.varying_shapes.data_dependent_size import DataDependentSize
 from xlalint.rules.varying_shapes.pad_to_longest_in_batch import PadToLongestInBatch
+from xlalint.rules.varying_shapes.train_loader_without_drop_last import TrainLoaderWithoutDropLast
 from xlalint.testing import lint_code
 
 
@@ -253,3 +254,45 @@ def test_data_dependent_size_host_int_reported_once():
         return out, mask
     """
     assert findings(DataDependentSize, source) == [3]
+
+
+# XLA311: keywords spread from a dict display are seen; so is a shuffle flag held by a name or
+# chosen by a conditional.
+SPREAD_LOADER = """
+import torch_xla.core.xla_model as xm
+from torch.utils.data import DataLoader
+
+
+def make_loader(dataset, batch_size, train, workers):
+    shuffle = train is True
+    sampler = None
+    kwargs = {}
+    if workers:
+        kwargs = {"num_workers": workers, "pin_memory": True}
+    if xm.xrt_world_size() > 1:
+        sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=shuffle)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False if sampler else shuffle, sampler=sampler, **kwargs)
+    return loader
+"""
+
+
+def test_train_loader_keywords_spread_from_a_dict_display_are_seen():
+    assert findings(TrainLoaderWithoutDropLast, SPREAD_LOADER) == [13]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ('kwargs = {"num_workers": workers, "pin_memory": True}', 'kwargs = {"num_workers": workers, "drop_last": True}'),
+        ("    loader = DataLoader", '    kwargs["drop_last"] = True\n    loader = DataLoader'),
+        ("    loader = DataLoader", "    kwargs.update(extra)\n    loader = DataLoader"),
+        ("    loader = DataLoader", "    configure(kwargs)\n    loader = DataLoader"),
+        ("kwargs = {}", "kwargs = dict(base)"),
+        ('kwargs = {"num_workers"', 'kwargs = {**base, "num_workers"'),
+        ("shuffle = train is True", "shuffle = False"),
+    ],
+)
+def test_train_loader_spread_keywords_not_seen_or_not_training_are_left(change):
+    old, new = change
+    assert old in SPREAD_LOADER
+    assert findings(TrainLoaderWithoutDropLast, SPREAD_LOADER.replace(old, new)) == []

@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS, own_returns
-from .names import dotted_name, has_star_args, is_constant, keyword, keyword_value, last_part, method_name, positional
+from .names import dotted_name, is_constant, keyword, keyword_value, last_part, method_name, positional
 from .steps import loop_trains
 
 if TYPE_CHECKING:
@@ -56,10 +56,13 @@ def ragged_loader(ctx: File, call: ast.Call) -> bool:
     qualified = ctx.qualified_name(call.func) or ""
     if qualified.split(".")[0] not in ("torch", "DataLoader") and qualified != name:
         return False
-    if has_star_args(call) or keyword(call, "batch_sampler"):
+    spread = _spread_keywords(ctx, call)
+    if spread is None or keyword(call, "batch_sampler") or "batch_sampler" in spread:
         return False
     drop_last = keyword_value(call, "drop_last")
     if drop_last is not None and not is_constant(drop_last, False):
+        return False
+    if any(not is_constant(value, False) for value in spread.get("drop_last", ())):
         return False
     args = positional(call)
     batch = keyword_value(call, "batch_size")
@@ -72,6 +75,48 @@ def ragged_loader(ctx: File, call: ast.Call) -> bool:
     ):
         return False
     return len(args) <= 2  # positional shuffle/sampler...: unusual, leave it
+
+
+# What a dict of keyword arguments may have done to it after its display: keys added or changed.
+DICT_CHANGES = {"update", "setdefault", "__setitem__", "pop", "clear"}
+
+
+def _spread_keywords(ctx: File, call: ast.Call) -> dict[str, list[ast.expr]] | None:
+    """The keywords `call` passes through `**name`, by key, with each value they may have: every
+    binding of `name` in its function is a dict display of constant keys (`kwargs = {}`, `kwargs =
+    {"num_workers": 4}` on another branch) and nothing stores into it afterwards. {} for a call
+    with no `*`/`**` arguments; None when what they pass is not seen."""
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    spread: dict[str, list[ast.expr]] = {}
+    for kw in call.keywords:
+        if kw.arg is not None:
+            continue
+        if not isinstance(kw.value, ast.Name) or ctx.parameter(kw.value) is not None:
+            return None
+        scope = ctx.index.scope_of(kw.value)
+        for use in ctx.index.name_uses.get(kw.value.id, ()):
+            if ctx.index.scope_of(use) is not scope or use is kw.value:
+                continue
+            parent = ctx.parent(use)
+            if isinstance(use.ctx, ast.Store):
+                if not (
+                    isinstance(parent, ast.Assign) and parent.targets == [use] and isinstance(parent.value, ast.Dict)
+                ):
+                    return None
+                for key, value in zip(parent.value.keys, parent.value.values):
+                    if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                        return None  # `{**base, ...}` or a computed key
+                    spread.setdefault(key.value, []).append(value)
+            elif isinstance(parent, ast.Subscript) and not isinstance(parent.ctx, ast.Load):
+                return None  # `kwargs["drop_last"] = True`
+            elif isinstance(parent, ast.Attribute) and parent.attr in DICT_CHANGES:
+                return None
+            elif isinstance(parent, ast.AugAssign) and parent.target is use:
+                return None  # `kwargs |= {...}`
+            elif isinstance(parent, ast.Call) or (isinstance(parent, ast.keyword) and parent.arg is not None):
+                return None  # handed to a function that may change it (`**kwargs` elsewhere copies it)
+    return spread
 
 
 def ragged_training_loader(ctx: File, call: ast.Call) -> bool:
@@ -187,9 +232,19 @@ def _named_for_training(ctx: File, call: ast.Call) -> bool | None:
     return True if TRAIN.search(text) else None
 
 
-def _shuffles(ctx: File, shuffle: ast.expr) -> bool:
-    """`shuffle=True`, `shuffle=is_train`: order is shuffled for training."""
-    return is_constant(shuffle, True) or bool(TRAIN.search(ctx.code(shuffle)))
+def _shuffles(ctx: File, shuffle: ast.expr, depth: int = 0) -> bool:
+    """`shuffle=True`, `shuffle=is_train`: order is shuffled for training; so is it when either
+    branch of `False if sampler else shuffle` (a sampler shuffles in its place) or the value a name
+    holds (`shuffle = train is True`) says so."""
+    if is_constant(shuffle, True) or TRAIN.search(ctx.code(shuffle)):
+        return True
+    if depth >= MAX_DEPTH:
+        return False
+    if isinstance(shuffle, ast.IfExp):
+        return any(_shuffles(ctx, branch, depth + 1) for branch in (shuffle.body, shuffle.orelse))
+    if isinstance(shuffle, ast.Name) and ctx.parameter(shuffle) is None:
+        return any(_shuffles(ctx, value, depth + 1) for value in ctx.reaching_values(shuffle))
+    return False
 
 
 def _target(ctx: File, call: ast.Call) -> ast.expr | None:
