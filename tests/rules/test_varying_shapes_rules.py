@@ -296,3 +296,28 @@ def test_train_loader_spread_keywords_not_seen_or_not_training_are_left(change):
     old, new = change
     assert old in SPREAD_LOADER
     assert findings(TrainLoaderWithoutDropLast, SPREAD_LOADER.replace(old, new)) == []
+
+
+# XLA311: the sampler built by a function of the module, which shuffles for training.
+SAMPLER_HELPER = """
+import torch_xla.core.xla_model as xm
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+
+def make_sampler(dataset, mode="train"):
+    shuffle = mode == "train"
+    return DistributedSampler(dataset, num_replicas=xm.xrt_world_size(), rank=xm.get_ordinal(), shuffle=shuffle)
+
+
+def make_loader(dataset, cfg, mode="train"):
+    sampler = make_sampler(dataset, mode=mode)
+    loader = DataLoader(dataset, batch_size=cfg.batch_size, drop_last=False, sampler=sampler)
+    return loader
+"""
+
+
+def test_train_loader_whose_sampler_a_helper_builds_to_shuffle_for_training():
+    assert findings(TrainLoaderWithoutDropLast, SAMPLER_HELPER) == [13]
+    never = SAMPLER_HELPER.replace('shuffle = mode == "train"', "shuffle = False")
+    assert never != SAMPLER_HELPER and findings(TrainLoaderWithoutDropLast, never) == []

@@ -224,12 +224,27 @@ def _named_for_training(ctx: File, call: ast.Call) -> bool | None:
     if sampler is not None and re.search(r"train|RandomSampler", code(sampler)):
         return True
     # `sampler = DistributedSampler(ds, shuffle=train)`: a sampler that shuffles feeds training
-    for value in ctx.reaching_values(sampler) if isinstance(sampler, ast.Name) else ():
-        if isinstance(value, ast.Call) and last_part(dotted_name(value.func)).endswith("Sampler"):
+    for value in _samplers(ctx, sampler) if sampler is not None else ():
+        if last_part(dotted_name(value.func)).endswith("Sampler"):
             sampler_shuffle = keyword_value(value, "shuffle")
             if sampler_shuffle is not None and _shuffles(ctx, sampler_shuffle):
                 return True
     return True if TRAIN.search(text) else None
+
+
+def _samplers(ctx: File, sampler: ast.expr) -> list[ast.Call]:
+    """The calls that build the loader's sampler: the value passed, what its name holds, or what a
+    function of this module called for it returns (`sampler = get_sampler(ds, mode=mode)`)."""
+    values = ctx.reaching_values(sampler) if isinstance(sampler, ast.Name) else [sampler]
+    found: list[ast.Call] = []
+    for value in values:
+        if not isinstance(value, ast.Call):
+            continue
+        found.append(value)
+        if isinstance(value.func, ast.Name):
+            for func in ctx.functions_in_scope(value.func.id, ctx.tree):
+                found.extend(call for index, call in returned_calls(ctx, func) if index == -1)
+    return found
 
 
 def _shuffles(ctx: File, shuffle: ast.expr, depth: int = 0) -> bool:
