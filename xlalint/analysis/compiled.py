@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ..diagnostics import Location, Step
 from .index import FUNCTIONS
 from .names import dotted_name, keyword_value, positional, string_value
 
 if TYPE_CHECKING:
     from .context import FileContext
+    from .project import ModuleSummary, ProjectIndex
 
 COMPILERS = {"torch.compile", "torch._dynamo.optimize"}
 DISABLERS = {"torch.compiler.disable", "torch._dynamo.disable", "torch._disable_dynamo"}
@@ -43,6 +45,9 @@ class CompileOptions:
     dynamic: bool | None = None  # None: automatic dynamic shapes (the default)
     backend: str | None = None
     fullgraph: bool = False
+    # compiled only because the user says so (`--assume-compiled`): why, for the evidence chain
+    # (`forward of nn.Module `Block``); None where a `torch.compile` of the project compiles it
+    assumed: str | None = None
 
     @property
     def tpu(self) -> bool:
@@ -61,15 +66,24 @@ class CompileOptions:
             if False in (self.dynamic, other.dynamic)
             else (self.dynamic if self.dynamic is not None else other.dynamic)
         )
-        return CompileOptions(dynamic, self.backend or other.backend, self.fullgraph or other.fullgraph)
+        # compiled for real by either: no assumption; else the first reason (sorted: the same
+        # whatever order the callers are reached in)
+        assumed = min(self.assumed, other.assumed) if self.assumed and other.assumed else None
+        return CompileOptions(dynamic, self.backend or other.backend, self.fullgraph or other.fullgraph, assumed)
 
     def key(self) -> str:
-        return f"{self.dynamic}|{self.backend or ''}|{int(self.fullgraph)}"
+        base = f"{self.dynamic}|{self.backend or ''}|{int(self.fullgraph)}"
+        return f"{base}|{self.assumed}" if self.assumed else base
 
     @classmethod
     def from_key(cls, key: str) -> CompileOptions:
-        dynamic, backend, fullgraph = key.split("|")
-        return cls({"True": True, "False": False}.get(dynamic), backend or None, fullgraph == "1")
+        dynamic, backend, fullgraph, *assumed = key.split("|", 3)
+        return cls(
+            {"True": True, "False": False}.get(dynamic),
+            backend or None,
+            fullgraph == "1",
+            assumed[0] if assumed else None,
+        )
 
     def describe(self) -> str:
         """How the options change the cost, for a message (empty for the defaults)."""
@@ -323,6 +337,23 @@ class CompiledRegions:
                 return -1
         return 0
 
+    def assumed_chain(self, node: ast.AST) -> tuple[Step, ...]:
+        """The evidence of a finding at `node` in code compiled only under `--assume-compiled`:
+        one step at the compiled function saying why it is taken as compiled (empty elsewhere)."""
+        region = self.region(node)
+        options = self.functions.get(region) if region is not None else None
+        if options is None or not options.assumed:
+            return ()
+        line = getattr(region, "lineno", 1)
+        column = self.ctx.text.column(line, getattr(region, "col_offset", 0)) + 1
+        name = getattr(region, "name", "<lambda>")
+        return (
+            Step(
+                Location(line, column),
+                f"in `{name}`, traced from the {options.assumed}, compiled under --assume-compiled",
+            ),
+        )
+
     def options(self, node: ast.AST) -> CompileOptions:
         region = self.region(node)
         return self.functions.get(region, CompileOptions()) if region is not None else CompileOptions()
@@ -442,6 +473,57 @@ def summary_entries(ctx: FileContext) -> tuple[dict[str, str], dict[str, str], l
                 imported[dotted_name(value.func) + method] = options_of(ctx, call).key()
     disabled = [qualname(ctx.index, f) for f in regions.disabled]
     return compiled, imported, disabled
+
+
+# --- `--assume-compiled`: model code compiled by its users -----------------------------------------
+
+
+def nn_module_class(index: ProjectIndex, summary: ModuleSummary, cls: str, depth: int = 0) -> bool:
+    """`cls` (a qualname in `summary`'s module) derives from a `torch.nn` class (`nn.Module`,
+    `nn.Sequential`, ...), directly or through bases defined in the project."""
+    if depth > 6:
+        return False
+    for base in summary.classes.get(cls, ()):
+        found = index.resolve_name(summary, base)
+        if found is not None and found[1] in found[0].classes:
+            if nn_module_class(index, found[0], found[1], depth + 1):
+                return True
+            continue
+        head, _, rest = base.partition(".")
+        qualified = summary.imports.get(head)
+        if qualified is not None:
+            full = f"{qualified}.{rest}" if rest else qualified
+            if full.startswith("torch.nn.") and full.rpartition(".")[2][:1].isupper():
+                return True
+    return False
+
+
+def assumed_roots(
+    index: ProjectIndex, names: tuple[str, ...] = (), every_forward: bool = True
+) -> dict[tuple[str, str], CompileOptions]:
+    """What `--assume-compiled` takes as compiled: every `forward` of a class deriving from an
+    `nn.Module` (its own or inherited from a project base), and the functions `compiled` names
+    (`pkg.module:function`, `pkg.module:Class.method`; a class stands for its `forward`).
+    (module path, qualname) -> options that carry the reason."""
+    found: dict[tuple[str, str], CompileOptions] = {}
+    if every_forward:
+        for summary in index.summaries.values():
+            for cls in summary.classes:
+                if not nn_module_class(index, summary, cls):
+                    continue
+                forward = index.method(summary, cls, "forward")
+                if forward is not None and forward not in found:
+                    found[forward] = CompileOptions(assumed=f"forward of nn.Module `{cls}`")
+    for name in names:
+        module, _, qualified = name.partition(":")
+        for summary in index.by_name.get(module, ()):
+            if qualified in summary.functions:
+                found[(summary.path, qualified)] = CompileOptions(assumed=f"`{name}`, named in `compiled`")
+            elif qualified in summary.classes:
+                forward = index.method(summary, qualified, "forward")
+                if forward is not None:
+                    found[forward] = CompileOptions(assumed=f"forward of `{name}`, named in `compiled`")
+    return found
 
 
 def compiled_arguments(ctx: FileContext, param: ast.arg) -> list[ast.expr] | None:

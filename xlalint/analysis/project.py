@@ -629,8 +629,14 @@ FunctionRef = tuple[str, str]  # (module path, function qualname)
 
 
 class ProjectIndex:
-    def __init__(self, summaries: list[ModuleSummary]) -> None:
+    def __init__(
+        self, summaries: list[ModuleSummary], *, assume_compiled: bool = False, compiled_names: tuple[str, ...] = ()
+    ) -> None:
+        """`assume_compiled`, `compiled_names`: `--assume-compiled` and the `compiled` setting (see
+        `compiled.assumed_roots`)."""
         self.summaries = {s.path: s for s in summaries}
+        self.assume_compiled = assume_compiled
+        self.compiled_names = compiled_names
         self._resolved: list | None = None
         self._defining: dict[str, list[ModuleSummary]] | None = None
         self._namespace: dict[tuple[str, str], list[ModuleSummary]] = {}  # see namespace_module
@@ -931,9 +937,11 @@ class ProjectIndex:
     def _compiled(self, resolved) -> dict[str, dict[str, str]]:
         """Module path -> its functions torch.compile traces because of other modules (qualname ->
         options key): the `forward` of a class compiled elsewhere, and what compiled functions call."""
-        from .compiled import CompileOptions
+        from .compiled import CompileOptions, assumed_roots
 
         seeds: dict[FunctionRef, CompileOptions] = {}
+        if self.assume_compiled or self.compiled_names:
+            seeds.update(assumed_roots(self, self.compiled_names, self.assume_compiled))
         for s in self.summaries.values():
             for name, key in s.compiled.items():
                 seeds[(s.path, name)] = CompileOptions.from_key(key)
