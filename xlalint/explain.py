@@ -117,6 +117,9 @@ def rule_json(rule: type[Rule]) -> dict:
         "preview": rule.preview,
         "target": rule.target,
         "evidence": list(rule.evidence),
+        # the torch releases its Dynamo proofs pass on, and the graph-break ids each prints (DYN rules)
+        "torch_proven": list(rule.torch_proven),
+        "gb_ids_by_torch": {version: list(ids) for version, ids in rule.gb_ids_by_torch().items()},
         "explanation": rule.documentation(),
         "url": DOCS_URL.format(name=rule.name),
         "page": str(doc_page(rule) or ""),
