@@ -213,3 +213,21 @@ def test_duplicate_restored_only_from_its_own_artifact():
     assert rec["duplicate"] and rec["site"] is None
     assert restore_stack(rec, art, paths)["site"] == ["m.py", 9]  # not Dynamo's own traceback below it
     assert restore_stack(rec, art.replace("gb0007", "gb0124"), paths)["site"] is None  # another break
+
+
+def test_library_tree_leaves_out_the_driver_and_names_the_entries(tmp_path):
+    root = tmp_path / "corpus"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "m.py").write_text("def f(x):\n    return x\n")
+    (root / score.DRIVER).write_text("import torch\n")
+    (root / "pyproject.toml").write_text('[project]\nname = "c"\nversion = "0"\n')
+    tree = score.library_tree(str(root), ["pkg.m:f"])
+    assert os.path.exists(os.path.join(tree, "pkg", "m.py"))
+    assert not os.path.exists(os.path.join(tree, score.DRIVER))
+    import tomllib
+
+    with open(os.path.join(tree, "pyproject.toml"), "rb") as fh:
+        assert tomllib.load(fh)["tool"]["xlalint"]["compiled"] == ["pkg.m:f"]
+    plain = score.library_tree(str(root))  # again, without entries: no configuration added
+    with open(os.path.join(plain, "pyproject.toml"), "rb") as fh:
+        assert "tool" not in tomllib.load(fh)

@@ -36,6 +36,9 @@ class Corpus:
     layout: object  # callable(dest) -> provenance string
     cases: list
     stubs: list = field(default_factory=list)  # third-party modules imported but unused on the path
+    # what the driver compiles besides module forwards, as xlalint's `compiled` names it (library
+    # mode, `--with-entries`: what a user compiling these would write in the configuration)
+    entries: list = field(default_factory=list)
 
 
 def mirror(repo: str) -> str:
@@ -673,7 +676,14 @@ def corpora() -> list[Corpus]:
                     "deeprecommender", "tacotron2", "lennard_jones", "speech_transformer", "pyhpc_isoneutral_mixing",
                     "pyhpc_turbulent_kinetic_energy", "tts_angular", "llama", "soft_actor_critic", "demucs"]),
                stubs=["tqdm", "librosa", "librosa.filters", "librosa.util", "inflect", "unidecode", "kaldi_io",
-                      "gymnasium", "sentencepiece", "musdb", "museval", "treetable", "requests"]),
+                      "gymnasium", "sentencepiece", "musdb", "museval", "treetable", "requests"],
+               entries=["torchbenchmark.models.tacotron2.model:Tacotron2.inference",
+                        "torchbenchmark.models.lennard_jones:make_prediction",
+                        "torchbenchmark.models.speech_transformer.speech_transformer.transformer.transformer:"
+                        "Transformer.recognize",
+                        "torchbenchmark.models.tts_angular.model:SpeakerEncoder.compute_embedding",
+                        "torchbenchmark.models.soft_actor_critic:learn_standard",
+                        "torchbenchmark.models.soft_actor_critic.sac:SACAgent.forward"]),
     ]
 
 

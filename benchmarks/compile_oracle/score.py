@@ -168,12 +168,16 @@ def oracle_sets(rec: dict, root: str) -> dict:
     return o
 
 
-def library_tree(root: str) -> str:
+def library_tree(root: str, entries: list | None = None) -> str:
     """A copy of the corpus at ``root`` without our driver (and the collector's caches): the
-    library's own files, where nothing calls ``torch.compile``."""
+    library's own files, where nothing calls ``torch.compile``. ``entries``: the functions a user
+    compiles besides forwards, written as ``compiled = [...]`` in the tree's configuration."""
     dest = root.rstrip("/") + "-library"
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(root, dest, symlinks=True, ignore=shutil.ignore_patterns(DRIVER, "__pycache__", ".xlalint_cache"))
+    if entries:
+        with open(os.path.join(dest, "pyproject.toml"), "a") as fh:
+            fh.write("\n[tool.xlalint]\ncompiled = [%s]\n" % ", ".join(json.dumps(e) for e in entries))
     return dest
 
 
@@ -331,12 +335,15 @@ def render(scores: list[dict], lint_errors: dict) -> str:
     return "\n".join(out)
 
 
-def score_all(records: list[tuple[dict, str]], xlalint: str, select: str, library: bool = False) -> dict:
-    """``library``: lint each corpus's files alone with ``--assume-compiled`` (see the module's doc)."""
+def score_all(records: list[tuple[dict, str]], xlalint: str, select: str, library: bool = False,
+              entries: dict | None = None) -> dict:
+    """``library``: lint each corpus's files alone with ``--assume-compiled`` (see the module's doc);
+    ``entries``: corpus name -> the functions named in `compiled` there."""
     scores, errors = [], {}
     for rec, root in records:
         if library:
-            findings, err = run_xlalint(xlalint, library_tree(root), select, ("--assume-compiled",))
+            tree = library_tree(root, (entries or {}).get(rec["corpus"]))
+            findings, err = run_xlalint(xlalint, tree, select, ("--assume-compiled",))
         else:
             findings, err = run_xlalint(xlalint, root, select)
         if err:
