@@ -150,3 +150,12 @@ def test_a_real_compile_and_an_assumption_merge_to_the_real_one():
     real, assumed = CompileOptions(dynamic=False), CompileOptions(assumed="forward of nn.Module `A`")
     assert real.merge(assumed).assumed is None and assumed.merge(real).dynamic is False
     assert CompileOptions(assumed="b").merge(CompileOptions(assumed="a")).assumed == "a"
+
+
+def test_explain_names_the_option_for_the_compile_family():
+    from xlalint.explain import explain_text
+    from xlalint.rules import ALL_RULES
+
+    for rule in ALL_RULES:
+        said = "--assume-compiled" in explain_text(rule)
+        assert said == rule.code.startswith("DYN"), rule.code

@@ -81,6 +81,12 @@ def header(rule: type[Rule]) -> str:
     if rule.fix_availability in FIX_LINE:
         lines.append(FIX_LINE[rule.fix_availability])
     lines.extend(torch_lines(rule))
+    if rule.code.startswith("DYN"):
+        lines.append(
+            "Compiled code is what a `torch.compile` of the project reaches; for model code its users "
+            "compile, `--assume-compiled` (or `assume-compiled = true`) takes every `nn.Module.forward` "
+            'as compiled, and `compiled = ["pkg.module:function"]` names other functions.'
+        )
     confidence = confidence_text(rule)
     if confidence:
         lines.append(confidence)
