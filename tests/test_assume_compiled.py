@@ -159,3 +159,26 @@ def test_explain_names_the_option_for_the_compile_family():
     for rule in ALL_RULES:
         said = "--assume-compiled" in explain_text(rule)
         assert said == rule.code.startswith("DYN"), rule.code
+
+
+def test_a_jit_tracing_guard_is_neither_a_tensor_branch_nor_compiled_code(tmp_path):
+    # Dynamo folds `torch._C._get_tracing_state()` to None: one graph, the branch not traced
+    # (measured, torch 2.13); the guard is a state query, not a tensor
+    root = tmp_path / "lib"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "heads.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+
+        class Head(nn.Module):
+            def forward(self, x):
+                if torch._C._get_tracing_state():
+                    print(x.sum().item())
+                if torch.jit.is_scripting():
+                    return x.tolist()
+                return x.max().item()
+    """))
+    assert places(findings(root, "--assume-compiled")) == {("heads.py", 12, "DYN101")}

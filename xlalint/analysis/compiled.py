@@ -32,8 +32,14 @@ if TYPE_CHECKING:
 COMPILERS = {"torch.compile", "torch._dynamo.optimize"}
 DISABLERS = {"torch.compiler.disable", "torch._dynamo.disable", "torch._disable_dynamo"}
 IS_COMPILING = {"torch.compiler.is_compiling", "torch._dynamo.is_compiling", "torch.compiler.is_dynamo_compiling"}
-# false while Dynamo traces (it folds them): their branch is dead code there
-NOT_WHILE_COMPILING = {"torch.jit.is_scripting", "torch.jit.is_tracing", "torch.onnx.is_in_onnx_export"}
+# false while Dynamo traces (it folds them): their branch is dead code there (`_get_tracing_state()`
+# is None: measured on torch 2.13, one graph without the branch's ops)
+NOT_WHILE_COMPILING = {
+    "torch.jit.is_scripting",
+    "torch.jit.is_tracing",
+    "torch.onnx.is_in_onnx_export",
+    "torch._C._get_tracing_state",
+}
 CONFIG = "torch._dynamo.config."
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit (2.13)
 

@@ -111,8 +111,9 @@ TORCH_NOT_TENSOR_PREFIXES = (
     "torch.hub.",
     "torch.nn.init.",
 )
-# torch functions that answer a question or get/set global state: Python values, never tensors.
-TORCH_QUERY = re.compile(r"^(is|are|has|get|set|use)_")
+# torch functions that answer a question or get/set global state: Python values, never tensors
+# (private ones too: `torch._C._get_tracing_state()`, `torch._C._is_any_autocast_enabled()`).
+TORCH_QUERY = re.compile(r"^_?(is|are|has|get|set|use)_")
 # torch_xla collectives: a device tensor in, a device tensor out (`mesh_reduce` is a host collective).
 XLA_COLLECTIVES = {
     "all_reduce",
