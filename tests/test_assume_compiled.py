@@ -182,3 +182,32 @@ def test_a_jit_tracing_guard_is_neither_a_tensor_branch_nor_compiled_code(tmp_pa
                 return x.max().item()
     """))
     assert places(findings(root, "--assume-compiled")) == {("heads.py", 12, "DYN101")}
+
+
+def test_a_function_annotated_to_return_a_python_scalar_is_no_tensor_branch(tmp_path):
+    root = tmp_path / "lib"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("")
+    (root / "norms.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+
+        def channels_last(t: torch.Tensor) -> bool:
+            return t.is_contiguous(memory_format=torch.channels_last)
+
+
+        def any_nan(t: torch.Tensor):
+            return torch.isnan(t).any()
+
+
+        class Norm(nn.Module):
+            def forward(self, x):
+                if channels_last(x):
+                    x = x.permute(0, 2, 3, 1)
+                if any_nan(x):
+                    x = torch.zeros_like(x)
+                return x
+    """))
+    # the annotated query is a Python bool; the unannotated one returns a tensor: a real break
+    assert places(findings(root, "--assume-compiled")) == {("norms.py", 18, "DYN104")}
