@@ -108,7 +108,40 @@ def test_scorer_matches_findings_by_line(oracle, tmp_path):
     assert (s["break_sites"], s["break_sites_found"]) == (1, 1)
     verdicts = {r["code"]: r["verdict"] for r in s["findings"]}
     assert verdicts == {"DYN101": "tp", "DYN150": "fp-traced", "DYN199": "unverified"}
-    assert "| DYN101 | 1 | 1 | 0 | 0 | 1.00 | 0 / 0 |" in report["text"]
+    assert "| DYN101 | 1 | 1 | 0 | 0 | 1.00 | 0 / 0 / 0 | 1 |" in report["text"]
+
+
+def library_xlalint(tmp_path, findings):
+    """A stand-in `xlalint` that reports `findings` only when asked as library mode must ask: with
+    `--assume-compiled`, in a tree without our driver (else nothing)."""
+    exe = tmp_path / "library_xlalint"
+    exe.write_text(
+        f"#!{sys.executable}\nimport os, sys\n"
+        f"ok = '--assume-compiled' in sys.argv and not os.path.exists({score.DRIVER!r})\n"
+        f"print({json.dumps(json.dumps(findings))} if ok else '[]')\n"
+    )
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return str(exe)
+
+
+def test_library_mode_lints_without_the_driver_and_scores_traced_lines_only(oracle, tmp_path):
+    root, rec = oracle
+    (root / score.DRIVER).write_text("import torch\n")  # the entry library mode must leave out
+    try:
+        # the break; a line traced without a break; `for k in range(3):`, which ran eagerly
+        found = [finding("DYN101", ITEM_LINE), finding("DYN150", 10), finding("DYN160", 15)]
+        xl = library_xlalint(tmp_path, found)
+        report = score.score_all([(rec, str(root))], xl, "DYN", library=True)
+        verdicts = {r["code"]: r["verdict"] for r in report["scores"][0]["findings"]}
+        assert verdicts == {"DYN101": "tp", "DYN150": "fp-traced", "DYN160": "unverified-uncompiled"}
+        assert report["text"].startswith("# Library mode")
+        assert "| DYN160 | 1 | 0 | 0 | 0 | n/a | 0 / 0 / 1 | 0 |" in report["text"]
+        # the default mode keeps the driver and scores the eager line as wrong
+        default = score.score_all([(rec, str(root))], fake_xlalint(tmp_path, found), "DYN")
+        assert {r["code"]: r["verdict"] for r in default["scores"][0]["findings"]}["DYN160"] == "fp-outside"
+        assert score.score_all([(rec, str(root))], xl, "DYN")["scores"][0]["findings"] == []
+    finally:
+        (root / score.DRIVER).unlink()
 
 
 def test_scorer_reports_a_missed_break_and_a_lint_error(oracle, tmp_path):
@@ -180,3 +213,21 @@ def test_duplicate_restored_only_from_its_own_artifact():
     assert rec["duplicate"] and rec["site"] is None
     assert restore_stack(rec, art, paths)["site"] == ["m.py", 9]  # not Dynamo's own traceback below it
     assert restore_stack(rec, art.replace("gb0007", "gb0124"), paths)["site"] is None  # another break
+
+
+def test_library_tree_leaves_out_the_driver_and_names_the_entries(tmp_path):
+    root = tmp_path / "corpus"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "m.py").write_text("def f(x):\n    return x\n")
+    (root / score.DRIVER).write_text("import torch\n")
+    (root / "pyproject.toml").write_text('[project]\nname = "c"\nversion = "0"\n')
+    tree = score.library_tree(str(root), ["pkg.m:f"])
+    assert os.path.exists(os.path.join(tree, "pkg", "m.py"))
+    assert not os.path.exists(os.path.join(tree, score.DRIVER))
+    import tomllib
+
+    with open(os.path.join(tree, "pyproject.toml"), "rb") as fh:
+        assert tomllib.load(fh)["tool"]["xlalint"]["compiled"] == ["pkg.m:f"]
+    plain = score.library_tree(str(root))  # again, without entries: no configuration added
+    with open(os.path.join(plain, "pyproject.toml"), "rb") as fh:
+        assert "tool" not in tomllib.load(fh)

@@ -96,6 +96,7 @@ class Options:
     preview: bool | None = None
     force_exclude: bool = False
     assume_xla: bool = False
+    assume_compiled: bool = False
     quiet: bool = False
     jobs: int | None = None
     no_cache: bool = False
@@ -159,6 +160,7 @@ def resolve_settings(opts: Options, targets: list[Path]) -> Settings:
     server`, with the settings of each document's folder) all resolve them here. ConfigError: one line."""
     settings: Settings = load_settings(Path(opts.config) if opts.config else None, targets, ALL_RULES)
     settings.assume_xla = settings.assume_xla or opts.assume_xla
+    settings.assume_compiled = settings.assume_compiled or opts.assume_compiled
     settings.unsafe_fixes = settings.unsafe_fixes or opts.unsafe_fixes
     if opts.target is not None:
         settings.target_platform = parse_platform(opts.target, "--target")
@@ -341,6 +343,12 @@ _shared_options = _options(
             is_flag=True,
             help="Treat every file as code that runs on an XLA device (migration mode): XLA-only "
             "rules also fire in files that do not import torch_xla or torchax.",
+        ),
+        click.option(
+            "--assume-compiled",
+            is_flag=True,
+            help="Treat every nn.Module's forward (and what it calls) as compiled by torch.compile, "
+            "for model code its users compile: the DYN rules judge it without a torch.compile call.",
         ),
         click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only: no hints, no summary."),
         click.option(
@@ -826,6 +834,8 @@ def show_settings_text(settings: Settings, rules, files: list[Path]) -> str:
         "fixable": settings.fixable,
         "unfixable": settings.unfixable,
         "assume-xla": settings.assume_xla,
+        "assume-compiled": settings.assume_compiled,
+        "compiled": settings.compiled,
         "preview": settings.preview,
         "target-version": settings.target_version or "(the newest)",
         "target": settings.target_platform or "(none)",

@@ -26,6 +26,8 @@ KNOWN_KEYS = {
     "respect-gitignore",
     "unsafe-fixes",
     "assume-xla",
+    "assume-compiled",
+    "compiled",
     "target-version",
     "preview",
     "fixable",
@@ -86,6 +88,10 @@ class Settings:
     respect_gitignore: bool = True
     unsafe_fixes: bool = False
     assume_xla: bool = False  # treat every file as code that runs on an XLA device (migration mode)
+    # treat every nn.Module's forward as compiled by torch.compile (model code compiled by its users)
+    assume_compiled: bool = False
+    # functions compiled elsewhere, as `pkg.module:function` or `pkg.module:Class.method`
+    compiled: list[str] = field(default_factory=list)
     # the oldest torch_xla the code must run on: no replacement newer than it is suggested (None:
     # the newest); `target_source` says where it came from (the config, the command line, a pin)
     target_version: str | None = None
@@ -240,12 +246,17 @@ def settings_from_table(table: dict, root: Path, config_file: Path | None, all_r
         ("respect-gitignore", "respect_gitignore"),
         ("unsafe-fixes", "unsafe_fixes"),
         ("assume-xla", "assume_xla"),
+        ("assume-compiled", "assume_compiled"),
         ("preview", "preview"),
     ):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: `{key}` must be true or false")
             setattr(settings, attr, table[key])
+    if "compiled" in table:
+        settings.compiled = [
+            parse_compiled(v, f"{where}: `compiled`") for v in _string_list(table["compiled"], "compiled", where)
+        ]
     if "confidence" in table:
         settings.confidence = parse_confidence(table["confidence"], f"{where}: `confidence`")
     if "target" in table:
@@ -272,6 +283,17 @@ def parse_confidence(value, where: str) -> str:
     if not isinstance(value, str) or value.strip().lower() not in CONFIDENCE_LEVELS:
         raise ConfigError(f"{where} must be one of {', '.join(map(repr, CONFIDENCE_LEVELS))}, got {value!r}")
     return value.strip().lower()
+
+
+_COMPILED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)?")
+
+
+def parse_compiled(value: str, where: str) -> str:
+    """`pkg.module:function` or `pkg.module:Class.method` (a function the user compiles
+    elsewhere); a ConfigError naming `where` otherwise."""
+    if not _COMPILED_NAME.fullmatch(value.strip()):
+        raise ConfigError(f'{where}: {value!r} is not "pkg.module:function" or "pkg.module:Class.method"')
+    return value.strip()
 
 
 def parse_platform(value, where: str) -> str:

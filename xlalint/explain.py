@@ -81,6 +81,12 @@ def header(rule: type[Rule]) -> str:
     if rule.fix_availability in FIX_LINE:
         lines.append(FIX_LINE[rule.fix_availability])
     lines.extend(torch_lines(rule))
+    if rule.code.startswith("DYN"):
+        lines.append(
+            "Compiled code is what a `torch.compile` of the project reaches; for model code its users "
+            "compile, `--assume-compiled` (or `assume-compiled = true`) takes every `nn.Module.forward` "
+            'as compiled, and `compiled = ["pkg.module:function"]` names other functions.'
+        )
     confidence = confidence_text(rule)
     if confidence:
         lines.append(confidence)
@@ -117,6 +123,9 @@ def rule_json(rule: type[Rule]) -> dict:
         "preview": rule.preview,
         "target": rule.target,
         "evidence": list(rule.evidence),
+        # the torch releases its Dynamo proofs pass on, and the graph-break ids each prints (DYN rules)
+        "torch_proven": list(rule.torch_proven),
+        "gb_ids_by_torch": {version: list(ids) for version, ids in rule.gb_ids_by_torch().items()},
         "explanation": rule.documentation(),
         "url": DOCS_URL.format(name=rule.name),
         "page": str(doc_page(rule) or ""),

@@ -165,6 +165,8 @@ class Rule:
         if evidence is None:
             evidence = self.evidence_for(node, value)
         confidence, chain = (evidence.confidence, evidence.chain) if evidence is not None else (HIGH, ())
+        if self.code.startswith("DYN") and self.ctx.project.compiled:  # compiled only under --assume-compiled
+            chain = self.ctx.compiled.assumed_chain(node) + chain
         self.reports.append(Report(node, message or self.summary, fix, cause, confidence, chain))
 
     def evidence_for(self, node: ast.AST, value: ast.expr | None = None) -> Evidence | None:

@@ -439,16 +439,25 @@ class Workspace:
         # files above it decide (an empty one has no marker, so it is no member)
         contents = {p: digest(_bytes(f"{c} {module_name(p, source_root(p))}")) for p, c in contents.items()}
         # an unchanged project has unchanged facts: one entry keyed by every member's content and name
-        key = digest(repr(sorted((_relative(p, root), c) for p, c in contents.items())).encode())
+        # (and by what `--assume-compiled` and `compiled` take as compiled)
+        assume, names = self.settings.assume_compiled, tuple(self.settings.compiled)
+        members_key = sorted((_relative(p, root), c) for p, c in contents.items())
+        key = digest(
+            repr(
+                (members_key, [("assume_compiled", assume), ("compiled_names", names)])
+                if assume or names
+                else members_key
+            ).encode()
+        )
         cached = _read(_facts_from_json, cache.result(FACTS_SLOT, key))
         if cached is not None:
             return cached
         summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents, checks)
-        facts = ProjectIndex(list(summaries.values())).facts()
+        facts = ProjectIndex(list(summaries.values()), assume_compiled=assume, compiled_names=names).facts()
         again = {Path(path): f for path, f in facts.items() if f.training_calls}
         if again:
             summaries.update(self._summaries(cache, root, again, contents, checks))
-            facts = ProjectIndex(list(summaries.values())).facts()
+            facts = ProjectIndex(list(summaries.values()), assume_compiled=assume, compiled_names=names).facts()
         cache.put_result(FACTS_SLOT, key, _facts_to_json(facts))
         return facts
 

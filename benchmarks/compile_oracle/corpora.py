@@ -36,6 +36,9 @@ class Corpus:
     layout: object  # callable(dest) -> provenance string
     cases: list
     stubs: list = field(default_factory=list)  # third-party modules imported but unused on the path
+    # what the driver compiles besides module forwards, as xlalint's `compiled` names it (library
+    # mode, `--with-entries`: what a user compiling these would write in the configuration)
+    entries: list = field(default_factory=list)
 
 
 def mirror(repo: str) -> str:
@@ -657,10 +660,71 @@ def layout_torchbench(dest: str) -> str:
     return prov + " (models only; torchbench harness modules replaced by stand-ins)"
 
 
+# ---------------------------------------------------------------- timm (installed, pinned)
+
+TIMM_DRIVER = HEADER + '''import sys
+
+import timm
+import torch
+import torch.nn.functional as F
+
+# name -> (input size, create_model keywords): small inputs, random weights (no download)
+MODELS = {
+    "resnet18": (64, {}),
+    "efficientnet_b0": (64, {}),
+    "mobilenetv3_small_050": (64, {}),
+    "convnext_atto": (64, {}),
+    "regnetx_002": (64, {}),
+    "vit_tiny_patch16_224": (64, {"img_size": 64}),
+    "deit_tiny_patch16_224": (64, {"img_size": 64}),
+    "mixer_s16_224": (64, {"img_size": 64}),
+}
+
+
+def run(name):
+    """Two training steps, then one evaluation call, as a small training script would."""
+    size, kwargs = MODELS[name]
+    compiled = torch.compile(timm.create_model(name, pretrained=False, num_classes=10, **kwargs), backend="eager")
+    opt = torch.optim.SGD(compiled.parameters(), lr=0.01)
+    x, y = torch.randn(2, 3, size, size), torch.randint(0, 10, (2,))
+    compiled.train()
+    for _ in range(2):
+        loss = F.cross_entropy(compiled(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    compiled.eval()
+    with torch.no_grad():
+        compiled(x)
+
+
+if __name__ == "__main__":
+    run(sys.argv[1])
+'''
+
+TIMM_CASES = ["resnet18", "efficientnet_b0", "mobilenetv3_small_050", "convnext_atto", "regnetx_002",
+              "vit_tiny_patch16_224", "deit_tiny_patch16_224", "mixer_s16_224"]
+
+
+def layout_timm(dest: str) -> str:
+    python = os.environ.get("ORACLE_PYTHON", sys.executable)
+    probe = ("import importlib.util, importlib.metadata as m; s = importlib.util.find_spec('timm'); "
+             "print(list(s.submodule_search_locations)[0]); print(m.version('timm'))")
+    proc = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FileNotFoundError(f"timm is not installed for {python} (pip install --no-deps timm==1.0.31)")
+    src, version = proc.stdout.split()
+    shutil.copytree(src, os.path.join(dest, "timm"), ignore=shutil.ignore_patterns("__pycache__"))
+    write(dest, DRIVER, TIMM_DRIVER)
+    mark_root(dest)
+    return f"timm=={version} (installed wheel, .py files)"
+
+
 def corpora() -> list[Corpus]:
     drv = lambda names, t=300: [Case(n, DRIVER, [n], t) for n in names]  # noqa: E731
     return [
         Corpus("torchvision", "installed torchvision", layout_torchvision, drv(TV_CASES, 240)),
+        Corpus("timm", "installed timm", layout_timm, drv(TIMM_CASES, 240)),
         Corpus("nanogpt", "github:karpathy/nanoGPT", layout_nanogpt,
                [Case("train", "train.py", NANOGPT_ARGS, 300), Case("sample", "sample.py", SAMPLE_ARGS, 240)],
                stubs=["tiktoken"]),  # sample.py imports it; with the data set's meta.pkl it is unused
@@ -673,7 +737,14 @@ def corpora() -> list[Corpus]:
                     "deeprecommender", "tacotron2", "lennard_jones", "speech_transformer", "pyhpc_isoneutral_mixing",
                     "pyhpc_turbulent_kinetic_energy", "tts_angular", "llama", "soft_actor_critic", "demucs"]),
                stubs=["tqdm", "librosa", "librosa.filters", "librosa.util", "inflect", "unidecode", "kaldi_io",
-                      "gymnasium", "sentencepiece", "musdb", "museval", "treetable", "requests"]),
+                      "gymnasium", "sentencepiece", "musdb", "museval", "treetable", "requests"],
+               entries=["torchbenchmark.models.tacotron2.model:Tacotron2.inference",
+                        "torchbenchmark.models.lennard_jones:make_prediction",
+                        "torchbenchmark.models.speech_transformer.speech_transformer.transformer.transformer:"
+                        "Transformer.recognize",
+                        "torchbenchmark.models.tts_angular.model:SpeakerEncoder.compute_embedding",
+                        "torchbenchmark.models.soft_actor_critic:learn_standard",
+                        "torchbenchmark.models.soft_actor_critic.sac:SACAgent.forward"]),
     ]
 
 

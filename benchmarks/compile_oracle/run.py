@@ -37,6 +37,11 @@ def main(argv=None) -> int:
     ap.add_argument("--xlalint", default="xlalint", help="the xlalint command (default: the one on PATH)")
     ap.add_argument("--select", default="DYN", help="rule codes/prefixes scored (default: DYN)")
     ap.add_argument("--json", dest="json_out", help="also write the score as JSON here")
+    ap.add_argument("--assume-compiled", action="store_true",
+                    help="score the library files alone (no driver) linted with --assume-compiled")
+    ap.add_argument("--with-entries", action="store_true",
+                    help="with --assume-compiled: name the functions the driver compiles besides forwards "
+                    "in the tree's `compiled` setting")
     ns = ap.parse_args(argv)
     if not (ns.collect or ns.score):
         ap.error("give --collect, --score or both")
@@ -72,7 +77,8 @@ def main(argv=None) -> int:
                 print(f"{corpus.name}: {len(stale)} files differ from the collected run "
                       f"(e.g. {stale[0]}): re-run --collect")
             records.append((rec, root))
-        report = score_all(records, ns.xlalint, ns.select)
+        entries = {c.name: c.entries for c in chosen} if ns.with_entries else None
+        report = score_all(records, ns.xlalint, ns.select, library=ns.assume_compiled, entries=entries)
         print(report["text"])
         if ns.json_out:
             with open(ns.json_out, "w") as fh:

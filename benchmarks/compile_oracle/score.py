@@ -15,6 +15,12 @@
   a break" and "ran, but outside any compiled call". Findings on lines that never ran, or in a function
   Dynamo gave up on ("Skipping the function and falling back to eager": none of its lines were traced),
   are listed as unverified, not scored.
+
+Library mode (``--assume-compiled``): the corpus is linted without our ``_oracle_driver.py`` (the
+library's files alone, as its maintainer would), with ``xlalint check --assume-compiled``: nothing
+there calls ``torch.compile``, the option takes every ``nn.Module.forward`` as compiled. Precision is
+then over findings on lines Dynamo traced (a finding on a line that ran eagerly, outside every
+compiled call, is code the user may compile too: counted as "ran uncompiled", not scored).
 """
 
 from __future__ import annotations
@@ -162,10 +168,23 @@ def oracle_sets(rec: dict, root: str) -> dict:
     return o
 
 
-def run_xlalint(xlalint: str, root: str, select: str) -> tuple[list, str | None]:
+def library_tree(root: str, entries: list | None = None) -> str:
+    """A copy of the corpus at ``root`` without our driver (and the collector's caches): the
+    library's own files, where nothing calls ``torch.compile``. ``entries``: the functions a user
+    compiles besides forwards, written as ``compiled = [...]`` in the tree's configuration."""
+    dest = root.rstrip("/") + "-library"
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(root, dest, symlinks=True, ignore=shutil.ignore_patterns(DRIVER, "__pycache__", ".xlalint_cache"))
+    if entries:
+        with open(os.path.join(dest, "pyproject.toml"), "a") as fh:
+            fh.write("\n[tool.xlalint]\ncompiled = [%s]\n" % ", ".join(json.dumps(e) for e in entries))
+    return dest
+
+
+def run_xlalint(xlalint: str, root: str, select: str, extra: tuple[str, ...] = ()) -> tuple[list, str | None]:
     exe = shutil.which(xlalint) or xlalint
-    cmd = [exe, "check", "--preview", "--select", select, "--output-format", "json", "--exit-zero", "--no-cache",
-           "."]
+    cmd = [exe, "check", "--preview", "--select", select, *extra, "--output-format", "json", "--exit-zero",
+           "--no-cache", "."]
     try:
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -182,7 +201,7 @@ def run_xlalint(xlalint: str, root: str, select: str) -> tuple[list, str | None]
     return findings, None
 
 
-def score_corpus(rec: dict, root: str, findings: list) -> dict:
+def score_corpus(rec: dict, root: str, findings: list, library: bool = False) -> dict:
     o = oracle_sets(rec, root)
     site_spans = {s: stmt_span(root, s[0], s[1]) for s in o["sites"]}
     found_sites, found_rec = set(), set()
@@ -204,7 +223,8 @@ def score_corpus(rec: dict, root: str, findings: list) -> dict:
         eager = any(a <= lo <= b for a, b in o["skipped"].get(rel, ()))
         on_stack = any(lo <= ln <= hi for ln in o["stack"].get(rel, ()))
         verdict = ("tp" if hit_sites or hit_rec else "tp-stack" if on_stack else "unverified" if not ran else
-                   "unverified-eager" if eager else "fp-traced" if in_compiled else "fp-outside")
+                   "unverified-eager" if eager else "fp-traced" if in_compiled else
+                   "unverified-uncompiled" if library else "fp-outside")
         rows.append({"code": f["code"], "file": rel, "line": f["location"]["row"], "verdict": verdict,
                      "message": f.get("message", "")[:120], "source": source_line(root, rel, f["location"]["row"]),
                      "gb": sorted({g for s in hit_sites for g in o["sites"][s]["gb"]})})
@@ -226,7 +246,7 @@ def score_corpus(rec: dict, root: str, findings: list) -> dict:
     visible_rec = [k for k, e in o["recompiles"].items() if e["lines"] and e["kind"] == "value"]
     shape_rec = [k for k, e in o["recompiles"].items() if e["lines"] and e["kind"] == "shape"]
     return {
-        "corpus": rec["corpus"], "source": rec.get("source"),
+        "corpus": rec["corpus"], "source": rec.get("source"), "library": library,
         "break_sites": len(o["sites"]), "break_sites_found": len(found_sites),
         "breaks_not_visible": dict(o["invisible"]),
         "recompiles": len(visible_rec), "recompiles_found": len(found_rec & set(visible_rec)),
@@ -242,7 +262,11 @@ def _ratio(a: int, b: int) -> str:
 
 
 def render(scores: list[dict], lint_errors: dict) -> str:
-    out = ["## Oracle (what Dynamo reported)", "",
+    if any(s.get("library") for s in scores):
+        out = ["# Library mode: the corpora's files alone (no driver), `xlalint check --assume-compiled`", ""]
+    else:
+        out = []
+    out += ["## Oracle (what Dynamo reported)", "",
            "| corpus | break sites (project) | not visible | recompiles on values (grouped) | recompiles on "
            "shapes (grouped) | benign / torch-internal recompile events | GB ids (sites) |",
            "|---|---|---|---|---|---|---|"]
@@ -273,13 +297,19 @@ def render(scores: list[dict], lint_errors: dict) -> str:
         for r in s["findings"]:
             per_rule[r["code"]]["tp" if r["verdict"] == "tp-stack" else r["verdict"]] += 1
     out += ["", "## Score per rule", "", "| rule | findings | TP | FP traced | FP outside compiled | precision | "
-            "unverified (not run / eager) |", "|---|---|---|---|---|---|---|"]
+            "unverified (not run / eager / ran uncompiled) | break sites found |", "|---|---|---|---|---|---|---|---|"]
+    sites_by_rule: collections.Counter = collections.Counter()
+    for s in scores:
+        for r in s["findings"]:
+            if r["verdict"] == "tp" and r["gb"]:
+                sites_by_rule[r["code"]] += 1
     for code, v in sorted(per_rule.items()):
         fp = v["fp-traced"] + v["fp-outside"]
         out.append(f"| {code} | {sum(v.values())} | {v['tp']} | {v['fp-traced']} | {v['fp-outside']} | "
-                   f"{_ratio(v['tp'], v['tp'] + fp)} | {v['unverified']} / {v['unverified-eager']} |")
+                   f"{_ratio(v['tp'], v['tp'] + fp)} | {v['unverified']} / {v['unverified-eager']} / "
+                   f"{v['unverified-uncompiled']} | {sites_by_rule[code]} |")
     if not per_rule:
-        out.append("| (no findings) | | | | | | |")
+        out.append("| (no findings) | | | | | | | |")
     out += ["", "## Missed break sites (FN)", ""]
     for s in scores:
         for m in s["fn_sites"]:
@@ -305,11 +335,18 @@ def render(scores: list[dict], lint_errors: dict) -> str:
     return "\n".join(out)
 
 
-def score_all(records: list[tuple[dict, str]], xlalint: str, select: str) -> dict:
+def score_all(records: list[tuple[dict, str]], xlalint: str, select: str, library: bool = False,
+              entries: dict | None = None) -> dict:
+    """``library``: lint each corpus's files alone with ``--assume-compiled`` (see the module's doc);
+    ``entries``: corpus name -> the functions named in `compiled` there."""
     scores, errors = [], {}
     for rec, root in records:
-        findings, err = run_xlalint(xlalint, root, select)
+        if library:
+            tree = library_tree(root, (entries or {}).get(rec["corpus"]))
+            findings, err = run_xlalint(xlalint, tree, select, ("--assume-compiled",))
+        else:
+            findings, err = run_xlalint(xlalint, root, select)
         if err:
             errors[rec["corpus"]] = err
-        scores.append(score_corpus(rec, root, findings))
+        scores.append(score_corpus(rec, root, findings, library))
     return {"scores": scores, "lint_error": errors or None, "text": render(scores, errors)}

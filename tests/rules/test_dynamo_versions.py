@@ -124,3 +124,18 @@ def test_proven_is_a_list_of_releases(proven):
         "2.11": "GB0179",
         "2.13": "GB4198",
     }
+
+
+def test_explain_json_lists_each_rules_graph_break_ids_per_torch_release():
+    import json
+
+    from xlalint.explain import explain_text
+
+    for rule in DYN:
+        shown = json.loads(explain_text(rule, "json"))
+        assert shown["torch_proven"] == list(rule.torch_proven)
+        assert shown["gb_ids_by_torch"] == {v: list(ids) for v, ids in rule.gb_ids_by_torch().items()}
+    shown = json.loads(explain_text(dyn121.UntraceableCallInCompiled, "json"))["gb_ids_by_torch"]
+    # `copy.deepcopy` breaks with GB0179 on 2.11 and GB4198 on 2.13 (the table's per-release rows)
+    assert "GB0179" in shown["2.11"] and "GB0179" not in shown["2.13"]
+    assert "GB4198" in shown["2.13"] and "GB4198" not in shown["2.11"]

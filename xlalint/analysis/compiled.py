@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ..diagnostics import Location, Step
 from .index import FUNCTIONS
 from .names import dotted_name, keyword_value, positional, string_value
 
@@ -30,8 +31,14 @@ if TYPE_CHECKING:
 COMPILERS = {"torch.compile", "torch._dynamo.optimize"}
 DISABLERS = {"torch.compiler.disable", "torch._dynamo.disable", "torch._disable_dynamo"}
 IS_COMPILING = {"torch.compiler.is_compiling", "torch._dynamo.is_compiling", "torch.compiler.is_dynamo_compiling"}
-# false while Dynamo traces (it folds them): their branch is dead code there
-NOT_WHILE_COMPILING = {"torch.jit.is_scripting", "torch.jit.is_tracing", "torch.onnx.is_in_onnx_export"}
+# false while Dynamo traces (it folds them): their branch is dead code there (`_get_tracing_state()`
+# is None: measured on torch 2.13, one graph without the branch's ops)
+NOT_WHILE_COMPILING = {
+    "torch.jit.is_scripting",
+    "torch.jit.is_tracing",
+    "torch.onnx.is_in_onnx_export",
+    "torch._C._get_tracing_state",
+}
 CONFIG = "torch._dynamo.config."
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit (2.13)
 
@@ -43,6 +50,9 @@ class CompileOptions:
     dynamic: bool | None = None  # None: automatic dynamic shapes (the default)
     backend: str | None = None
     fullgraph: bool = False
+    # compiled only because the user says so (`--assume-compiled`): why, for the evidence chain
+    # (`forward of nn.Module `Block``); None where a `torch.compile` of the project compiles it
+    assumed: str | None = None
 
     @property
     def tpu(self) -> bool:
@@ -61,15 +71,24 @@ class CompileOptions:
             if False in (self.dynamic, other.dynamic)
             else (self.dynamic if self.dynamic is not None else other.dynamic)
         )
-        return CompileOptions(dynamic, self.backend or other.backend, self.fullgraph or other.fullgraph)
+        # compiled for real by either: no assumption; else the first reason (sorted: the same
+        # whatever order the callers are reached in)
+        assumed = min(self.assumed, other.assumed) if self.assumed and other.assumed else None
+        return CompileOptions(dynamic, self.backend or other.backend, self.fullgraph or other.fullgraph, assumed)
 
     def key(self) -> str:
-        return f"{self.dynamic}|{self.backend or ''}|{int(self.fullgraph)}"
+        base = f"{self.dynamic}|{self.backend or ''}|{int(self.fullgraph)}"
+        return f"{base}|{self.assumed}" if self.assumed else base
 
     @classmethod
     def from_key(cls, key: str) -> CompileOptions:
-        dynamic, backend, fullgraph = key.split("|")
-        return cls({"True": True, "False": False}.get(dynamic), backend or None, fullgraph == "1")
+        dynamic, backend, fullgraph, *assumed = key.split("|", 3)
+        return cls(
+            {"True": True, "False": False}.get(dynamic),
+            backend or None,
+            fullgraph == "1",
+            assumed[0] if assumed else None,
+        )
 
     def describe(self) -> str:
         """How the options change the cost, for a message (empty for the defaults)."""
@@ -322,6 +341,23 @@ class CompiledRegions:
             if values and all(isinstance(v, ast.Constant) and not v.value for v in values):
                 return -1
         return 0
+
+    def assumed_chain(self, node: ast.AST) -> tuple[Step, ...]:
+        """The evidence of a finding at `node` in code compiled only under `--assume-compiled`:
+        one step at the compiled function saying why it is taken as compiled (empty elsewhere)."""
+        region = self.region(node)
+        options = self.functions.get(region) if region is not None else None
+        if options is None or not options.assumed:
+            return ()
+        line = getattr(region, "lineno", 1)
+        column = self.ctx.text.column(line, getattr(region, "col_offset", 0)) + 1
+        name = getattr(region, "name", "<lambda>")
+        return (
+            Step(
+                Location(line, column),
+                f"in `{name}`, traced from the {options.assumed}, compiled under --assume-compiled",
+            ),
+        )
 
     def options(self, node: ast.AST) -> CompileOptions:
         region = self.region(node)

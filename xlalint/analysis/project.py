@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..diagnostics import HIGH
 from ..source import is_file, stat_or_none
+from .compiled import CompileOptions
 from .guards import names_non_xla_feature
 from .index import FUNCTIONS, qualname
 from .loaders import returned_ragged_loaders, training_sources
@@ -720,8 +721,14 @@ FunctionRef = tuple[str, str]  # (module path, function qualname)
 
 
 class ProjectIndex:
-    def __init__(self, summaries: list[ModuleSummary]) -> None:
+    def __init__(
+        self, summaries: list[ModuleSummary], *, assume_compiled: bool = False, compiled_names: tuple[str, ...] = ()
+    ) -> None:
+        """`assume_compiled`, `compiled_names`: `--assume-compiled` and the `compiled` setting (see
+        `assumed_roots`)."""
         self.summaries = {s.path: s for s in summaries}
+        self.assume_compiled = assume_compiled
+        self.compiled_names = compiled_names
         self._resolved: list | None = None
         self._defining: dict[str, list[ModuleSummary]] | None = None
         self._namespace: dict[tuple[str, str], list[ModuleSummary]] = {}  # see namespace_module
@@ -1051,9 +1058,10 @@ class ProjectIndex:
     def _compiled(self, resolved) -> dict[str, dict[str, str]]:
         """Module path -> its functions torch.compile traces because of other modules (qualname ->
         options key): the `forward` of a class compiled elsewhere, and what compiled functions call."""
-        from .compiled import CompileOptions
 
         seeds: dict[FunctionRef, CompileOptions] = {}
+        if self.assume_compiled or self.compiled_names:
+            seeds.update(assumed_roots(self, self.compiled_names, self.assume_compiled))
         for s in self.summaries.values():
             for name, key in s.compiled.items():
                 seeds[(s.path, name)] = CompileOptions.from_key(key)
@@ -1295,3 +1303,54 @@ def summary_from_json(data: dict) -> ModuleSummary:
         mentions=set(data.get("mentions", [])),
         trains_here=bool(data.get("trains_here")),
     )
+
+
+# --- `--assume-compiled`: model code compiled by its users -----------------------------------------
+
+
+def nn_module_class(index: ProjectIndex, summary: ModuleSummary, cls: str, depth: int = 0) -> bool:
+    """`cls` (a qualname in `summary`'s module) derives from a `torch.nn` class (`nn.Module`,
+    `nn.Sequential`, ...), directly or through bases defined in the project."""
+    if depth > 6:
+        return False
+    for base in summary.classes.get(cls, ()):
+        found = index.resolve_name(summary, base)
+        if found is not None and found[1] in found[0].classes:
+            if nn_module_class(index, found[0], found[1], depth + 1):
+                return True
+            continue
+        head, _, rest = base.partition(".")
+        qualified = summary.imports.get(head)
+        if qualified is not None:
+            full = f"{qualified}.{rest}" if rest else qualified
+            if full.startswith("torch.nn.") and full.rpartition(".")[2][:1].isupper():
+                return True
+    return False
+
+
+def assumed_roots(
+    index: ProjectIndex, names: tuple[str, ...] = (), every_forward: bool = True
+) -> dict[tuple[str, str], CompileOptions]:
+    """What `--assume-compiled` takes as compiled: every `forward` of a class deriving from an
+    `nn.Module` (its own or inherited from a project base), and the functions `compiled` names
+    (`pkg.module:function`, `pkg.module:Class.method`; a class stands for its `forward`).
+    (module path, qualname) -> options that carry the reason."""
+    found: dict[tuple[str, str], CompileOptions] = {}
+    if every_forward:
+        for summary in index.summaries.values():
+            for cls in summary.classes:
+                if not nn_module_class(index, summary, cls):
+                    continue
+                forward = index.method(summary, cls, "forward")
+                if forward is not None and forward not in found:
+                    found[forward] = CompileOptions(assumed=f"forward of nn.Module `{cls}`")
+    for name in names:
+        module, _, qualified = name.partition(":")
+        for summary in index.by_name.get(module, ()):
+            if qualified in summary.functions:
+                found[(summary.path, qualified)] = CompileOptions(assumed=f"`{name}`, named in `compiled`")
+            elif qualified in summary.classes:
+                forward = index.method(summary, qualified, "forward")
+                if forward is not None:
+                    found[forward] = CompileOptions(assumed=f"forward of `{name}`, named in `compiled`")
+    return found

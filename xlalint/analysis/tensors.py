@@ -100,8 +100,9 @@ TORCH_NOT_TENSOR_PREFIXES = (
     "torch.hub.",
     "torch.nn.init.",
 )
-# torch functions that answer a question or get/set global state: Python values, never tensors.
-TORCH_QUERY = re.compile(r"^(is|are|has|get|set|use)_")
+# torch functions that answer a question or get/set global state: Python values, never tensors
+# (private ones too: `torch._C._get_tracing_state()`, `torch._C._is_any_autocast_enabled()`).
+TORCH_QUERY = re.compile(r"^_?(is|are|has|get|set|use)_")
 # torch_xla collectives: a device tensor in, a device tensor out (`mesh_reduce` is a host collective).
 XLA_COLLECTIVES = {
     "all_reduce",
@@ -744,6 +745,8 @@ class TensorInference:
             result = self._method_call(node, method)
             if result != Kind.NOT_TENSOR or dotted_name(receiver(node)) not in ("self", "cls"):
                 return result
+        if isinstance(node.func, ast.Name) and self._annotated_scalar(node.func.id, node):
+            return Kind.NOT_TENSOR  # `def _is_contiguous(t) -> bool`: it says it returns a Python value
         # `self.residual(x)`, `project(h)`: a function of device tensors most likely returns one
         if any(self.kind(a).on_device for a in positional(node)):
             return Kind.TENSOR
@@ -752,6 +755,23 @@ class TensorInference:
             if returned is not None:
                 return returned
         return Kind.UNKNOWN
+
+    def _annotated_scalar(self, name: str, call: ast.Call) -> bool:
+        """The plain function `name` of this module (the one the call sees) is annotated to return a
+        Python scalar (`-> bool`, `-> int`, `-> float`, `-> str`)."""
+        scope: ast.AST = self.ctx.index.scope_of(call)
+        while not (functions := self.ctx.functions_in_scope(name, scope)):
+            if isinstance(scope, ast.Module):
+                return False
+            scope = self.ctx.index.scope_of(scope)
+        func = functions[-1]
+        returns = getattr(func, "returns", None)
+        return (
+            len(functions) == 1
+            and isinstance(func, ast.FunctionDef)
+            and returns is not None
+            and ast.unparse(returns) in ("bool", "int", "float", "str")
+        )
 
     def _returned_kind(self, name: str, call: ast.Call) -> Kind | None:
         """`def fast_all(t): return t.all()`: a function of this module whose every `return` gives a
