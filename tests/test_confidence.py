@@ -479,3 +479,59 @@ def test_a_role_of_a_class_its_application_never_mentions_is_possible(run_cli, p
     project.write("config.py", "")
     project.write("vendored.py", HEADS.format(name="UnusedHead").replace("class", "@register\nclass"))
     assert {d["filename"].rsplit("/", 1)[-1] for d in check_json(run_cli, project)} == {"heads.py", "vendored.py"}
+
+
+# A metric of a metrics library (`update` per batch) that slices each example by its length, and a
+# training script that updates it only every 500 steps, to log it.
+SPAN_METRIC = """\
+import torch
+from torchmetrics import Metric
+
+
+class SpanMetric(Metric):
+    def __init__(self):
+        super().__init__()
+        self.add_state("scores", default=[])
+
+    def update(self, logits, lengths):
+        for i in range(logits.shape[0]):
+            span = logits[i][: lengths[i]]
+            self.scores.append(span.logsumexp(-1).mean())
+
+    def compute(self):
+        return torch.stack(self.scores).mean()
+"""
+METRIC_TRAIN = """\
+import torch
+import torch_xla
+from metrics import SpanMetric
+
+
+def train(model, loader, opt, device):
+    metric = SpanMetric()
+    for step, batch in enumerate(loader):
+        logits = model(batch["ids"].to(device))
+        logits.mean().backward()
+        opt.step()
+        torch_xla.sync()
+        if step % 500 == 0:
+            metric.update(logits.detach(), batch["lengths"].to(device))
+            print(metric.compute())
+"""
+
+
+def test_a_metric_update_the_project_calls_only_off_the_steps_is_no_step(run_cli, project):
+    # `update` runs where the project calls it: every 500 steps, in no training step
+    project.write("metrics.py", SPAN_METRIC)
+    project.write("train.py", METRIC_TRAIN)
+    assert [d for d in check_json(run_cli, project) if d["filename"].endswith("metrics.py")] == []
+    # updated every step: the framework role holds, a finding on evidence
+    project.write("train.py", METRIC_TRAIN.replace("        if step % 500 == 0:\n", "        if True:\n"))
+    (d,) = [d for d in check_json(run_cli, project) if d["filename"].endswith("metrics.py")]
+    assert (d["code"], d["location"]["row"], d["confidence"]) == ("XLA313", 12, "high")
+    assert d["related"][0]["message"] == "`SpanMetric.update`, called by the framework every step"
+    # handed to code the project does not show (a trainer's callback): no caller seen, the role holds
+    handed = METRIC_TRAIN.replace("            metric.update(", "            register(metric.update)\n            (")
+    project.write("train.py", handed)
+    (d,) = [d for d in check_json(run_cli, project) if d["filename"].endswith("metrics.py")]
+    assert d["confidence"] == "high"

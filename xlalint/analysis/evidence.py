@@ -77,6 +77,8 @@ ROLE_METHODS = {
 }
 
 
+# Of those, the methods the project's own code calls (a metric's `update`): they run where it does.
+USER_DRIVEN = {"update"}
 # Per-batch callbacks a trainer runs on every step (Lightning, ignite, composer, HF).
 BATCH_HOOK = re.compile(
     r"^((on_)?(train_)?(batch|step|iter|iteration)_(end|start|begin|completed|started)|"
@@ -288,7 +290,17 @@ def framework_role(ctx: File, func: Any) -> str | None:
     bases = [dotted_name(b) or "" for b in cls.bases]
     if not bases or all(b in PLAIN_BASES for b in bases):
         return None
+    if func.name in USER_DRIVEN and _hook_seen_off_steps(ctx, func.name):
+        return None
     return f"`{cls.name}.{func.name}`, called by the framework every step"
+
+
+def _hook_seen_off_steps(ctx: File, name: str) -> bool:
+    """The project calls `.name(...)` itself, and every call is seen off the steps (behind an
+    evaluation interval, once after training): a metric's `update` runs when its owner calls it,
+    not by itself every step. Unknown without the project's index (one file linted alone)."""
+    project = ctx.project
+    return name in project.hook_calls and name not in project.stepped_hooks
 
 
 def _seen_off_steps(ctx: File, func: Any) -> bool:
