@@ -535,3 +535,73 @@ def test_a_metric_update_the_project_calls_only_off_the_steps_is_no_step(run_cli
     project.write("train.py", handed)
     (d,) = [d for d in check_json(run_cli, project) if d["filename"].endswith("metrics.py")]
     assert d["confidence"] == "high"
+
+
+# A sampler module of a package in an application checkout: a loss-aware sampler whose
+# `record_losses` reads each loss to the host. The training script builds the uniform sampler and
+# never names the method.
+SAMPLERS = """\
+from abc import ABC, abstractmethod
+
+import torch
+
+
+def make_sampler(name):
+    return LossAwareSampler() if name == "aware" else UniformSampler()
+
+
+class Sampler(ABC):
+    @abstractmethod
+    def weights(self): ...
+
+
+class UniformSampler(Sampler):
+    def weights(self):
+        return torch.ones(10)
+
+
+class LossAwareSampler(Sampler):
+    def weights(self):
+        return torch.ones(10)
+
+    def record_losses(self, steps, losses):
+        sizes = [torch.zeros((), device=steps.device) for _ in range(4)]
+        self.history.extend(s.item() for s in sizes)
+"""
+SAMPLER_TRAIN = """\
+import torch
+import torch_xla
+from diffusion.samplers import make_sampler
+
+
+def train(model, loader, opt, device):
+    sampler = make_sampler("uniform")
+    for batch in loader:
+        loss = (model(batch.to(device)) * sampler.weights().to(device)).mean()
+        loss.backward()
+        opt.step()
+        torch_xla.sync()
+"""
+
+
+def test_a_loss_named_method_nothing_names_is_no_step(run_cli, project):
+    def found():
+        return [d for d in check_json(run_cli, project) if d["filename"].endswith("samplers.py")]
+
+    # nothing in the project calls or names `record_losses`: dead code, no loss of a training step
+    project.write("diffusion/__init__.py", "")
+    project.write("diffusion/samplers.py", SAMPLERS)
+    project.write("train.py", SAMPLER_TRAIN)
+    assert found() == []
+    # the training loop records its losses: the name is the evidence again
+    project.write("train.py", SAMPLER_TRAIN + "        sampler.record_losses(batch, loss)\n")
+    (d,) = found()
+    assert (d["code"], d["location"]["row"], d["confidence"]) == ("XLA101", 26, "high")
+    assert d["related"][0]["message"] == "`record_losses`, a loss: computed every training step"
+    # a name built from a string part (`getattr(sampler, "record" + "_losses")`): maybe it
+    project.write("train.py", SAMPLER_TRAIN + '        getattr(sampler, "record" + "_losses")(batch, loss)\n')
+    assert [d["confidence"] for d in found()] == ["high"]
+    # an installable package: its users may call the method
+    project.write("train.py", SAMPLER_TRAIN)
+    project.write("pyproject.toml", '[project]\nname = "diffusion"\nversion = "0"\n')
+    assert [d["confidence"] for d in found()] == ["high"]

@@ -23,11 +23,14 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..diagnostics import HIGH, POSSIBLE, Location, Step
+from ..source import stat_or_none
 from .index import FUNCTIONS, qualname
 from .names import dotted_name, last_part, method_name, receiver
+from .project import loss_names, project_root
 from .steps import (
     CALLABLE_CLASS,
     NOT_STEP_FUNCTION,
@@ -273,7 +276,7 @@ def framework_role(ctx: File, func: Any) -> str | None:
     if isinstance(cls, ast.ClassDef) and ctx.unmentioned_class(cls):
         return None  # a class its application never instantiates: no framework runs any of it
     if LOSS_FUNCTION.search(func.name) and not NOT_STEP_FUNCTION.search(func.name):
-        if _seen_off_steps(ctx, func):
+        if _seen_off_steps(ctx, func) or _unnamed_loss_method(ctx, func):
             return None
         return f"`{func.name}`, a loss: computed every training step"
     if isinstance(cls, ast.ClassDef) and func.name == "__call__" and CALLABLE_CLASS.search(cls.name):
@@ -313,6 +316,42 @@ def _seen_off_steps(ctx: File, func: Any) -> bool:
         return False  # a library's users may call it, every step
     sites = ctx.calls_of(func.name)
     return bool(sites) and all(_seen_caller(ctx, site) and not ctx.is_per_step(site) for site in sites)
+
+
+def _unnamed_loss_method(ctx: File, func: Any) -> bool:
+    """A loss-named method of a class built only on the project's own classes, in a checkout that
+    is no installable package, which nothing in the project names (no call, attribute or string,
+    nor a string part `"loss_"` a name could be built from): nothing calls it, so it runs at no
+    step. A library base (a trainer's `compute_loss`) may call it unnamed; so may the hooks any
+    framework calls by name."""
+    cls = ctx.index.parent(func)
+    mentioned = ctx.project.loss_names
+    if not isinstance(cls, ast.ClassDef) or not isinstance(ctx.index.parent(cls), ast.Module):
+        return False
+    if func.name in ROLE_METHODS or BATCH_HOOK.match(func.name) or not _own_bases(ctx, cls, 0):
+        return False
+    root = project_root(Path(str(ctx.path)).absolute())
+    if any(stat_or_none(root / marker) is not None for marker in ("pyproject.toml", "setup.py", "setup.cfg")):
+        return False  # an installable package: its users may call it
+    if func.name in mentioned or func.name in loss_names(ctx):
+        return False
+    strings = [m[1:-1].lower() for m in mentioned if m.startswith('"')]
+    name = func.name.lower()
+    return not any(name.startswith(part) or name.endswith(part) for part in strings)
+
+
+def _own_bases(ctx: File, cls: ast.ClassDef, depth: int) -> bool:
+    """`cls` derives only from plain bases and classes of this module built so themselves."""
+    if depth > 6:
+        return False
+    for base in cls.bases:
+        name = dotted_name(base) or ""
+        if name in PLAIN_BASES:
+            continue
+        local = [c for c in ctx.index.by_type.get(ast.ClassDef, ()) if isinstance(c, ast.ClassDef) and c.name == name]
+        if len(local) != 1 or local[0] is cls or not _own_bases(ctx, local[0], depth + 1):
+            return False
+    return True
 
 
 def _seen_caller(ctx: File, site: ast.Call) -> bool:
