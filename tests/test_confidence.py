@@ -605,3 +605,55 @@ def test_a_loss_named_method_nothing_names_is_no_step(run_cli, project):
     project.write("train.py", SAMPLER_TRAIN)
     project.write("pyproject.toml", '[project]\nname = "diffusion"\nversion = "0"\n')
     assert [d["confidence"] for d in found()] == ["high"]
+
+
+# A model wrapper whose `fit` trains and whose `predict` is a generator: each batch's prediction,
+# computed with autograd off, is handed to the caller as a NumPy array.
+PREDICTOR = """\
+import torch
+import torch_xla
+
+
+class Wrapper:
+    def __init__(self, model, device):
+        self.model, self.device = model, device
+
+    def fit(self, loader, opt):
+        for batch in loader:
+            loss = self.model(batch.to(self.device)).mean()
+            loss.backward()
+            opt.step()
+            torch_xla.sync()
+
+    def to_numpy(self, output):
+        return output.cpu().numpy()
+
+    def predict(self, loader):
+        self.model.eval()
+        for batch in loader:
+            with torch.no_grad():
+                out = self.model(batch.to(self.device))
+                yield self.to_numpy(out)
+"""
+
+
+def test_a_prediction_generator_is_possible(run_cli, project):
+    def found():
+        return [
+            (d["code"], d["location"]["row"], d["confidence"])
+            for d in check_json(run_cli, project, "--confidence", "possible")
+        ]
+
+    # its consumer takes each result on the host as it comes: the copy is the output
+    project.write("wrapper.py", PREDICTOR)
+    assert found() == [("XLA109", 24, "possible")]
+    (d,) = check_json(run_cli, project, "--confidence", "possible")
+    assert d["related"][0]["message"].endswith("a prediction generator: each batch's result is handed to its caller")
+    # gradients on: no prediction, the loop may be a step of whatever consumes it
+    project.write("wrapper.py", PREDICTOR.replace("with torch.no_grad():", "if True:"))
+    assert found() == [("XLA109", 24, "high")]
+    # collected in a list: one copy after the loop would do
+    project.write(
+        "wrapper.py", PREDICTOR.replace("yield self.to_numpy(out)", "self.outputs.append(self.to_numpy(out))")
+    )
+    assert found() == [("XLA109", 24, "high")]

@@ -157,9 +157,57 @@ def loop_evidence(ctx: File, loop: ast.AST) -> Evidence:
         return Evidence(POSSIBLE, (replace(step, message=f"{step.message}, over {count} fixed values"),))
     if step.message.startswith("training loop"):
         return Evidence(HIGH, (step,))
+    if _prediction_generator(ctx, loop):
+        why = f"{step.message}, a prediction generator: each batch's result is handed to its caller"
+        return Evidence(POSSIBLE, (replace(step, message=why),))
     if not offline_loop(ctx, loop):  # a validation loop of a training program: it runs while training
         return Evidence(HIGH, (replace(step, message=step.message.replace(", with no training step seen", "")),))
     return Evidence(POSSIBLE, (step,))
+
+
+# Context managers and decorators that switch autograd off: the code they wrap only predicts.
+NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
+
+
+def _prediction_generator(ctx: File, loop: Any) -> bool:
+    """A loop over batches that trains nothing, in a generator that yields in the loop's body with
+    autograd off (`with torch.no_grad():` around the loop or the yield, or on the function): a
+    prediction generator, which hands each batch's result to whatever consumes it, at its pace.
+    Its host copies are its output, not a cost of a training step."""
+    func = ctx.index.enclosing_function(loop)
+    if not isinstance(func, FUNCTIONS) or not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    if not iterates_batches(ctx, loop.iter):
+        return False
+    yields = [
+        n
+        for statement in loop.body
+        for n in ast.walk(statement)
+        if isinstance(n, (ast.Yield, ast.YieldFrom)) and ctx.index.enclosing_function(n) is func
+    ]
+    if not yields:
+        return False
+    if any(_no_grad(ctx, d) for d in func.decorator_list):
+        return True
+    return all(
+        any(
+            isinstance(anc, (ast.With, ast.AsyncWith)) and any(_no_grad(ctx, i.context_expr) for i in anc.items)
+            for anc in _ancestors_until(ctx, y, func)
+        )
+        for y in yields
+    )
+
+
+def _no_grad(ctx: File, expr: ast.expr) -> bool:
+    target = expr.func if isinstance(expr, ast.Call) else expr
+    return (ctx.qualified_name(target) or dotted_name(target) or "") in NO_GRAD
+
+
+def _ancestors_until(ctx: File, node: ast.AST, stop: ast.AST):
+    for anc in ctx.index.ancestors(node):
+        if anc is stop:
+            return
+        yield anc
 
 
 def loop_step(ctx: File, loop: Any) -> Step:
