@@ -109,6 +109,11 @@ def _at(ctx: File, node: ast.AST, message: str) -> Step:
     return Step(Location(line, ctx.text.column(line, getattr(node, "col_offset", 0)) + 1), message)
 
 
+def seen(ctx: File, node: ast.AST, why: str) -> Evidence:
+    """High evidence of one fact the analysis shows at `node` (a loader built for training)."""
+    return Evidence(HIGH, (_at(ctx, node, why),))
+
+
 def _code(node: ast.AST, limit: int = 40) -> str:
     text = " ".join(ast.unparse(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -232,6 +232,35 @@ def _named_for_training(ctx: File, call: ast.Call) -> bool | None:
     return True if TRAIN.search(text) else None
 
 
+def training_reason(ctx: File, call: ast.Call) -> tuple[ast.AST, str]:
+    """Where a loader `ragged_training_loader` accepts shows it feeds training, and how: the first
+    of the signs `_named_for_training` and `feeds_training` read (for the finding's chain)."""
+    code = ctx.code
+    shuffle = keyword_value(call, "shuffle")
+    if shuffle is not None and _shuffles(ctx, shuffle):
+        return shuffle, f"shuffles its batches (`shuffle={code(shuffle)}`): a training loader"
+    sampler = keyword_value(call, "sampler")
+    if sampler is not None and re.search(r"train|RandomSampler", code(sampler)):
+        return sampler, f"its sampler `{code(sampler)}` draws training samples"
+    for value in _samplers(ctx, sampler) if sampler is not None else ():
+        if last_part(dotted_name(value.func)).endswith("Sampler"):
+            sampler_shuffle = keyword_value(value, "shuffle")
+            if sampler_shuffle is not None and _shuffles(ctx, sampler_shuffle):
+                return (
+                    value,
+                    f"its sampler shuffles (`shuffle={code(sampler_shuffle)}`): a training loader",
+                )
+    target = _target(ctx, call)
+    if target is not None and TRAIN.search(code(target)):
+        return target, f"named for training (`{code(target)}`)"
+    for site, position, name in _passed_to(ctx, call):
+        if _trains_on(ctx, site, position, name):
+            return site, f"handed to `{dotted_name(site.func) or 'a call'}` (line {site.lineno}), which trains on it"
+    if call in training_sources(ctx).loaders:
+        return call, "a loop that trains iterates it"
+    return call, "built for training (by its dataset's or sampler's name)"
+
+
 def _samplers(ctx: File, sampler: ast.expr) -> list[ast.Call]:
     """The calls that build the loader's sampler: the value passed, what its name holds, or what a
     function of this module called for it returns (`sampler = get_sampler(ds, mode=mode)`)."""
