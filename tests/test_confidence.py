@@ -709,3 +709,16 @@ def test_a_prediction_generator_is_possible(run_cli, project):
         "wrapper.py", PREDICTOR.replace("yield self.to_numpy(out)", "self.outputs.append(self.to_numpy(out))")
     )
     assert found() == [("XLA109", 24, "high")]
+
+
+def test_a_pattern_that_harms_on_xla_alone_shows_why_the_code_is_xla(run_cli, project):
+    project.write(
+        "train.py",
+        "import torch\nimport torch_xla.core.xla_model as xm\n\n"
+        "collator = DataCollatorWithPadding(tokenizer)\n"
+        "train_loader = DataLoader(train_set, batch_size=32, collate_fn=collator, drop_last=True)\n",
+    )
+    (d,) = [d for d in check_json(run_cli, project) if d["code"] == "XLA312"]
+    assert [(r["message"], r["location"]["row"]) for r in d["related"]] == [
+        ("XLA code: imports `torch_xla.core.xla_model`", 2)
+    ]

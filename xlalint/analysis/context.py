@@ -581,6 +581,12 @@ class FileContext:
 
         return evidence.value_evidence(self, node)
 
+    def xla_evidence(self) -> Evidence:
+        """Why this file's code runs on XLA (`evidence.xla_evidence`)."""
+        from . import evidence
+
+        return evidence.xla_evidence(self, self.assume_xla, self.project.xla_device)
+
     # -- device guards --------------------------------------------------------------------------
     def in_non_xla_code(self, node: ast.AST) -> bool:
         """`node` runs only off XLA: a CUDA-only branch, after `is_xla or`, below `if is_xla: return`."""

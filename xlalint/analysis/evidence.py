@@ -114,6 +114,20 @@ def seen(ctx: File, node: ast.AST, why: str) -> Evidence:
     return Evidence(HIGH, (_at(ctx, node, why),))
 
 
+def xla_evidence(ctx: File, assume_xla: bool, xla_device: bool) -> Evidence:
+    """Why the file's code runs on XLA, for a finding whose hazard is XLA's alone: its torch_xla
+    (or torchax) import, a device from a project function that returns an XLA device, or
+    `--assume-xla`."""
+    for binding in ctx.index.imports.values():
+        if binding.qualified.split(".")[0] in ("torch_xla", "torchax"):
+            return seen(ctx, binding.statement, f"XLA code: imports `{binding.qualified}`")
+    if xla_device:
+        return Evidence(
+            HIGH, (Step(Location(1, 1), "XLA code: its device comes from a project function that returns one"),)
+        )
+    return Evidence(HIGH, (Step(Location(1, 1), "XLA code: `--assume-xla`"),) if assume_xla else ())
+
+
 def _code(node: ast.AST, limit: int = 40) -> str:
     text = " ".join(ast.unparse(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
