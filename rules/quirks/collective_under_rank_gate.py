@@ -234,8 +234,7 @@ class CollectiveUnderRankGate(Rule):
         self.report(
             node,
             message=(
-                f"`{call}` is a collective every replica must join, but it runs only where "
-                f"`{self.ctx.code(gate.test)}` {where} (line {gate.lineno}): the other replicas never "
-                "reach it and the job hangs"
+                f"collective `{call}` runs only where `{self.ctx.code(gate.test)}` {where} (line "
+                f"{gate.lineno}): the other replicas never join it and the job hangs"
             ),
         )
