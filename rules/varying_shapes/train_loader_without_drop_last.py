@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 from xlalint.analysis.evidence import seen
-from xlalint.analysis.loaders import NOT_TRAIN, ragged_training_loader, training_reason
+from xlalint.analysis.loaders import NOT_TRAIN, training_sign
 from xlalint.analysis.names import last_part
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.fixing.lazy import cst
@@ -252,9 +252,9 @@ class TrainLoaderWithoutDropLast(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
-        if ragged_training_loader(self.ctx, node) and not self.ctx.in_non_xla_code(node):
-            shown_at, why = training_reason(self.ctx, node)
-            found, shown = self.evidence_for(node), seen(self.ctx, shown_at, why)
+        sign = training_sign(self.ctx, node)
+        if sign is not None and not self.ctx.in_non_xla_code(node):
+            found, shown = self.evidence_for(node), seen(self.ctx, *sign)
             self.report(
                 node, fix=lambda cctx: _drop_last(cctx, node), evidence=shown if found is None else found & shown
             )
