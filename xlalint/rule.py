@@ -168,7 +168,7 @@ class Rule:
             evidence = self.evidence_for(node, value)
         confidence, chain = (evidence.confidence, evidence.chain) if evidence is not None else (HIGH, ())
         if not chain and self.code.startswith("XLA") and self.category in XLA_HAZARDS and self.ctx.uses_xla:
-            chain = self.ctx.xla_evidence().chain  # a pattern that harms on XLA alone: why this is XLA code
+            chain = self.ctx.xla_evidence.chain  # a pattern that harms on XLA alone: why this is XLA code
         if self.code.startswith("DYN") and self.ctx.project.compiled:  # compiled only under --assume-compiled
             chain = self.ctx.compiled.assumed_chain(node) + chain
         self.reports.append(Report(node, message or self.summary, fix, cause, confidence, chain))

@@ -49,6 +49,7 @@ from .steps import (
     trains,
 )
 from .tensors import Kind, TensorInference, returned_values
+from .vocabulary import XLA_MODULES
 
 if TYPE_CHECKING:
     from .file import File
@@ -119,7 +120,7 @@ def xla_evidence(ctx: File, assume_xla: bool, xla_device: bool) -> Evidence:
     (or torchax) import, a device from a project function that returns an XLA device, or
     `--assume-xla`."""
     for binding in ctx.index.imports.values():
-        if binding.qualified.split(".")[0] in ("torch_xla", "torchax"):
+        if binding.qualified.split(".")[0] in XLA_MODULES:
             return seen(ctx, binding.statement, f"XLA code: imports `{binding.qualified}`")
     if xla_device:
         return Evidence(
