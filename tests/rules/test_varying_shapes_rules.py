@@ -307,6 +307,7 @@ def test_train_loader_keywords_spread_from_a_dict_display_are_seen():
         ("kwargs = {}", "kwargs = dict(base)"),
         ('kwargs = {"num_workers"', 'kwargs = {**base, "num_workers"'),
         ("shuffle = train is True", "shuffle = False"),
+        ("    kwargs = {}\n", "    kwargs |= {}\n"),
     ],
 )
 def test_train_loader_spread_keywords_not_seen_or_not_training_are_left(change):
@@ -354,3 +355,13 @@ def test_train_loader_whose_sampler_a_helper_builds_to_shuffle_for_training():
 def test_train_loader_findings_show_why_the_loader_is_for_training(source, why):
     (found,) = lint_code(textwrap.dedent(source).lstrip("\n"), [TrainLoaderWithoutDropLast])
     assert [step.message for step in found.related] == [why]
+
+
+def test_train_loader_keywords_spread_from_a_dict_bound_elsewhere_are_not_seen():
+    module_level = (
+        "import torch_xla\n"
+        'LOADER_KWARGS = {"drop_last": True, "num_workers": 4}\n\n\n'
+        "def make_loader(ds):\n"
+        "    return DataLoader(ds, batch_size=64, shuffle=True, **LOADER_KWARGS)\n"
+    )
+    assert findings(TrainLoaderWithoutDropLast, module_level) == []

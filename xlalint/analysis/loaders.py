@@ -95,6 +95,7 @@ def _spread_keywords(ctx: File, call: ast.Call) -> dict[str, list[ast.expr]] | N
         if not isinstance(kw.value, ast.Name) or ctx.parameter(kw.value) is not None:
             return None
         scope = ctx.index.scope_of(kw.value)
+        bound = False
         for use in ctx.index.name_uses.get(kw.value.id, ()):
             if ctx.index.scope_of(use) is not scope or use is kw.value:
                 continue
@@ -103,7 +104,8 @@ def _spread_keywords(ctx: File, call: ast.Call) -> dict[str, list[ast.expr]] | N
                 if not (
                     isinstance(parent, ast.Assign) and parent.targets == [use] and isinstance(parent.value, ast.Dict)
                 ):
-                    return None
+                    return None  # not a dict display, or `kwargs |= {...}`
+                bound = True
                 for key, value in zip(parent.value.keys, parent.value.values):
                     if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                         return None  # `{**base, ...}` or a computed key
@@ -112,10 +114,10 @@ def _spread_keywords(ctx: File, call: ast.Call) -> dict[str, list[ast.expr]] | N
                 return None  # `kwargs["drop_last"] = True`
             elif isinstance(parent, ast.Attribute) and parent.attr in DICT_CHANGES:
                 return None
-            elif isinstance(parent, ast.AugAssign) and parent.target is use:
-                return None  # `kwargs |= {...}`
             elif isinstance(parent, ast.Call) or (isinstance(parent, ast.keyword) and parent.arg is not None):
                 return None  # handed to a function that may change it (`**kwargs` elsewhere copies it)
+        if not bound:
+            return None  # bound outside the function (a module's `LOADER_KWARGS`): not seen here
     return spread
 
 
