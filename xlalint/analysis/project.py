@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..diagnostics import HIGH
 from ..source import is_file, stat_or_none
-from .compiled import CompileOptions
+from .compiled import CompileOptions, summary_entries
 from .guards import names_non_xla_feature
 from .index import FUNCTIONS, qualname
 from .loaders import returned_ragged_loaders, training_sources
@@ -353,8 +353,6 @@ def summarize(ctx, name: str) -> ModuleSummary:
             if key.startswith("self.") and target.filtered:
                 summary.static_jitted[qualname(index, target.func)] = [list(target.params), sorted(target.static)]
     if ctx.compiled.roots or ctx.compiled.disabled or ctx.compiled.compile_calls or ctx.project.compiled:
-        from .compiled import summary_entries
-
         summary.compiled, summary.compiled_imports, summary.compile_disabled = summary_entries(ctx)
     return summary
 
