@@ -531,3 +531,194 @@ def test_a_name_rebound_after_backward_is_not_the_backpropagated_value(run_cli, 
     )
     project.write("train.py", rebound)
     assert [d["code"] for d in check_json(run_cli, project)] == []  # another binding: still unseen
+
+
+# A metric of a metrics library (`update` per batch) that slices each example by its length, and a
+# training script that updates it only every 500 steps, to log it.
+SPAN_METRIC = """\
+import torch
+from torchmetrics import Metric
+
+
+class SpanMetric(Metric):
+    def __init__(self):
+        super().__init__()
+        self.add_state("scores", default=[])
+
+    def update(self, logits, lengths):
+        for i in range(logits.shape[0]):
+            span = logits[i][: lengths[i]]
+            self.scores.append(span.logsumexp(-1).mean())
+
+    def compute(self):
+        return torch.stack(self.scores).mean()
+"""
+METRIC_TRAIN = """\
+import torch
+import torch_xla
+from metrics import SpanMetric
+
+
+def train(model, loader, opt, device):
+    metric = SpanMetric()
+    for step, batch in enumerate(loader):
+        logits = model(batch["ids"].to(device))
+        logits.mean().backward()
+        opt.step()
+        torch_xla.sync()
+        if step % 500 == 0:
+            metric.update(logits.detach(), batch["lengths"].to(device))
+            print(metric.compute())
+"""
+
+
+def test_a_metric_update_the_project_calls_only_off_the_steps_is_no_step(run_cli, project):
+    # `update` runs where the project calls it: every 500 steps, in no training step
+    project.write("metrics.py", SPAN_METRIC)
+    project.write("train.py", METRIC_TRAIN)
+    assert [d for d in check_json(run_cli, project) if d["filename"].endswith("metrics.py")] == []
+    # updated every step: the framework role holds, a finding on evidence
+    project.write("train.py", METRIC_TRAIN.replace("        if step % 500 == 0:\n", "        if True:\n"))
+    (d,) = [d for d in check_json(run_cli, project) if d["filename"].endswith("metrics.py")]
+    assert (d["code"], d["location"]["row"], d["confidence"]) == ("XLA313", 12, "high")
+    assert d["related"][0]["message"] == "`SpanMetric.update`, called by the framework every step"
+    # handed to code the project does not show (a trainer's callback): no caller seen, the role holds
+    handed = METRIC_TRAIN.replace("            metric.update(", "            register(metric.update)\n            (")
+    project.write("train.py", handed)
+    (d,) = [d for d in check_json(run_cli, project) if d["filename"].endswith("metrics.py")]
+    assert d["confidence"] == "high"
+
+
+# A sampler module of a package in an application checkout: a loss-aware sampler whose
+# `record_losses` reads each loss to the host. The training script builds the uniform sampler and
+# never names the method.
+SAMPLERS = """\
+from abc import ABC, abstractmethod
+
+import torch
+
+
+def make_sampler(name):
+    return LossAwareSampler() if name == "aware" else UniformSampler()
+
+
+class Sampler(ABC):
+    @abstractmethod
+    def weights(self): ...
+
+
+class UniformSampler(Sampler):
+    def weights(self):
+        return torch.ones(10)
+
+
+class LossAwareSampler(Sampler):
+    def weights(self):
+        return torch.ones(10)
+
+    def record_losses(self, steps, losses):
+        sizes = [torch.zeros((), device=steps.device) for _ in range(4)]
+        self.history.extend(s.item() for s in sizes)
+"""
+SAMPLER_TRAIN = """\
+import torch
+import torch_xla
+from diffusion.samplers import make_sampler
+
+
+def train(model, loader, opt, device):
+    sampler = make_sampler("uniform")
+    for batch in loader:
+        loss = (model(batch.to(device)) * sampler.weights().to(device)).mean()
+        loss.backward()
+        opt.step()
+        torch_xla.sync()
+"""
+
+
+def test_a_loss_named_method_nothing_names_is_no_step(run_cli, project):
+    def found():
+        return [d for d in check_json(run_cli, project) if d["filename"].endswith("samplers.py")]
+
+    # nothing in the project calls or names `record_losses`: dead code, no loss of a training step
+    project.write("diffusion/__init__.py", "")
+    project.write("diffusion/samplers.py", SAMPLERS)
+    project.write("train.py", SAMPLER_TRAIN)
+    assert found() == []
+    # the training loop records its losses: the name is the evidence again
+    project.write("train.py", SAMPLER_TRAIN + "        sampler.record_losses(batch, loss)\n")
+    (d,) = found()
+    assert (d["code"], d["location"]["row"], d["confidence"]) == ("XLA101", 26, "high")
+    assert d["related"][0]["message"] == "`record_losses`, a loss: computed every training step"
+    # a name built from a string part (`getattr(sampler, "record" + "_losses")`): maybe it
+    project.write("train.py", SAMPLER_TRAIN + '        getattr(sampler, "record" + "_losses")(batch, loss)\n')
+    assert [d["confidence"] for d in found()] == ["high"]
+    # an installable package: its users may call the method
+    project.write("train.py", SAMPLER_TRAIN)
+    project.write("pyproject.toml", '[project]\nname = "diffusion"\nversion = "0"\n')
+    assert [d["confidence"] for d in found()] == ["high"]
+
+
+# A model wrapper whose `fit` trains and whose `predict` is a generator: each batch's prediction,
+# computed with autograd off, is handed to the caller as a NumPy array.
+PREDICTOR = """\
+import torch
+import torch_xla
+
+
+class Wrapper:
+    def __init__(self, model, device):
+        self.model, self.device = model, device
+
+    def fit(self, loader, opt):
+        for batch in loader:
+            loss = self.model(batch.to(self.device)).mean()
+            loss.backward()
+            opt.step()
+            torch_xla.sync()
+
+    def to_numpy(self, output):
+        return output.cpu().numpy()
+
+    def predict(self, loader):
+        self.model.eval()
+        for batch in loader:
+            with torch.no_grad():
+                out = self.model(batch.to(self.device))
+                yield self.to_numpy(out)
+"""
+
+
+def test_a_prediction_generator_is_possible(run_cli, project):
+    def found():
+        return [
+            (d["code"], d["location"]["row"], d["confidence"])
+            for d in check_json(run_cli, project, "--confidence", "possible")
+        ]
+
+    # its consumer takes each result on the host as it comes: the copy is the output
+    project.write("wrapper.py", PREDICTOR)
+    assert found() == [("XLA109", 24, "possible")]
+    (d,) = check_json(run_cli, project, "--confidence", "possible")
+    assert d["related"][0]["message"].endswith("a prediction generator: each batch's result is handed to its caller")
+    # gradients on: no prediction, the loop may be a step of whatever consumes it
+    project.write("wrapper.py", PREDICTOR.replace("with torch.no_grad():", "if True:"))
+    assert found() == [("XLA109", 24, "high")]
+    # collected in a list: one copy after the loop would do
+    project.write(
+        "wrapper.py", PREDICTOR.replace("yield self.to_numpy(out)", "self.outputs.append(self.to_numpy(out))")
+    )
+    assert found() == [("XLA109", 24, "high")]
+
+
+def test_a_pattern_that_harms_on_xla_alone_shows_why_the_code_is_xla(run_cli, project):
+    project.write(
+        "train.py",
+        "import torch\nimport torch_xla.core.xla_model as xm\n\n"
+        "collator = DataCollatorWithPadding(tokenizer)\n"
+        "train_loader = DataLoader(train_set, batch_size=32, collate_fn=collator, drop_last=True)\n",
+    )
+    (d,) = [d for d in check_json(run_cli, project) if d["code"] == "XLA312"]
+    assert [(r["message"], r["location"]["row"]) for r in d["related"]] == [
+        ("XLA code: imports `torch_xla.core.xla_model`", 2)
+    ]

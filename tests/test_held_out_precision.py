@@ -429,6 +429,50 @@ def test_a_cuda_module_of_a_project_with_no_xla_code_is_no_xla_code(run_cli, pro
     assert ("eval_gpu.py", 9, "XLA101") in findings(run_cli, project, {}, "--assume-xla")  # the user says: all XLA
 
 
+EVAL_DEFAULT = """\
+import argparse
+
+import torch
+
+
+def finetune(model, loader, device={param}):
+    model.to(device)
+    total = 0.0
+    for x, y in loader:
+        total += model(x.to(device), y.to(device)).item()
+        model(x.to(device), y.to(device)).backward()
+    return total
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default={option})
+    args = parser.parse_args()
+    finetune(torch.load("model.pt"), torch.load("data.pt"), torch.device(args.device))
+"""
+
+
+@pytest.mark.parametrize(
+    "param, option, reported",
+    [
+        ('"cuda"', "None", False),  # a parameter's default names CUDA
+        ("None", '"cuda:0"', False),  # so does the command-line option's
+        ("None", "None", True),  # nothing seen of where it runs: device-agnostic code
+        ('"cpu"', '"cpu"', True),  # the host only: nothing of another backend's path
+        ('"xla"', "None", True),  # XLA's own device by default
+    ],
+)
+def test_a_device_a_default_names_places_a_module_of_a_cuda_project(run_cli, project, param, option, reported):
+    files = {"eval_gpu.py": EVAL_DEFAULT.format(param=param, option=option)}
+    assert (("eval_gpu.py", 10, "XLA101") in findings(run_cli, project, files)) is reported
+
+
+def test_a_device_a_default_names_is_chosen_where_the_project_runs_on_xla(run_cli, project):
+    # the caller may pass XLA's device where the project has an XLA path: still judged
+    files = {"train_xla.py": TRAIN_XLA, "eval_gpu.py": EVAL_DEFAULT.format(param='"cuda"', option='"cuda"')}
+    assert ("eval_gpu.py", 10, "XLA101") in findings(run_cli, project, files)
+
+
 def test_a_cuda_module_under_a_library_that_picks_the_device_is_judged(run_cli, project):
     # Accelerate hands the code an XLA device on a TPU host without the project importing torch_xla
     source = "import accelerate\n" + EVAL_GPU.format(device='torch.device("cuda:0")')

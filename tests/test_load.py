@@ -92,8 +92,11 @@ def test_ctrl_c_stops_the_workers_and_exits_130_without_tracebacks(project):
     body = "".join(f"    y{i} = x * {i} + torch.zeros({i % 7})\n" for i in range(3000))
     for i in range(40):
         project.write(f"m{i:02}.py", TRAIN_LOOP + f"\ndef f(x):\n{body}")
+    # as from a terminal: Ctrl-C not ignored, whatever this test process inherited or an earlier test
+    # left (a process started with SIGINT ignored keeps it ignored, and Python then installs no handler)
     proc = subprocess.Popen([sys.executable, "-m", "xlalint", "check", "--no-cache", "--jobs", "2", str(project)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(3)  # importing, indexing: the workers are busy by now
     if proc.poll() is not None:
         pytest.fail("the run ended before Ctrl-C; make the input slower")

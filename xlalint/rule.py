@@ -30,6 +30,8 @@ FixBuilder = Callable[["CstContext"], "Fix | None"]
 # Categories of hazards that cost while the code runs (not a migration of its API): a test that runs
 # them once is no training step.
 RUN_TIME_CATEGORIES = ("item_sync", "control_flow_on_tensor", "dynamic_shape", "varying_shape")
+# what XLA rules report that costs on XLA alone (not migrations, not noqa bookkeeping)
+XLA_HAZARDS = (*RUN_TIME_CATEGORIES, "optimizer_step", "clip_grad_norm")
 
 # The sections every rule docstring has, in this order (Ruff's rule docs); tests check them.
 DOC_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "Use instead:")
@@ -165,6 +167,8 @@ class Rule:
         if evidence is None:
             evidence = self.evidence_for(node, value)
         confidence, chain = (evidence.confidence, evidence.chain) if evidence is not None else (HIGH, ())
+        if not chain and self.code.startswith("XLA") and self.category in XLA_HAZARDS and self.ctx.uses_xla:
+            chain = self.ctx.xla_evidence.chain  # a pattern that harms on XLA alone: why this is XLA code
         if self.code.startswith("DYN") and self.ctx.project.compiled:  # compiled only under --assume-compiled
             chain = self.ctx.compiled.assumed_chain(node) + chain
         self.reports.append(Report(node, message or self.summary, fix, cause, confidence, chain))

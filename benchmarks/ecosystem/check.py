@@ -92,13 +92,18 @@ class Finding:
         return (self.repo, self.path, self.code, self.text)
 
 
+# XLA7xx rules that judge per-step cost (as the performance rules do), not portability
+PER_STEP_QUIRKS = {"XLA703"}
+
+
 def family(code: str) -> str:
-    """The rule family a code belongs to, for precision: XLA6xx/7xx are migrations."""
+    """The rule family a code belongs to, for precision: XLA6xx/7xx are migrations (but for the
+    XLA7xx rules about per-step cost, which count with the performance rules)."""
     for prefix in ("DYN", "TPU", "JAX"):
         if code.startswith(prefix):
             return prefix
     if code.startswith("XLA"):
-        return "XLA-migration" if code[3:4] in ("6", "7") else "XLA"
+        return "XLA-migration" if code[3:4] in ("6", "7") and code not in PER_STEP_QUIRKS else "XLA"
     return "other"
 
 

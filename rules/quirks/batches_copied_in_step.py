@@ -7,7 +7,8 @@ import ast
 
 from xlalint.analysis.barriers import PLAIN_BATCHES, UNKNOWN_BATCHES
 from xlalint.analysis.loaders import batch_moves
-from xlalint.analysis.names import dotted_name, last_part
+from xlalint.analysis.names import dotted_name, keyword_value, last_part, positional
+from xlalint.analysis.placement import Placement
 from xlalint.analysis.steps import loop_trains
 from xlalint.rule import Invalid, Rule, Valid
 
@@ -291,8 +292,18 @@ class BatchesCopiedInStep(Rule):
             return
         # a move on the loop's non-XLA path (`if not HAS_XLA: x = x.to(device)`) is not the XLA step's
         moves = [m for m in batch_moves(self.ctx, loop, parts=True) if not self.ctx.in_non_xla_code(m)]
+        # evidence, not assumption: the device the batch goes to is seen to be the XLA device
+        # (`xm.xla_device()`, an attribute or a parameter every seen binding or call gives one)
+        placement = Placement(self.ctx)
+        moves = [m for m in moves if any(placement.device(t) is True for t in _targets(m))]
         if moves:
             self.report(moves[0])
+
+
+def _targets(move: ast.Call) -> list[ast.expr]:
+    """The device a `.to(...)` names: `device=` or its first argument."""
+    given = keyword_value(move, "device")
+    return [given] if given is not None else positional(move)[:1]
 
 
 def _counts(expr: ast.expr) -> bool:

@@ -7,7 +7,8 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from xlalint.analysis.loaders import NOT_TRAIN, ragged_training_loader
+from xlalint.analysis.evidence import seen
+from xlalint.analysis.loaders import NOT_TRAIN, training_sign
 from xlalint.analysis.names import last_part
 from xlalint.diagnostics import Applicability, Fix
 from xlalint.fixing.lazy import cst
@@ -251,8 +252,12 @@ class TrainLoaderWithoutDropLast(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
-        if ragged_training_loader(self.ctx, node) and not self.ctx.in_non_xla_code(node):
-            self.report(node, fix=lambda cctx: _drop_last(cctx, node))
+        sign = training_sign(self.ctx, node)
+        if sign is not None and not self.ctx.in_non_xla_code(node):
+            found, shown = self.evidence_for(node), seen(self.ctx, *sign)
+            self.report(
+                node, fix=lambda cctx: _drop_last(cctx, node), evidence=shown if found is None else found & shown
+            )
             return
         for helper, path, detail in self.ctx.helper_calls(node, "ragged_loader"):
             line, _, index = detail.partition(":")

@@ -18,73 +18,79 @@ def findings(rule, source: str) -> list[int]:
 
 # -- XLA312 --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("source", [
-    # fixed length or buckets
-    'enc = tokenizer(texts, padding="max_length", max_length=256, truncation=True, return_tensors="pt")\n',
-    'enc = tokenizer(texts, padding=True, pad_to_multiple_of=64, return_tensors="pt")\n',
-    "enc = tokenizer(texts, padding=False)\n",
-    # not a tokenizer: an image transform or a conv layer
-    "img = transforms.Pad(4, padding_mode='edge')(img)\nconv = nn.Conv2d(3, 8, 3, padding=True)\n",
-    # explicit configuration forwarded: the caller decides
-    "collator = DataCollatorWithPadding(tokenizer, **collator_kwargs)\n",
-    "collator = DataCollatorWithPadding(tokenizer, padding=args.padding)\n",
-    # MLM collator with buckets
-    "collator = DataCollatorForLanguageModeling(tokenizer, pad_to_multiple_of=8)\n",
-    # a collator class that does not pad to the longest by default
-    """
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # fixed length or buckets
+        'enc = tokenizer(texts, padding="max_length", max_length=256, truncation=True, return_tensors="pt")\n',
+        'enc = tokenizer(texts, padding=True, pad_to_multiple_of=64, return_tensors="pt")\n',
+        "enc = tokenizer(texts, padding=False)\n",
+        # not a tokenizer: an image transform or a conv layer
+        "img = transforms.Pad(4, padding_mode='edge')(img)\nconv = nn.Conv2d(3, 8, 3, padding=True)\n",
+        # explicit configuration forwarded: the caller decides
+        "collator = DataCollatorWithPadding(tokenizer, **collator_kwargs)\n",
+        "collator = DataCollatorWithPadding(tokenizer, padding=args.padding)\n",
+        # MLM collator with buckets
+        "collator = DataCollatorForLanguageModeling(tokenizer, pad_to_multiple_of=8)\n",
+        # a collator class that does not pad to the longest by default
+        """
     @dataclass
     class FixedCollator:
         tokenizer: object
         padding: str = "max_length"
         max_length: int = 512
     """,
-    # pad_sequence with a fixed total length, and pad_sequence outside a collate path
-    """
+        # pad_sequence with a fixed total length, and pad_sequence outside a collate path
+        """
     def collate_fn(batch):
         return pad_sequence(batch, batch_first=True, padding_value=0, total_length=128)
     """,
-    """
+        """
     def forward(self, pieces):
         return pad_sequence(pieces, batch_first=True)
     """,
-    # the longest length bucketed unconditionally before it sizes the batch
-    """
+        # the longest length bucketed unconditionally before it sizes the batch
+        """
     def collate(examples):
         n = max(len(x) for x in examples)
         n = (n + 63) // 64 * 64
         return torch.zeros(len(examples), n, dtype=torch.long)
     """,
-    # the longest length sizes a NumPy array (not a torch tensor)
-    """
+        # the longest length sizes a NumPy array (not a torch tensor)
+        """
     def collate(examples):
         n = max(len(x) for x in examples)
         return np.zeros((len(examples), n))
     """,
-])
+    ],
+)
 def test_pad_to_longest_valid(source):
     assert findings(PadToLongestInBatch, source) == []
 
 
-@pytest.mark.parametrize("source, line", [
-    # (in a function: at module level, outside any loop, a call runs once)
-    ('def collate(features):\n    return tokenizer.pad(features, padding="longest", return_tensors="pt")\n', 2),
-    ("def encode(self, texts):\n    return self.tokenizer(texts, padding=PaddingStrategy.LONGEST)\n", 2),
-    # with padding=True, max_length only truncates
-    ("for texts in batches:\n    enc = tokenizer(texts, padding=True, truncation=True, max_length=128)\n", 2),
-    ("collator = DataCollatorForSeq2Seq(tokenizer, model=model)\n", 1),
-    ("collator = DataCollatorForTokenClassification(tokenizer, padding=True)\n", 1),
-    ("collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)\n", 1),
-    (
-        """
+@pytest.mark.parametrize(
+    "source, line",
+    [
+        # (in a function: at module level, outside any loop, a call runs once)
+        ('def collate(features):\n    return tokenizer.pad(features, padding="longest", return_tensors="pt")\n', 2),
+        ("def encode(self, texts):\n    return self.tokenizer(texts, padding=PaddingStrategy.LONGEST)\n", 2),
+        # with padding=True, max_length only truncates
+        ("for texts in batches:\n    enc = tokenizer(texts, padding=True, truncation=True, max_length=128)\n", 2),
+        ("collator = DataCollatorForSeq2Seq(tokenizer, model=model)\n", 1),
+        ("collator = DataCollatorForTokenClassification(tokenizer, padding=True)\n", 1),
+        ("collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)\n", 1),
+        (
+            """
         class SpeechCollator:
             def __init__(self, processor, padding="longest"):
                 self.processor = processor
                 self.padding = padding
         """,
-        2,
-    ),
-    (
-        """
+            2,
+        ),
+        (
+            """
         def make_batch(samples):
             return samples
 
@@ -92,28 +98,29 @@ def test_pad_to_longest_valid(source):
             wavs = pad_sequence([s["wav"] for s in samples], batch_first=True)
             return wavs
         """,
-        5,
-    ),
-    (
-        """
+            5,
+        ),
+        (
+            """
         def merge(samples):
             return pad_sequence([s["ids"] for s in samples], batch_first=True)
 
         loader = DataLoader(ds, batch_size=8, collate_fn=merge)
         """,
-        2,
-    ),
-    (
-        """
+            2,
+        ),
+        (
+            """
         def collate(batch):
             lengths = [len(x) for x in batch]
             longest = max(lengths)
             out = torch.full((len(batch), longest), PAD)
             return out
         """,
-        3,
-    ),
-])
+            3,
+        ),
+    ],
+)
 def test_pad_to_longest_invalid(source, line):
     assert findings(PadToLongestInBatch, source) == [line]
 
@@ -130,26 +137,29 @@ def test_pad_to_longest_skips_non_xla_branch():
 
 # -- XLA313 --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("source", [
-    # sizes from shapes, len() and configuration
-    """
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # sizes from shapes, len() and configuration
+        """
     def forward(self, x, mask):
         bs, n = x.shape[:2]
         pad = x.new_zeros(bs, self.max_len - n, x.size(-1))
         return torch.cat([x, pad], 1)[:, : self.max_len]
     """,
-    """
+        """
     def forward(self, x, seq_len=None):
         return self.cos_cached[:seq_len] * x  # a length the caller took from a shape
     """,
-    # a host list of lengths in a collator: not a per-step path
-    """
+        # a host list of lengths in a collator: not a per-step path
+        """
     def collate(batch, lengths):
         n = int(lengths.max())
         return [b[:n] for b in batch]
     """,
-    # every N steps (logging)
-    """
+        # every N steps (logging)
+        """
     for step, batch in enumerate(loader):
         out = model(batch["x"])
         out.loss.backward()
@@ -158,34 +168,37 @@ def test_pad_to_longest_skips_non_xla_branch():
             n = int(batch["len"].max())
             log_sample(out.logits[:n])
     """,
-    # a static-shape gather instead of a slice
-    """
+        # a static-shape gather instead of a slice
+        """
     def forward(self, x, start):
         idx = start + torch.arange(self.window, device=x.device)
         return x.index_select(0, idx)
     """,
-    # slicing a Python list by a data-dependent count is host work, not an XLA shape
-    """
+        # slicing a Python list by a data-dependent count is host work, not an XLA shape
+        """
     def forward(self, x, lengths):
         names = list(self.names)
         return self.head(x), names[: int(lengths[0])]
     """,
-])
+    ],
+)
 def test_data_dependent_size_valid(source):
     assert findings(DataDependentSize, source) == []
 
 
-@pytest.mark.parametrize("source, line", [
-    (
-        """
+@pytest.mark.parametrize(
+    "source, line",
+    [
+        (
+            """
         def forward(self, hidden, lengths):
             longest = lengths.max().item()
             return hidden[:, :longest]
         """,
-        3,
-    ),
-    (
-        """
+            3,
+        ),
+        (
+            """
         def compute_loss(self, logits, labels, label_lengths):
             total = 0
             for b in range(logits.shape[0]):
@@ -193,26 +206,27 @@ def test_data_dependent_size_valid(source):
                 total = total + self.ce(logits[b, :end], labels[b, :end])
             return total
         """,
-        5,
-    ),
-    (
-        """
+            5,
+        ),
+        (
+            """
         def forward(self, x, counts):
             n = int(counts.sum())
             buf = torch.zeros(n, x.shape[-1], device=x.device)
             return buf
         """,
-        3,
-    ),
-    (
-        """
+            3,
+        ),
+        (
+            """
         def forward(self, x, offsets):
             start = offsets[0].item()
             return x.narrow(1, start, 16)
         """,
-        3,
-    ),
-])
+            3,
+        ),
+    ],
+)
 def test_data_dependent_size_invalid(source, line):
     assert findings(DataDependentSize, source) == [line]
 
@@ -283,13 +297,17 @@ def test_train_loader_keywords_spread_from_a_dict_display_are_seen():
 @pytest.mark.parametrize(
     "change",
     [
-        ('kwargs = {"num_workers": workers, "pin_memory": True}', 'kwargs = {"num_workers": workers, "drop_last": True}'),
+        (
+            'kwargs = {"num_workers": workers, "pin_memory": True}',
+            'kwargs = {"num_workers": workers, "drop_last": True}',
+        ),
         ("    loader = DataLoader", '    kwargs["drop_last"] = True\n    loader = DataLoader'),
         ("    loader = DataLoader", "    kwargs.update(extra)\n    loader = DataLoader"),
         ("    loader = DataLoader", "    configure(kwargs)\n    loader = DataLoader"),
         ("kwargs = {}", "kwargs = dict(base)"),
         ('kwargs = {"num_workers"', 'kwargs = {**base, "num_workers"'),
         ("shuffle = train is True", "shuffle = False"),
+        ("    kwargs = {}\n", "    kwargs |= {}\n"),
     ],
 )
 def test_train_loader_spread_keywords_not_seen_or_not_training_are_left(change):
@@ -321,3 +339,29 @@ def test_train_loader_whose_sampler_a_helper_builds_to_shuffle_for_training():
     assert findings(TrainLoaderWithoutDropLast, SAMPLER_HELPER) == [13]
     never = SAMPLER_HELPER.replace('shuffle = mode == "train"', "shuffle = False")
     assert never != SAMPLER_HELPER and findings(TrainLoaderWithoutDropLast, never) == []
+
+
+@pytest.mark.parametrize(
+    "source, why",
+    [
+        (SPREAD_LOADER, "shuffles its batches (`shuffle=False if sampler else shuffle`): a training loader"),
+        (SAMPLER_HELPER, "its sampler shuffles (`shuffle=shuffle`): a training loader"),
+        (
+            "import torch_xla\ntrain_loader = DataLoader(ds, batch_size=8, sampler=sampler)\n",
+            "named for training (`train_loader`)",
+        ),
+    ],
+)
+def test_train_loader_findings_show_why_the_loader_is_for_training(source, why):
+    (found,) = lint_code(textwrap.dedent(source).lstrip("\n"), [TrainLoaderWithoutDropLast])
+    assert [step.message for step in found.related] == [why]
+
+
+def test_train_loader_keywords_spread_from_a_dict_bound_elsewhere_are_not_seen():
+    module_level = (
+        "import torch_xla\n"
+        'LOADER_KWARGS = {"drop_last": True, "num_workers": 4}\n\n\n'
+        "def make_loader(ds):\n"
+        "    return DataLoader(ds, batch_size=64, shuffle=True, **LOADER_KWARGS)\n"
+    )
+    assert findings(TrainLoaderWithoutDropLast, module_level) == []

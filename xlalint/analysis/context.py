@@ -30,6 +30,7 @@ from .names import argument, dotted_name, function_params, last_part, positional
 from .project import NO_PROJECT, ProjectFacts, hook_names_used, project_root, written_callee
 from .reads import ParamRead
 from .tensors import Kind, TensorInference
+from .vocabulary import XLA_MODULES
 
 if TYPE_CHECKING:
     from .compiled import CompiledRegions
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from .jax_tracing import JittedCallable
 
 Built = TypeVar("Built")
-XLA_MODULES = ("torch_xla", "torchax")
 # Files that make a project an installable distribution (see `application_module`).
 # Decorators that register a class under a name (`@register_model`, `@MODELS.register_module()`).
 REGISTERS = re.compile(r"regist", re.I)
@@ -580,6 +580,13 @@ class FileContext:
         from . import evidence
 
         return evidence.value_evidence(self, node)
+
+    @cached_property
+    def xla_evidence(self) -> Evidence:
+        """Why this file's code runs on XLA (`evidence.xla_evidence`), asked by every pattern finding."""
+        from . import evidence
+
+        return evidence.xla_evidence(self, self.assume_xla, self.project.xla_device)
 
     # -- device guards --------------------------------------------------------------------------
     def in_non_xla_code(self, node: ast.AST) -> bool:

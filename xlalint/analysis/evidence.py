@@ -23,11 +23,14 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..diagnostics import HIGH, POSSIBLE, Location, Step
+from ..source import stat_or_none
 from .index import FUNCTIONS, qualname
 from .names import dotted_name, last_part, method_name, receiver
+from .project import loss_names, project_root
 from .steps import (
     CALLABLE_CLASS,
     NOT_STEP_FUNCTION,
@@ -46,6 +49,7 @@ from .steps import (
     trains,
 )
 from .tensors import Kind, TensorInference, returned_values
+from .vocabulary import XLA_MODULES
 
 if TYPE_CHECKING:
     from .file import File
@@ -77,6 +81,8 @@ ROLE_METHODS = {
 }
 
 
+# Of those, the methods the project's own code calls (a metric's `update`): they run where it does.
+USER_DRIVEN = {"update"}
 # Per-batch callbacks a trainer runs on every step (Lightning, ignite, composer, HF).
 BATCH_HOOK = re.compile(
     r"^((on_)?(train_)?(batch|step|iter|iteration)_(end|start|begin|completed|started)|"
@@ -102,6 +108,25 @@ class Evidence:
 def _at(ctx: File, node: ast.AST, message: str) -> Step:
     line = getattr(node, "lineno", 1)
     return Step(Location(line, ctx.text.column(line, getattr(node, "col_offset", 0)) + 1), message)
+
+
+def seen(ctx: File, node: ast.AST, why: str) -> Evidence:
+    """High evidence of one fact the analysis shows at `node` (a loader built for training)."""
+    return Evidence(HIGH, (_at(ctx, node, why),))
+
+
+def xla_evidence(ctx: File, assume_xla: bool, xla_device: bool) -> Evidence:
+    """Why the file's code runs on XLA, for a finding whose hazard is XLA's alone: its torch_xla
+    (or torchax) import, a device from a project function that returns an XLA device, or
+    `--assume-xla`."""
+    for binding in ctx.index.imports.values():
+        if binding.qualified.split(".")[0] in XLA_MODULES:
+            return seen(ctx, binding.statement, f"XLA code: imports `{binding.qualified}`")
+    if xla_device:
+        return Evidence(
+            HIGH, (Step(Location(1, 1), "XLA code: its device comes from a project function that returns one"),)
+        )
+    return Evidence(HIGH, (Step(Location(1, 1), "XLA code: `--assume-xla`"),) if assume_xla else ())
 
 
 def _code(node: ast.AST, limit: int = 40) -> str:
@@ -152,9 +177,57 @@ def loop_evidence(ctx: File, loop: ast.AST) -> Evidence:
         return Evidence(POSSIBLE, (replace(step, message=f"{step.message}, over {count} fixed values"),))
     if step.message.startswith("training loop"):
         return Evidence(HIGH, (step,))
+    if _prediction_generator(ctx, loop):
+        why = f"{step.message}, a prediction generator: each batch's result is handed to its caller"
+        return Evidence(POSSIBLE, (replace(step, message=why),))
     if not offline_loop(ctx, loop):  # a validation loop of a training program: it runs while training
         return Evidence(HIGH, (replace(step, message=step.message.replace(", with no training step seen", "")),))
     return Evidence(POSSIBLE, (step,))
+
+
+# Context managers and decorators that switch autograd off: the code they wrap only predicts.
+NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
+
+
+def _prediction_generator(ctx: File, loop: Any) -> bool:
+    """A loop over batches that trains nothing, in a generator that yields in the loop's body with
+    autograd off (`with torch.no_grad():` around the loop or the yield, or on the function): a
+    prediction generator, which hands each batch's result to whatever consumes it, at its pace.
+    Its host copies are its output, not a cost of a training step."""
+    func = ctx.index.enclosing_function(loop)
+    if not isinstance(func, FUNCTIONS) or not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    if not iterates_batches(ctx, loop.iter):
+        return False
+    yields = [
+        n
+        for statement in loop.body
+        for n in ast.walk(statement)
+        if isinstance(n, (ast.Yield, ast.YieldFrom)) and ctx.index.enclosing_function(n) is func
+    ]
+    if not yields:
+        return False
+    if any(_no_grad(ctx, d) for d in func.decorator_list):
+        return True
+    return all(
+        any(
+            isinstance(anc, (ast.With, ast.AsyncWith)) and any(_no_grad(ctx, i.context_expr) for i in anc.items)
+            for anc in _ancestors_until(ctx, y, func)
+        )
+        for y in yields
+    )
+
+
+def _no_grad(ctx: File, expr: ast.expr) -> bool:
+    target = expr.func if isinstance(expr, ast.Call) else expr
+    return (ctx.qualified_name(target) or dotted_name(target) or "") in NO_GRAD
+
+
+def _ancestors_until(ctx: File, node: ast.AST, stop: ast.AST):
+    for anc in ctx.index.ancestors(node):
+        if anc is stop:
+            return
+        yield anc
 
 
 def loop_step(ctx: File, loop: Any) -> Step:
@@ -271,7 +344,7 @@ def framework_role(ctx: File, func: Any) -> str | None:
     if isinstance(cls, ast.ClassDef) and ctx.unmentioned_class(cls):
         return None  # a class its application never instantiates: no framework runs any of it
     if LOSS_FUNCTION.search(func.name) and not NOT_STEP_FUNCTION.search(func.name):
-        if _seen_off_steps(ctx, func):
+        if _seen_off_steps(ctx, func) or _unnamed_loss_method(ctx, func):
             return None
         return f"`{func.name}`, a loss: computed every training step"
     if isinstance(cls, ast.ClassDef) and func.name == "__call__" and CALLABLE_CLASS.search(cls.name):
@@ -288,7 +361,17 @@ def framework_role(ctx: File, func: Any) -> str | None:
     bases = [dotted_name(b) or "" for b in cls.bases]
     if not bases or all(b in PLAIN_BASES for b in bases):
         return None
+    if func.name in USER_DRIVEN and _hook_seen_off_steps(ctx, func.name):
+        return None
     return f"`{cls.name}.{func.name}`, called by the framework every step"
+
+
+def _hook_seen_off_steps(ctx: File, name: str) -> bool:
+    """The project calls `.name(...)` itself, and every call is seen off the steps (behind an
+    evaluation interval, once after training): a metric's `update` runs when its owner calls it,
+    not by itself every step. Unknown without the project's index (one file linted alone)."""
+    project = ctx.project
+    return name in project.hook_calls and name not in project.stepped_hooks
 
 
 def _seen_off_steps(ctx: File, func: Any) -> bool:
@@ -301,6 +384,42 @@ def _seen_off_steps(ctx: File, func: Any) -> bool:
         return False  # a library's users may call it, every step
     sites = ctx.calls_of(func.name)
     return bool(sites) and all(_seen_caller(ctx, site) and not ctx.is_per_step(site) for site in sites)
+
+
+def _unnamed_loss_method(ctx: File, func: Any) -> bool:
+    """A loss-named method of a class built only on the project's own classes, in a checkout that
+    is no installable package, which nothing in the project names (no call, attribute or string,
+    nor a string part `"loss_"` a name could be built from): nothing calls it, so it runs at no
+    step. A library base (a trainer's `compute_loss`) may call it unnamed; so may the hooks any
+    framework calls by name."""
+    cls = ctx.index.parent(func)
+    mentioned = ctx.project.loss_names
+    if not isinstance(cls, ast.ClassDef) or not isinstance(ctx.index.parent(cls), ast.Module):
+        return False
+    if func.name in ROLE_METHODS or BATCH_HOOK.match(func.name) or not _own_bases(ctx, cls, 0):
+        return False
+    root = project_root(Path(str(ctx.path)).absolute())
+    if any(stat_or_none(root / marker) is not None for marker in ("pyproject.toml", "setup.py", "setup.cfg")):
+        return False  # an installable package: its users may call it
+    if func.name in mentioned or func.name in loss_names(ctx):
+        return False
+    strings = [m[1:-1].lower() for m in mentioned if m.startswith('"')]
+    name = func.name.lower()
+    return not any(name.startswith(part) or name.endswith(part) for part in strings)
+
+
+def _own_bases(ctx: File, cls: ast.ClassDef, depth: int) -> bool:
+    """`cls` derives only from plain bases and classes of this module built so themselves."""
+    if depth > 6:
+        return False
+    for base in cls.bases:
+        name = dotted_name(base) or ""
+        if name in PLAIN_BASES:
+            continue
+        local = [c for c in ctx.index.by_type.get(ast.ClassDef, ()) if isinstance(c, ast.ClassDef) and c.name == name]
+        if len(local) != 1 or local[0] is cls or not _own_bases(ctx, local[0], depth + 1):
+            return False
+    return True
 
 
 def _seen_caller(ctx: File, site: ast.Call) -> bool:

@@ -95,6 +95,7 @@ def _spread_keywords(ctx: File, call: ast.Call) -> dict[str, list[ast.expr]] | N
         if not isinstance(kw.value, ast.Name) or ctx.parameter(kw.value) is not None:
             return None
         scope = ctx.index.scope_of(kw.value)
+        bound = False
         for use in ctx.index.name_uses.get(kw.value.id, ()):
             if ctx.index.scope_of(use) is not scope or use is kw.value:
                 continue
@@ -103,7 +104,8 @@ def _spread_keywords(ctx: File, call: ast.Call) -> dict[str, list[ast.expr]] | N
                 if not (
                     isinstance(parent, ast.Assign) and parent.targets == [use] and isinstance(parent.value, ast.Dict)
                 ):
-                    return None
+                    return None  # not a dict display, or `kwargs |= {...}`
+                bound = True
                 for key, value in zip(parent.value.keys, parent.value.values):
                     if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                         return None  # `{**base, ...}` or a computed key
@@ -112,19 +114,31 @@ def _spread_keywords(ctx: File, call: ast.Call) -> dict[str, list[ast.expr]] | N
                 return None  # `kwargs["drop_last"] = True`
             elif isinstance(parent, ast.Attribute) and parent.attr in DICT_CHANGES:
                 return None
-            elif isinstance(parent, ast.AugAssign) and parent.target is use:
-                return None  # `kwargs |= {...}`
             elif isinstance(parent, ast.Call) or (isinstance(parent, ast.keyword) and parent.arg is not None):
                 return None  # handed to a function that may change it (`**kwargs` elsewhere copies it)
+        if not bound:
+            return None  # bound outside the function (a module's `LOADER_KWARGS`): not seen here
     return spread
 
 
 def ragged_training_loader(ctx: File, call: ast.Call) -> bool:
     """`ragged_loader`, and it feeds training (see the module's docstring)."""
+    return training_sign(ctx, call) is not None
+
+
+# why a loader is taken for training: where it shows, and how (the finding's chain)
+Sign = tuple[ast.AST, str]
+
+
+def training_sign(ctx: File, call: ast.Call) -> Sign | None:
+    """For a `ragged_loader` that feeds training, the sign that shows it does: how it is built or
+    named, else the loop or function that trains on it. None for any other call."""
     if not ragged_loader(ctx, call) or never_partial(ctx, call) or used_outside_training(ctx, call):
-        return False
+        return None
     named = _named_for_training(ctx, call)
-    return named if named is not None else feeds_training(ctx, call)
+    if named is not None:
+        return named or None
+    return _fed_to_training(ctx, call)
 
 
 # Samplers that never end an epoch (or end it on a whole batch): no last, smaller batch.
@@ -204,8 +218,9 @@ def _iterated_without_training(ctx: File, use: ast.Name) -> bool:
     return isinstance(parent, (ast.For, ast.AsyncFor)) and parent.iter is node and not loop_trains(ctx, parent)
 
 
-def _named_for_training(ctx: File, call: ast.Call) -> bool | None:
-    """True/False when how the loader is built or named tells; None when nothing does."""
+def _named_for_training(ctx: File, call: ast.Call) -> Sign | tuple[()] | None:
+    """The sign when how the loader is built or named says it is for training; () when it says it
+    is not; None when nothing does."""
     code = ctx.code
     words = [code(a) for a in call.args] + [code(k.value) for k in call.keywords if k.arg in ("dataset", "sampler")]
     target = _target(ctx, call)
@@ -213,23 +228,30 @@ def _named_for_training(ctx: File, call: ast.Call) -> bool | None:
         words.append(code(target))
     text = " ".join(words)
     if NOT_TRAIN.search(text.replace(".", "_")):
-        return False
+        return ()
+    named: Sign | None = None
+    if TRAIN.search(text):
+        named = (
+            (target, f"named for training (`{code(target)}`)")
+            if target is not None and TRAIN.search(code(target))
+            else (call, "built for training (by its dataset's or sampler's name)")
+        )
     shuffle = keyword_value(call, "shuffle")
     if shuffle is not None:
         if _shuffles(ctx, shuffle):
-            return True
+            return shuffle, f"shuffles its batches (`shuffle={code(shuffle)}`): a training loader"
         if is_constant(shuffle, False):
-            return bool(TRAIN.search(text)) or None
+            return named
     sampler = keyword_value(call, "sampler")
     if sampler is not None and re.search(r"train|RandomSampler", code(sampler)):
-        return True
+        return sampler, f"its sampler `{code(sampler)}` draws training samples"
     # `sampler = DistributedSampler(ds, shuffle=train)`: a sampler that shuffles feeds training
     for value in _samplers(ctx, sampler) if sampler is not None else ():
         if last_part(dotted_name(value.func)).endswith("Sampler"):
             sampler_shuffle = keyword_value(value, "shuffle")
             if sampler_shuffle is not None and _shuffles(ctx, sampler_shuffle):
-                return True
-    return True if TRAIN.search(text) else None
+                return value, f"its sampler shuffles (`shuffle={code(sampler_shuffle)}`): a training loader"
+    return named
 
 
 def _samplers(ctx: File, sampler: ast.expr) -> list[ast.Call]:
@@ -275,12 +297,15 @@ def _target(ctx: File, call: ast.Call) -> ast.expr | None:
 # -- where a loader goes ---------------------------------------------------------------------------
 
 
-def feeds_training(ctx: File, call: ast.Call) -> bool:
+def _fed_to_training(ctx: File, call: ast.Call) -> Sign | None:
     """A loop that trains iterates the loader `call` builds: in this module, or in the project
     function it is passed to (`ProjectFacts.helper_calls`, kind "trains_on")."""
-    return call in training_sources(ctx).loaders or any(
-        _trains_on(ctx, site, position, name) for site, position, name in _passed_to(ctx, call)
-    )
+    if call in training_sources(ctx).loaders:
+        return call, "a loop that trains iterates it"
+    for site, position, name in _passed_to(ctx, call):
+        if _trains_on(ctx, site, position, name):
+            return site, f"handed to `{dotted_name(site.func) or 'a call'}` (line {site.lineno}), which trains on it"
+    return None
 
 
 def _passed_to(ctx: File, call: ast.Call):

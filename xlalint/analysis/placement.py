@@ -8,7 +8,16 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from .names import dotted_name, keyword_value, last_part, method_name, positional, receiver, string_value
+from .names import (
+    dotted_name,
+    keyword_value,
+    last_part,
+    method_name,
+    param_default,
+    positional,
+    receiver,
+    string_value,
+)
 from .vocabulary import DEVICE_LOADER, FACTORIES, LIKE_FACTORIES, XM
 
 if TYPE_CHECKING:
@@ -301,6 +310,11 @@ def off_xla_placement(ctx: File, *, device_from_elsewhere: bool = False) -> str 
             kinds = _device_kinds(ctx, given, 0)
             if kinds is None:
                 chosen = True  # a device a caller chooses
+                # unless chosen otherwise: a parameter's or a command-line option's default
+                defaults = _default_kinds(ctx, given, 0)
+                if defaults is not None and True in defaults:
+                    return None  # `device="xla"` by default
+                found = found or any(k != "cpu" for k in defaults or () if isinstance(k, str))
             elif True in kinds:
                 return None  # XLA's device
             else:
@@ -318,6 +332,60 @@ def off_xla_placement(ctx: File, *, device_from_elsewhere: bool = False) -> str 
     ):
         return None
     return ALSO_CHOSEN if chosen else ONLY_OFF_XLA
+
+
+def _default_kinds(ctx: File, expr: ast.expr, depth: int) -> set[str | bool] | None:
+    """The device strings `expr` holds unless its caller or user chooses another: a parameter's
+    default (`def __init__(self, device="cuda")`), a command-line option's (`add_argument("--device",
+    default="cuda")` read as `args.device`), through assignments, `torch.device(...)` and either
+    side of a conditional. None when no such default is seen."""
+    if depth > 6:
+        return None
+    known = _device_kinds(ctx, expr, depth + 1)
+    if known is not None:
+        return known
+    if isinstance(expr, ast.IfExp):
+        sides = [_default_kinds(ctx, side, depth + 1) for side in (expr.body, expr.orelse)]
+        return None if all(k is None for k in sides) else set().union(*(k for k in sides if k is not None))
+    if isinstance(expr, ast.Call):
+        if dotted_name(expr.func) in ("torch.device", "device") and positional(expr):
+            return _default_kinds(ctx, positional(expr)[0], depth + 1)
+        return None
+    if isinstance(expr, ast.Name):
+        param = ctx.parameter(expr)
+        if param is not None:
+            default = param_default(ctx.index.parent(ctx.index.parent(param)), param)
+            return _device_kinds(ctx, default, depth + 1) if default is not None else None
+        found: set[str | bool] = set()
+        for value in ctx.values_in_scope(expr):
+            kinds = _default_kinds(ctx, value, depth + 1)
+            if kinds is None:
+                return None
+            found |= kinds
+        return found or None
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id != "self":
+        return _option_default(ctx, expr.attr, depth)  # `args.device`
+    return None
+
+
+def _option_default(ctx: File, option: str, depth: int) -> set[str | bool] | None:
+    """The device kinds of the defaults of the module's command-line options named `option`
+    (`parser.add_argument("--device", default="cuda")`, or `dest="device"`)."""
+    found: set[str | bool] = set()
+    for call in ctx.index.calls:
+        if method_name(call) != "add_argument":
+            continue
+        dest = string_value(keyword_value(call, "dest"))
+        flags = [string_value(a) or "" for a in positional(call)]
+        names = {dest} if dest else {f.lstrip("-").replace("-", "_") for f in flags if f}
+        if option not in names:
+            continue
+        default = keyword_value(call, "default")
+        kinds = _device_kinds(ctx, default, depth + 1) if default is not None else None
+        if kinds is None:
+            return None
+        found |= kinds
+    return found or None
 
 
 def _computes_on(ctx: File, call: ast.Call) -> set[str | bool] | None:

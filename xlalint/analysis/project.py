@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..diagnostics import HIGH
 from ..source import is_file, stat_or_none
-from .compiled import CompileOptions
+from .compiled import CompileOptions, summary_entries
 from .guards import names_non_xla_feature
 from .index import FUNCTIONS, qualname
 from .loaders import returned_ragged_loaders, training_sources
@@ -136,6 +136,11 @@ class ProjectFacts:
     # it calls a project function that returns a device, in a module placed on another backend
     # (`placement.off_xla_placement`): `device = setup()` of a `common.py` that picks CUDA
     off_xla_device: bool = False
+    # hook-like method names (`update`) some module calls where they may run every step: on a
+    # per-step path, in a function run every step, or handed on where no caller is seen
+    stepped_hooks: frozenset[str] = frozenset()
+    # identifiers and (quoted) strings naming a loss that some module mentions (`loss_names`)
+    loss_names: frozenset[str] = frozenset()
 
     def key(self) -> str:
         return repr(
@@ -160,6 +165,8 @@ class ProjectFacts:
                 self.called_from_xla,
                 sorted(self.unmentioned_classes),
                 self.off_xla_device,
+                sorted(self.stepped_hooks),
+                sorted(self.loss_names),
             )
         )
 
@@ -199,6 +206,8 @@ class ProjectFacts:
             self.called_from_xla,
             self.unmentioned_classes,
             self.off_xla_device,
+            self.stepped_hooks,
+            self.loss_names,
         )
 
 
@@ -247,6 +256,10 @@ class ModuleSummary:
     launches_replicas: bool = False  # see `launches_replicas`
     # hook-like method names (`update`, `on_batch_end`) it calls or hands on (`steps.HOOK_NAME`)
     hook_calls: list[str] = field(default_factory=list)
+    # where it calls them: [name, the calling function's qualname], the caller "!" when the call runs
+    # every step by this module's analysis, "*" when handed on or in code whose callers are not seen
+    hook_sites: list[list[str]] = field(default_factory=list)
+    loss_names: list[str] = field(default_factory=list)  # see `loss_names`
     # row tables of a batch's objects (see `rows`): qualname -> [[position returned, line]] of its
     # collates; qualname -> [[index returned, collate reference]] of the loaders it returns; the
     # collate references of the loaders its loops iterate
@@ -331,6 +344,8 @@ def summarize(ctx, name: str) -> ModuleSummary:
         _summarize_call(ctx, summary, call)
     _summarize_helpers(ctx, summary)
     summary.hook_calls = sorted(hook_names_used(ctx))
+    summary.hook_sites = hook_sites(ctx)
+    summary.loss_names = loss_names(ctx)
     summary.mentions = mentioned_class_names(ctx)
     summary.trains_here = ctx.module_trains
     if ctx.imports_jax:
@@ -338,8 +353,6 @@ def summarize(ctx, name: str) -> ModuleSummary:
             if key.startswith("self.") and target.filtered:
                 summary.static_jitted[qualname(index, target.func)] = [list(target.params), sorted(target.static)]
     if ctx.compiled.roots or ctx.compiled.disabled or ctx.compiled.compile_calls or ctx.project.compiled:
-        from .compiled import summary_entries
-
         summary.compiled, summary.compiled_imports, summary.compile_disabled = summary_entries(ctx)
     return summary
 
@@ -439,6 +452,64 @@ def hook_names_used(ctx) -> set[str]:
             if not (isinstance(call, ast.Call) and call.func is node and other_update(ctx, call)):
                 found.add(node.attr)
     return found
+
+
+def hook_sites(ctx) -> list[list[str]]:
+    """Where this module calls or hands on hook-like method names (see `ModuleSummary.hook_sites`);
+    a call that runs less often than its function (`if step % 100 == 0:`), or once at module
+    level, is no site: it runs at no step."""
+    found: set[tuple[str, str]] = set()
+    index = ctx.index
+    for node in index.by_type.get(ast.Attribute, ()):
+        if not isinstance(node, ast.Attribute) or not HOOK_NAME.match(node.attr):
+            continue
+        call = ctx.parent(node)
+        if not (isinstance(call, ast.Call) and call.func is node):
+            found.add((node.attr, "*"))  # `callbacks=[m.update]`: called where it is handed, unseen
+            continue
+        if other_update(ctx, call):
+            continue
+        func = index.enclosing_function(call)
+        if ctx.is_per_step(call):
+            found.add((node.attr, "!"))
+        elif func is None:
+            continue
+        elif not _seen_function(index, func) or any(isinstance(a, ast.Lambda) for a in _until(index, call, func)):
+            found.add((node.attr, "*"))
+        elif not runs_less_often(ctx, call, func):
+            found.add((node.attr, qualname(index, func)))
+    return [list(site) for site in sorted(found)]
+
+
+# A word-like string or identifier naming a loss: a call, an attribute, `getattr(self, "loss_" + k)`.
+LOSS_WORD = re.compile(r"^\w*loss\w*$", re.IGNORECASE)
+
+
+def loss_names(ctx) -> list[str]:
+    """The names and word-like strings containing "loss" this module mentions (`x.loss_fn(...)`,
+    `compute_loss`; a string quoted, `'"loss_"'`): what may call a loss-named method, by its name
+    or by one built from a string (`getattr(self, "loss_" + kind)`)."""
+    found: set[str] = set()
+    index = ctx.index
+    for node in index.by_type.get(ast.Attribute, ()):
+        if isinstance(node, ast.Attribute) and LOSS_WORD.match(node.attr):
+            found.add(node.attr)
+    for name, uses in index.name_uses.items():
+        if LOSS_WORD.match(name) and uses:
+            found.add(name)
+    for node in index.by_type.get(ast.Constant, ()):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and LOSS_WORD.match(node.value):
+            found.add(f'"{node.value}"')  # a string, marked: a part a name may be built from
+    return sorted(found)
+
+
+def _seen_function(index, func: ast.AST) -> bool:
+    """`func` is a module-level function or a method of a top-level class: the project index sees
+    its callers (not a closure handed out)."""
+    holder = index.parent(func)
+    return isinstance(holder, ast.Module) or (
+        isinstance(holder, ast.ClassDef) and isinstance(index.parent(holder), ast.Module)
+    )
 
 
 def returns_xla_device(ctx, func: ast.AST) -> bool:
@@ -929,6 +1000,13 @@ class ProjectIndex:
         for path in self.summaries:
             device_loaders[path] |= overridden
         hooks = frozenset(name for summary in self.summaries.values() for name in summary.hook_calls)
+        loss_mentions = frozenset(name for summary in self.summaries.values() for name in summary.loss_names)
+        stepped_hooks = frozenset(
+            name
+            for summary in self.summaries.values()
+            for name, caller in summary.hook_sites
+            if caller in ("!", "*") or (summary.path, caller) in hot
+        )
         host_params = self._host_params(resolved)
         row_refs, row_params = self._row_facts(resolved)
         imported = self._imported()
@@ -957,6 +1035,8 @@ class ProjectIndex:
                 path in from_xla,
                 unmentioned.get(path, frozenset()),
                 path in off_xla_device,
+                stepped_hooks,
+                loss_mentions,
             )
             for path in self.summaries
         }
@@ -1261,6 +1341,8 @@ def summary_to_json(s: ModuleSummary) -> dict:
         "launches_replicas": s.launches_replicas,
         "state_reads": s.state_reads,
         "hook_calls": s.hook_calls,
+        "hook_sites": s.hook_sites,
+        "loss_names": s.loss_names,
         "row_collates": s.row_collates,
         "row_sized": s.row_sized,
         "returned_collates": s.returned_collates,
@@ -1295,6 +1377,8 @@ def summary_from_json(data: dict) -> ModuleSummary:
         launches_replicas=bool(data.get("launches_replicas")),
         state_reads={k: [list(r) for r in v] for k, v in data.get("state_reads", {}).items()},
         hook_calls=list(data.get("hook_calls", [])),
+        hook_sites=[list(site) for site in data.get("hook_sites", [])],
+        loss_names=list(data.get("loss_names", [])),
         row_collates={k: [list(t) for t in v] for k, v in data.get("row_collates", {}).items()},
         row_sized={k: dict(v) for k, v in data.get("row_sized", {}).items()},
         returned_collates={k: [list(r) for r in v] for k, v in data.get("returned_collates", {}).items()},

@@ -197,3 +197,6 @@ TENSOR_REDUCTIONS = {
     "std",
     "var",
 }
+
+# the packages whose import makes a file XLA code (torch_xla, and torchax: torch on JAX's XLA)
+XLA_MODULES = ("torch_xla", "torchax")
