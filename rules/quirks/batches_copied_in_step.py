@@ -18,13 +18,16 @@ class BatchesCopiedInStep(Rule):
     Flags a loop that trains (a backward pass or an optimizer step in its body) in torch_xla code
     when it iterates a plain `torch.utils.data.DataLoader` (through `enumerate`, `tqdm`, the names it
     is bound to) and moves each batch to the device itself (`x, y = x.to(device), y.to(device)`,
-    `batch = {k: v.to(device) for k, v in batch.items()}`). The finding is at the first such
-    `.to(device)` in the loop, one per loop.
+    `batch = {k: v.to(device) for k, v in batch.items()}`), to a device seen to be the XLA device
+    (`torch_xla.device()`, `xm.xla_device()`, through the names, attributes and parameters that
+    carry it). The finding is at the first such `.to(device)` in the loop, one per loop.
 
     Not reported: a loop over a device loader (`pl.MpDeviceLoader(loader, device)`,
     `pl.ParallelLoader(loader, [device]).per_device_loader(device)`, also with SPMD's
     `input_sharding=`), or over a loader a framework prepared (accelerate's `prepare`, Lightning);
-    a loop that does not train (evaluation, prediction); code on the project's CUDA path.
+    a loop that does not train (evaluation, prediction); code on the project's CUDA path; a move to
+    a device the analysis does not see to be the XLA device (`device or torch.device("cpu")` from a
+    caller it cannot follow).
 
     ## Why is this bad?
     Each batch is copied from host memory to the device inside the step, synchronously: the
@@ -84,7 +87,6 @@ class BatchesCopiedInStep(Rule):
     hint = "iterate `pl.MpDeviceLoader(loader, device)` instead (and drop the `.to(device)` calls)"
     xla_only = True
     evidence = ("step",)
-    preview = True  # precision on real torch_xla code bases not yet shown
 
     VALID = [
         Valid(
@@ -209,6 +211,26 @@ class BatchesCopiedInStep(Rule):
                 optimizer.step()
             """
         ),
+        Valid(
+            """
+            class Trainer:
+                def __init__(self, model, device=None):
+                    self.model = model
+                    self.device = device or torch.device("cpu")  # whatever the caller passes
+
+                def train_epoch(self):
+                    try:
+                        import torch_xla.core.xla_model as xm
+                    except ImportError:
+                        xm = None
+                    for x, y in self.train_loader:
+                        x, y = x.to(self.device), y.to(self.device)
+                        self.loss_fn(self.model(x), y).backward()
+                        self.optimizer.step()
+                        if xm is not None:
+                            xm.mark_step()
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -262,6 +284,10 @@ class BatchesCopiedInStep(Rule):
             import torch_xla
 
             class Trainer:
+                def __init__(self, model):
+                    self.model = model
+                    self.device = torch_xla.device()
+
                 def train_epoch(self):
                     for batch in tqdm(self.train_loader):
                         images = batch["image"]
@@ -271,7 +297,7 @@ class BatchesCopiedInStep(Rule):
                             loss.backward()
                             self.optimizer.step()
             """,
-            line=8,
+            line=12,
         ),
     ]
 
