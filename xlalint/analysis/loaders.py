@@ -501,27 +501,63 @@ def moves_batches_by_hand(ctx: File, loop: ast.AST) -> bool:
     """The loop moves what it iterates to the device itself (`x, y = x.to(device), y.to(device)`,
     `[t.to(self.device) for t in batch]`): evidence of a plain host loader, which a device loader
     would have made needless."""
+    return bool(batch_moves(ctx, loop))
+
+
+def batch_moves(ctx: File, loop: ast.AST, *, parts: bool = False) -> list[ast.Call]:
+    """The `.to(device)` calls by which the loop moves what it iterates to the device, in order.
+    With `parts`, also the parts of a batch: `batch["input_ids"].to(device)`, `x.to(device)` after
+    `x = batch["image"]` in the loop."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
-        return False
+        return []
+    found: list[ast.Call] = []
     targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
     for call in ctx.calls_within(loop):
-        if (
-            method_name(call) != "to"
-            or not isinstance(call.func, ast.Attribute)
-            or not isinstance(call.func.value, ast.Name)
-        ):
+        if method_name(call) != "to" or not isinstance(call.func, ast.Attribute):
             continue
         where = keyword_value(call, "device") or (call.args[0] if call.args else None)
         if where is None or not DEVICE_WORDS.search(ctx.code(where)):
             continue  # `x.to(torch.float16)`: a cast
         moved = call.func.value
-        if moved.id in targets and not ctx.reaching_values(moved):
-            return True
-        # a comprehension over the batch: `[t.to(device) for t in batch]`
-        if any(
+        if parts:
+            if _part_of_batch(ctx, loop, moved, targets, set()):
+                found.append(call)
+            continue
+        if not isinstance(moved, ast.Name):
+            continue
+        if (moved.id in targets and not ctx.reaching_values(moved)) or any(
+            # a comprehension over the batch: `[t.to(device) for t in batch]`
             isinstance(root, ast.Name) and root.id in targets
             for it in ctx.loop_iterables(moved)
             for root in ast.walk(it)
         ):
-            return True
-    return False
+            found.append(call)
+    return found
+
+
+def _part_of_batch(ctx: File, loop: ast.AST, expr: ast.expr, targets: set[str], seen: set[ast.Name]) -> bool:
+    """`expr` is the loop's batch or a part of it: a loop variable, an item of one (`batch["x"]`,
+    `batch[0]`), an element of a comprehension over one (`for k, v in batch.items()`), or a name
+    bound in the loop to any of these (also when moved or cast: `x = x.to(device)`)."""
+    while True:
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            expr = expr.func.value
+        else:
+            break
+    if not isinstance(expr, ast.Name) or len(seen) > MAX_DEPTH:
+        return False
+    if expr.id in targets:
+        return True
+    if expr in seen or any(n.id == expr.id for n in seen):
+        return True  # `x = x.to(device)`: the name's other values decide
+    seen = seen | {expr}
+    values = [v for v in ctx.reaching_values(expr) if isinstance(v, ast.expr)]
+    if not values:
+        return any(_part_of_batch(ctx, loop, it, targets, seen) for it in ctx.loop_iterables(expr))
+    return all(_within(ctx, value, loop) and _part_of_batch(ctx, loop, value, targets, seen) for value in values)
+
+
+def _within(ctx: File, node: ast.AST, loop: ast.AST) -> bool:
+    return any(anc is loop for anc in ctx.index.ancestors(node))
