@@ -34,7 +34,9 @@ def findings(run_cli, project, files, *args):
     project.write("pyproject.toml", "[project]\nname = 'p'\n")
     for name, code in files.items():
         project.write(name, textwrap.dedent(code))
-    out = run_cli("check", "--no-cache", "--output-format", "json", *args, cwd=project)[1]
+    # the fixtures' loops move host batches to the device by hand (XLA704, their input pipeline):
+    # not what these tests judge
+    out = run_cli("check", "--no-cache", "--output-format", "json", "--ignore", "XLA704", *args, cwd=project)[1]
     return sorted((d["filename"], d["location"]["row"], d["code"]) for d in json.loads(out))
 
 
@@ -321,12 +323,11 @@ def train(model, loader, opt):
     ],
 )
 def test_hooks_are_per_step_when_something_calls_them(run_cli, project, call, reported):
-    found = findings(
-        run_cli, project, {"meters.py": METER, "train.py": LOOP.format(call=call)}, "--confidence", "possible"
-    )
+    files = {"meters.py": METER, "train.py": LOOP.format(call=call)}
+    found = findings(run_cli, project, files, "--confidence", "possible")
     assert found == reported
     if call.startswith("meters[0]"):
-        assert findings(run_cli, project, {"meters.py": METER, "train.py": LOOP.format(call=call)}) == []
+        assert findings(run_cli, project, files) == []
 
 
 @pytest.mark.parametrize(
@@ -530,7 +531,9 @@ def test_a_helper_whose_callers_pass_host_values_reads_no_device_tensor(run_cli,
     # the facts come back from the cache as they went in
     run_cli("check", "--output-format", "json", cwd=project)
     out = run_cli("check", "--output-format", "json", cwd=project)[1]
-    warm = sorted((d["filename"], d["location"]["row"], d["code"]) for d in json.loads(out) if d["code"] != "XLA102")
+    warm = sorted(
+        (d["filename"], d["location"]["row"], d["code"]) for d in json.loads(out) if d["code"] not in ("XLA102", "XLA704")
+    )
     assert warm == reported
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import ast
 
 from xlalint.analysis.barriers import PLAIN_BATCHES, UNKNOWN_BATCHES
+from xlalint.analysis.evidence import Evidence, seen
 from xlalint.analysis.loaders import batch_moves
 from xlalint.analysis.names import dotted_name, keyword_value, last_part, positional
 from xlalint.analysis.placement import Placement
 from xlalint.analysis.steps import loop_trains
+from xlalint.diagnostics import HIGH, POSSIBLE
 from xlalint.rule import Invalid, Rule, Valid
 
 
@@ -270,7 +272,7 @@ class BatchesCopiedInStep(Rule):
 
             def fit(model, optimizer, train_dataloader):
                 device = xm.xla_device()
-                for step, batch in enumerate(train_dataloader):  # a parameter: what callers pass
+                for step, batch in enumerate(train_dataloader):  # a parameter no call in view passes: possible
                     input_ids = batch["input_ids"].to(device)
                     labels = batch["labels"].to(device)
                     model(input_ids=input_ids, labels=labels).loss.backward()
@@ -322,8 +324,14 @@ class BatchesCopiedInStep(Rule):
         # (`xm.xla_device()`, an attribute or a parameter every seen binding or call gives one)
         placement = Placement(self.ctx)
         moves = [m for m in moves if any(placement.device(t) is True for t in _targets(m))]
-        if moves:
-            self.report(moves[0])
+        if not moves or not self.ctx.runs_hot(moves[0]):  # a test's or a verification script's loop
+            return
+        found = self.evidence_for(moves[0]) or Evidence(HIGH)
+        if kind == PLAIN_BATCHES:
+            found = found & seen(self.ctx, loop.iter, "batches from a plain `DataLoader`")
+        else:  # a parameter, a helper's loader: what it yields is not seen
+            found = found & Evidence(POSSIBLE, seen(self.ctx, loop.iter, "batches from a loader not seen").chain)
+        self.report(moves[0], evidence=found)
 
 
 def _targets(move: ast.Call) -> list[ast.expr]:
