@@ -492,10 +492,7 @@ def compiled_arguments(ctx: File, param: ast.arg) -> list[ast.expr] | None:
     func = ctx.index.parent(ctx.index.parent(param))
     if func not in regions.roots or not isinstance(func, FUNCTIONS):
         return None
-    params = [*func.args.posonlyargs, *func.args.args]
-    position = params.index(param) if param in params else None
-    if position is not None and params and params[0].arg in ("self", "cls"):
-        position -= 1
+    position = ctx.call_position(func, param)
     names = {name for name, (f, _) in regions.callables.items() if f is func}
     values = [argument(call, position, param.arg) for call in ctx.index.calls if dotted_name(call.func) in names]
     passed = [v for v in values if v is not None]

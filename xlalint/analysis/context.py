@@ -901,16 +901,25 @@ class FileContext:
                         return param
         return None
 
+    def call_parameters(self, func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
+        """The parameters of `func` a call fills by position: a method's `self`/`cls` left out (the
+        call's receiver fills it, `self.f(a)`)."""
+        params = [*func.args.posonlyargs, *func.args.args]
+        method = isinstance(self.index.parent(func), ast.ClassDef)
+        return params[1:] if method and params and params[0].arg in ("self", "cls") else params
+
+    def call_position(self, func: ast.FunctionDef | ast.AsyncFunctionDef, param: ast.arg) -> int | None:
+        """Where a call of `func` passes `param` by position; None: keyword-only, `*args`, `**kwargs`."""
+        params = self.call_parameters(func)
+        return params.index(param) if param in params else None
+
     def arguments_for(self, param: ast.arg) -> list[ast.expr | None]:
         """What this module's calls of the function declaring `param` (`f(...)`, `self.f(...)`)
         pass for it, the first few of them; None for a call that passes nothing (a default, *args)."""
         func = self.index.parent(self.index.parent(param))
         if not isinstance(func, FUNCTIONS):
             return []
-        params = [*func.args.posonlyargs, *func.args.args]
-        position = params.index(param) if param in params else None
-        if position is not None and params[0].arg in ("self", "cls"):
-            position -= 1
+        position = self.call_position(func, param)
         return [argument(call, position, param.arg) for call in self.calls_of(func.name)[:MAX_CALL_SITES]]
 
 

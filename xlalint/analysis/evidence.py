@@ -469,10 +469,8 @@ def _passed_from_device(ctx: File, func: Any, param: ast.arg) -> bool:
     facts = ctx.project.host_params
     if not facts:
         return False
-    params = [*func.args.posonlyargs, *func.args.args]
-    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
-        params = params[1:]
-    keys = [f"k:{param.arg}", *([str(params.index(param))] if param in params else [])]
+    position = ctx.call_position(func, param)
+    keys = [f"k:{param.arg}", *([str(position)] if position is not None else [])]
     name = qualname(ctx.index, func)
     return any((name, key, "dev") in facts for key in keys)
 

@@ -369,14 +369,7 @@ class TrainingSources:
             func = self.ctx.index.parent(self.ctx.index.parent(param)) if param is not None else None
             if param is None or not isinstance(func, FUNCTIONS):
                 continue
-            positional_params = [*func.args.posonlyargs, *func.args.args]
-            if (
-                positional_params
-                and positional_params[0].arg in ("self", "cls")
-                and isinstance(self.ctx.index.parent(func), ast.ClassDef)
-            ):
-                positional_params = positional_params[1:]
-            position = positional_params.index(param) if param in positional_params else None
+            position = self.ctx.call_position(func, param)
             entry = (position, param.arg)
             if entry not in found.setdefault(func, []):
                 found[func].append(entry)

@@ -703,15 +703,11 @@ def passed_device_loader(ctx, name: ast.Name) -> bool:
     func = ctx.index.parent(ctx.index.parent(param)) if param is not None else None
     if param is None or not isinstance(func, FUNCTIONS):
         return False
-    params = [*func.args.posonlyargs, *func.args.args]
-    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
-        params = params[1:]
+    position = ctx.call_position(func, param)
     names = [qualname(ctx.index, func)]
     if isinstance(ctx.index.parent(func), ast.ClassDef):
         names.append(f"*.{func.name}")  # a base class calls `self.name(device_loader)`: this override too
-    return any(
-        (q, f"k:{param.arg}") in facts or (param in params and (q, str(params.index(param))) in facts) for q in names
-    )
+    return any((q, f"k:{param.arg}") in facts or (position is not None and (q, str(position)) in facts) for q in names)
 
 
 def _may_resolve(summary: ModuleSummary, callee: str, receiver_class: str | None) -> bool:

@@ -68,9 +68,7 @@ def parameter_reads(ctx: File, func: ast.FunctionDef) -> list[ParamRead]:
 
 
 def _parameter_reads(ctx: File, func: ast.FunctionDef) -> list[ParamRead]:
-    params = [*func.args.posonlyargs, *func.args.args]
-    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
-        params = params[1:]
+    params = ctx.call_parameters(func)
     positions = {p.arg: i for i, p in enumerate(params)}
     named = [p.arg for p in (*params, *func.args.kwonlyargs)]
     stars = {a.arg: star for a, star in ((func.args.vararg, "*"), (func.args.kwarg, "**")) if a is not None}

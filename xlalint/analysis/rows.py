@@ -484,9 +484,7 @@ def count_sized_params(ctx) -> dict[ast.AST, dict[str, int]]:
 
 def _positions(ctx, func: ast.AST) -> dict[str, int | None]:
     """Parameter name -> its position without self/cls (None: keyword-only)."""
-    params = [*func.args.posonlyargs, *func.args.args]  # type: ignore[attr-defined]
-    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
-        params = params[1:]
+    params = ctx.call_parameters(func)
     found: dict[str, int | None] = {p.arg: i for i, p in enumerate(params)}
     found.update((p.arg, None) for p in func.args.kwonlyargs)  # type: ignore[attr-defined]
     return found

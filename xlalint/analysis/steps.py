@@ -612,10 +612,7 @@ def off_at_step_calls(ctx: File, node: ast.If) -> bool:
         return False  # asked again while deciding (a recursive function): not shown
     if STEP_FUNCTION.match(func.name) or ctx.externally_per_step(func):
         return False
-    params = [*func.args.posonlyargs, *func.args.args]
-    position = params.index(param) if param in params else None
-    if position is not None and params and params[0].arg in ("self", "cls"):
-        position -= 1
+    position = ctx.call_position(func, param)
     busy.add(func)
     try:
         hot = [site for site in ctx.calls_of(func.name) if ctx.is_per_step(site)]
@@ -1161,8 +1158,6 @@ def _passes_past(ctx: File, call: ast.Call, node: ast.AST, func: Function) -> bo
     an `if mode == "epoch":` (or `!=`) on a parameter of `func`, and the test, with the constant
     `call` passes for it (`self._log("batch", ...)`), leads elsewhere."""
     params = [*func.args.posonlyargs, *func.args.args]
-    method = isinstance(ctx.index.parent(func), ast.ClassDef)
-    offset = 1 if method and params and params[0].arg in ("self", "cls") else 0
     child = node
     for anc in ctx.index.ancestors(node):
         if anc is func:
@@ -1175,7 +1170,7 @@ def _passes_past(ctx: File, call: ast.Call, node: ast.AST, func: Function) -> bo
             wanted = next((side for side in sides if isinstance(side, ast.Constant)), None)
             param = next((p for p in [*params, *func.args.kwonlyargs] if p.arg == name), None)
             if param is not None and wanted is not None:
-                passed = argument(call, params.index(param) - offset if param in params else None, param.arg)
+                passed = argument(call, ctx.call_position(func, param), param.arg)
                 if isinstance(passed, ast.Constant):
                     holds = (passed.value == wanted.value) == isinstance(test.ops[0], ast.Eq)
                     if holds != (field == "body"):

@@ -594,14 +594,12 @@ class TensorInference:
         facts = self.ctx.project.host_params
         if not facts:
             return None
-        params = [*func.args.posonlyargs, *func.args.args]
-        if params and params[0].arg in ("self", "cls") and isinstance(self.ctx.index.parent(func), ast.ClassDef):
-            params = params[1:]
         qualified = qualname(self.ctx.index, func)
         if param is func.args.kwarg:
             keys = ["k:**"]  # what `**kwargs` collects: every keyword of every call
         else:
-            keys = [f"k:{param.arg}", *([str(params.index(param))] if param in params else [])]
+            position = self.ctx.call_position(func, param)
+            keys = [f"k:{param.arg}", *([str(position)] if position is not None else [])]
         for kind, value in (("cpu", Kind.CPU), ("py", Kind.NOT_TENSOR)):
             if any((qualified, key, kind) in facts for key in keys):
                 return value
