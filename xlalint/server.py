@@ -34,7 +34,7 @@ from . import __version__
 from .cache import ProjectCache
 from .cli import Options, resolve_settings
 from .config import CONFIG_FILES, ConfigError
-from .diagnostics import Applicability, Diagnostic, Edit, Location
+from .diagnostics import Applicability, Diagnostic, Edit, Location, shown_at
 from .explain import explain_text
 from .noqa import add_noqa
 from .notebook import is_notebook
@@ -308,7 +308,8 @@ class XlalintServer(LanguageServer):
             done.published = [problem_diagnostic(outcome.error, path, lines)]
             return done
         for finding in outcome.diagnostics:
-            done.findings.append((finding, to_lsp(finding, uri, lines)))
+            if shown_at(finding.confidence, settings.confidence):  # what `check` shows, possible ones as it does
+                done.findings.append((finding, to_lsp(finding, uri, lines)))
         done.published = [published for _, published in done.findings]
         return done
 

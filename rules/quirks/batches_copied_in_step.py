@@ -327,9 +327,9 @@ class BatchesCopiedInStep(Rule):
         if not moves or not self.ctx.runs_hot(moves[0]):  # a test's or a verification script's loop
             return
         found = self.evidence_for(moves[0]) or Evidence(HIGH)
-        if kind == PLAIN_BATCHES:
+        if barriers.loader_kind(loop.iter) == PLAIN_BATCHES:  # the host loader itself is seen
             found = found & seen(self.ctx, loop.iter, "batches from a plain `DataLoader`")
-        else:  # a parameter, a helper's loader: what it yields is not seen
+        else:  # a parameter, a global, a helper's loader: what it yields is not seen
             found = found & Evidence(POSSIBLE, seen(self.ctx, loop.iter, "batches from a loader not seen").chain)
         self.report(moves[0], evidence=found)
 
