@@ -286,6 +286,7 @@ class Workspace:
         progress: Progress | None = None,
         root: Path | None = None,
         caches: dict[Path, ProjectCache] | None = None,
+        discovered: dict[Path, list[Path]] | None = None,
     ) -> None:
         self.settings = settings
         self.root = root.resolve() if root is not None else None  # see `run_root`; None: the files' own
@@ -305,6 +306,9 @@ class Workspace:
         # each summary that also checked the file (see `SummaryTask.check`)
         self.shared: dict[Path, list[tuple[ProjectFacts, frozenset | None, tuple]]] = {}
         self.warnings: list[str] = []  # one line each, for the user (a cache that is not used)
+        # a folder (resolved) -> the files discovery found under it with these settings (the run's own
+        # listing: a project index of that folder needs no second walk)
+        self.discovered = discovered or {}
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _map(self, func, tasks: list):
@@ -394,7 +398,9 @@ class Workspace:
     def _members(self, root: Path, targets: list[Path]) -> list[Path]:
         """The project's Python files, as discovery sees them (excludes and .gitignore apply)."""
         # a folder that cannot be read is reported where it is checked; the index just lacks it
-        members = discover([root], self.settings, missing=[])
+        members = self.discovered.get(root)
+        if members is None:
+            members = discover([root], self.settings, missing=[])
         if len(members) > MAX_PROJECT_FILES:  # a huge tree: the folders of the files asked for
             roots = sorted({source_root(t.resolve()) for t in targets})
             members = discover(roots, self.settings, missing=[])[:MAX_PROJECT_FILES]
