@@ -85,3 +85,25 @@ def test_a_warm_run_through_the_lazy_layout_answers_alike(run_cli, project):
     (entry,) = (project / ".xlalint_cache").glob("*.json")
     assert entry.read_text().startswith('{"code":"')
     assert run_cli(*args)[1] == cold and '"XLA' in cold
+
+
+def test_a_warm_run_imports_only_what_it_reads(project):
+    """Every file cached: no fix is built (libcst stays the lazy module `xlalint.fixing.lazy` puts in
+    its place: none of its modules loads), no torch or JAX is ever imported, and no package metadata
+    is read (importlib.metadata is a start-up cost of its own)."""
+    import subprocess
+    import sys
+
+    project.write("pyproject.toml", "[project]\nname = 'p'\n")
+    project.write("train.py", TRAIN)
+    project.write("old.py", "import torch_xla.core.xla_model as xm\n\nxm.mark_step()\n")  # XLA602: a fix
+    script = (
+        "import sys\nfrom xlalint.cli import main\n"
+        "try:\n    main(['check', sys.argv[1]])\nexcept SystemExit as exit:\n    code = exit.code\n"
+        "loaded = [m for m in sys.modules if m.startswith('libcst.') or m.split('.')[0] in ('torch', 'jax')]\n"
+        "print(code, sorted(loaded + [m for m in sys.modules if m == 'importlib.metadata']))"
+    )
+    cold = subprocess.run([sys.executable, "-c", script, str(project)], capture_output=True, text=True)
+    assert cold.stdout.splitlines()[-1].startswith("1 ['libcst."), cold.stdout + cold.stderr
+    warm = subprocess.run([sys.executable, "-c", script, str(project)], capture_output=True, text=True)
+    assert warm.stdout.splitlines()[-1] == "1 []", warm.stdout + warm.stderr
