@@ -75,9 +75,14 @@ class ProjectCache:
     def __init__(self, folder: Path | None, root: Path) -> None:
         self.file = folder / f"{digest(os.fsencode(root))}.json" if folder is not None else None
         self.folder = folder
-        self.summaries: dict[str, list] = {}
+        self._summaries: dict[str, list] | None = {}
         self.results: dict[str, list] = {}
-        self.dirty = False
+        self.dirty = False  # the results changed
+        self.summaries_dirty = False
+        # the summaries as written (JSON text), parsed only when one is asked for: a warm run reads
+        # the results and the project's facts alone, and the summaries are most of the file
+        self._summaries_text: str | None = None
+        self._present: set[str] | None = None  # `keep_only` of this run, applied to them when parsed
         self.warning: str | None = None  # why the cache is not used, in one line
         if folder is not None and self.file is not None:
             link = next((p for p in (folder, folder / IGNORE_FILE, folder / TAG_FILE, self.file) if _is_link(p)), None)
@@ -91,14 +96,35 @@ class ProjectCache:
         if self.file is None:
             return
         try:
-            data = json.loads(read_bounded(self.file, MAX_CACHE_BYTES, follow=False)[0].decode("utf-8"))
+            text = read_bounded(self.file, MAX_CACHE_BYTES, follow=False)[0].decode("utf-8")
+            layout = _LAYOUT.match(text)
+            if layout is not None and layout["code"] == code_fingerprint():
+                # as `save` writes it: the code, the results, then the summaries (parsed when needed)
+                results, end = _DECODER.raw_decode(text, layout.end())
+                rest = _SUMMARIES.match(text, end)
+                if isinstance(results, dict) and rest is not None and text.endswith("}"):
+                    self.results, self._summaries, self._summaries_text = results, None, text[rest.end() : -1]
+                return
+            data = json.loads(text)
         except (OSError, ValueError, RecursionError):  # `[[[[...]]]]` nested past the parser's depth
             return
         if not isinstance(data, dict) or data.get("code") != code_fingerprint():
             return
         summaries, results = data.get("summaries"), data.get("results")
         if isinstance(summaries, dict) and isinstance(results, dict):
-            self.summaries, self.results = summaries, results
+            self._summaries, self.results = summaries, results
+
+    @property
+    def summaries(self) -> dict[str, list]:
+        if self._summaries is None:
+            try:
+                parsed = json.loads(self._summaries_text or "")
+            except (ValueError, RecursionError):
+                parsed = None
+            self._summaries, self._summaries_text = parsed if isinstance(parsed, dict) else {}, None
+            if self._present is not None:
+                self._forget(self._summaries, self._present)
+        return self._summaries
 
     def summary(self, relpath: str, content: str):
         entry = self.summaries.get(relpath)
@@ -106,7 +132,7 @@ class ProjectCache:
 
     def put_summary(self, relpath: str, content: str, summary) -> None:
         self.summaries[relpath] = [content, summary]
-        self.dirty = True
+        self.summaries_dirty = True
 
     def result(self, relpath: str, key: str):
         entry = self.results.get(relpath)
@@ -119,14 +145,22 @@ class ProjectCache:
     def keep_only(self, present: set[str]) -> None:
         """Forget files that no longer exist (bounds the cache by the project's size). A key is a
         relative path, optionally followed by `#` and the name of a second slot; keys starting
-        with `#` are the project's own slots."""
-        for table in (self.summaries, self.results):
-            for stale in [k for k in table if k.partition("#")[0] not in present and not k.startswith("#")]:
-                del table[stale]
-                self.dirty = True
+        with `#` are the project's own slots. Summaries not parsed yet are pruned when they are."""
+        self._forget(self.results, present)
+        if self._summaries is None:
+            self._present = present
+        else:
+            self._forget(self._summaries, present)
+
+    def _forget(self, table: dict[str, list], present: set[str]) -> None:
+        for stale in [k for k in table if k.partition("#")[0] not in present and not k.startswith("#")]:
+            del table[stale]
+            self.dirty = True
+            if table is self._summaries:
+                self.summaries_dirty = True
 
     def save(self) -> None:
-        if self.file is None or self.folder is None or not self.dirty:
+        if self.file is None or self.folder is None or not (self.dirty or self.summaries_dirty):
             return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -135,13 +169,26 @@ class ProjectCache:
             for name, content in ((IGNORE_FILE, IGNORE), (TAG_FILE, TAG)):
                 if not os.path.lexists(self.folder / name):  # written to a new file, then renamed: no link followed
                     write_atomic(self.folder / name, content)
-            payload = json.dumps(
-                {"code": code_fingerprint(), "summaries": self.summaries, "results": self.results},
-                separators=(",", ":"),
+            # the layout `_load` reads lazily; summaries never parsed are written back as they were read
+            summaries = self._summaries_text if self._summaries is None else None
+            payload = "".join(
+                (
+                    f'{{"code":{json.dumps(code_fingerprint())},"results":',
+                    json.dumps(self.results, separators=(",", ":")),
+                    ',"summaries":',
+                    summaries if summaries is not None else json.dumps(self._summaries, separators=(",", ":")),
+                    "}",
+                )
             )
             write_atomic(self.file, payload.encode("utf-8"))  # concurrent runs: the last complete write wins
         except (OSError, ValueError, RecursionError):
             pass  # a read-only tree (or entries too deep to write back): run without a cache
+
+
+# the start of a cache file as `ProjectCache.save` writes it, and the key between its two tables
+_LAYOUT = re.compile(r'\{"code":"(?P<code>[0-9a-f]*)","results":')
+_SUMMARIES = re.compile(r',"summaries":')
+_DECODER = json.JSONDecoder()
 
 
 def _is_link(path: Path) -> bool:

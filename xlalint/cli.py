@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from collections import Counter
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import click
@@ -42,6 +42,7 @@ from .source import (
     SourceError,
     Stamp,
     decode_source,
+    is_dir,
     read_bounded,
     stale_temporary,
     stat_or_none,
@@ -137,6 +138,9 @@ class Prepared:
     files: list[Path]
     missing: int  # paths that could not be found or read (reported; exit 2 at the end)
     stdin: Stdin
+    # a folder given alone (resolved) -> the files found under it: the project index of a run on its
+    # project's root reads the same listing, not a second walk of the tree
+    discovered: dict[Path, list[Path]] = field(default_factory=dict)
 
     @property
     def unsafe(self) -> bool:
@@ -242,7 +246,8 @@ def prepare(opts: Options) -> Prepared:
         )
     if not files and not missing and not skipped:
         click.echo("warning: no Python files found under the given paths", err=True)
-    return Prepared(settings, rules, files, len(missing), stdin)
+    discovered = {targets[0].resolve(): files} if len(targets) == 1 and not missing and is_dir(targets[0]) else {}
+    return Prepared(settings, rules, files, len(missing), stdin, discovered)
 
 
 def _prepare_or_exit(opts: Options) -> Prepared:
@@ -572,6 +577,7 @@ def run_check(opts: Options) -> int:
         with_edits=opts.output_format in WITH_EDITS and not opts.show_statistics,
         progress=_progress(opts.quiet),
         root=None if stdin.wanted else _root(opts.paths),
+        discovered=run.discovered,
     )
     try:
         outcomes = workspace.check(files, given={stdin.path: stdin.raw} if stdin.wanted else None)
@@ -719,6 +725,7 @@ def run_fix(opts: Options) -> int:
         cache_dir=opts.cache_dir,
         progress=_progress(opts.quiet),
         root=_root(opts.paths),
+        discovered=run.discovered,
     )
     try:
         outcomes = workspace.fix(files, unsafe=unsafe)

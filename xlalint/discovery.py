@@ -6,7 +6,7 @@ import errno
 import os
 import re
 import stat
-from fnmatch import fnmatch
+from fnmatch import fnmatch, translate
 from pathlib import Path
 
 import pathspec
@@ -53,14 +53,31 @@ def glob_matches(pattern: str, path: Path, root: Path) -> bool:
 class _Excluder:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.patterns = [*settings.exclude, *settings.extend_exclude]
+        patterns = [*settings.exclude, *settings.extend_exclude]
+        # the patterns without a slash match a basename: one expression for them all (see `glob_matches`)
+        names = [p.rstrip("/") for p in patterns if "/" not in p.rstrip("/")]
+        self.names = re.compile("|".join(f"(?:{translate(p)})" for p in names)) if names else None
+        self.patterns = [p for p in patterns if "/" in p.rstrip("/")]
         self.gitignores: dict[Path, pathspec.PathSpec | None] = {}
         self.repositories: dict[Path, bool] = {}
+        self.folders: dict[Path, Path] = {}  # a folder walked -> the folder resolved
 
     def excluded(self, path: Path) -> bool:
+        if self.names is not None and self.names.match(path.name):
+            return True
         if any(glob_matches(p, path, self.settings.root) for p in self.patterns):
             return True
         return self.settings.respect_gitignore and self._gitignored(path)
+
+    def _resolve(self, path: Path) -> Path:
+        """`path.resolve()`, its folder resolved once for all its entries (a symbolic link, or a
+        name such as `..`, is resolved on its own)."""
+        if path.name in ("", ".", "..") or os.path.islink(path):
+            return path.resolve()
+        folder = self.folders.get(path.parent)
+        if folder is None:
+            folder = self.folders[path.parent] = path.parent.resolve()
+        return folder / path.name
 
     def excluded_with_parents(self, path: Path) -> bool:
         """For files named explicitly (pre-commit): excluded if the file or a folder above it is."""
@@ -70,7 +87,7 @@ class _Excluder:
         return any(self.excluded(p) for p in candidates)
 
     def _gitignored(self, path: Path) -> bool:
-        resolved = path.resolve()
+        resolved = self._resolve(path)
         for folder in resolved.parents:
             spec = self._spec(folder)
             if spec is not None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from importlib import metadata
 
 
 @lru_cache(maxsize=1)
 def installed_torch() -> str | None:
     """`"2.11"` for torch 2.11.0+cu130 installed in this environment; None when torch is absent
-    (or its metadata names no release)."""
+    (or its metadata names no release). importlib.metadata is imported here, when a message needs
+    it: it costs a run that needs none (a warm one) ~15 ms of start-up."""
+    from importlib import metadata
+
     try:
         version = metadata.version("torch")
     except metadata.PackageNotFoundError:

@@ -286,6 +286,7 @@ class Workspace:
         progress: Progress | None = None,
         root: Path | None = None,
         caches: dict[Path, ProjectCache] | None = None,
+        discovered: dict[Path, list[Path]] | None = None,
     ) -> None:
         self.settings = settings
         self.root = root.resolve() if root is not None else None  # see `run_root`; None: the files' own
@@ -305,6 +306,10 @@ class Workspace:
         # each summary that also checked the file (see `SummaryTask.check`)
         self.shared: dict[Path, list[tuple[ProjectFacts, frozenset | None, tuple]]] = {}
         self.warnings: list[str] = []  # one line each, for the user (a cache that is not used)
+        # a folder (resolved) -> the files discovery found under it with these settings (the run's own
+        # listing: a project index of that folder needs no second walk)
+        self.discovered = discovered or {}
+        self._resolved: dict[Path, Path] = {}  # path -> path.resolve(), once per run (see `real`)
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _map(self, func, tasks: list):
@@ -362,11 +367,19 @@ class Workspace:
 
     def project_of(self, path: Path) -> Path:
         """The root of the project `path` belongs to (see `project_root`), looked up once per folder."""
-        real = path.resolve()
+        real = self.real(path)
         root = self._roots.get(real.parent)
         if root is None:
             root = self._roots[real.parent] = project_root(real, within=self.root)
         return root
+
+    def real(self, path: Path) -> Path:
+        """`path.resolve()`, looked up once per run: a run asks it of each file several times (its
+        project, its cache entries, its facts), and each costs a system call per folder above it."""
+        real = self._resolved.get(path)
+        if real is None:
+            real = self._resolved[path] = path.resolve()
+        return real
 
     def _cache(self, root: Path) -> ProjectCache:
         """The cache of a project: a file of the run's one cache folder (each project its own file)."""
@@ -394,7 +407,9 @@ class Workspace:
     def _members(self, root: Path, targets: list[Path]) -> list[Path]:
         """The project's Python files, as discovery sees them (excludes and .gitignore apply)."""
         # a folder that cannot be read is reported where it is checked; the index just lacks it
-        members = discover([root], self.settings, missing=[])
+        members = self.discovered.get(root)
+        if members is None:
+            members = discover([root], self.settings, missing=[])
         if len(members) > MAX_PROJECT_FILES:  # a huge tree: the folders of the files asked for
             roots = sorted({source_root(t.resolve()) for t in targets})
             members = discover(roots, self.settings, missing=[])[:MAX_PROJECT_FILES]
@@ -414,14 +429,14 @@ class Workspace:
                 continue
             facts = self._project_facts(root, targets, checks or {})
             for path in targets:
-                result[path] = facts.get(str(path.resolve()), NO_PROJECT)
+                result[path] = facts.get(str(self.real(path)), NO_PROJECT)
         return result
 
     def _project_facts(self, root: Path, targets: list[Path], checks: dict[Path, CheckTask]) -> dict[str, ProjectFacts]:
         """Summarise the project, then summarise again the modules whose loops call a function
         elsewhere that trains (those loops are step loops: what runs in them changes)."""
         cache = self._cache(root)
-        members = {p.resolve() for p in self._members(root, targets)} | {t.resolve() for t in targets}
+        members = {self.real(p) for p in self._members(root, targets)} | {self.real(t) for t in targets}
         contents: dict[Path, str] = {}
         for path in sorted(members):
             if is_notebook(path):
@@ -501,7 +516,7 @@ class Workspace:
         outcomes: dict[Path, FileOutcome] = {}
         readable = list(_readable(files, outcomes, given))
         checks: dict[Path, CheckTask] = {}
-        real = {path: path.resolve() for path, _ in readable}
+        real = {path: self.real(path) for path, _ in readable}
         if not self.settings.assume_xla:  # summaries are analysed without --assume-xla: else not shared
             seen = Counter(real.values())
             for path, raw in readable:
@@ -544,7 +559,7 @@ class Workspace:
         for (path, root, key), (found, error) in zip(keys, self._map(_check_task, tasks)):
             outcomes[path] = _outcome(path, found, error)
             if error is None or ": warning: " in error and found:  # a notice comes with the findings
-                self._cache(root).put_result(_relative(path.resolve(), root), key, [found, error])
+                self._cache(root).put_result(_relative(self.real(path), root), key, [found, error])
         return [outcomes[p] for p in files]
 
     def _default_root(self, files: list[Path]) -> None:
@@ -693,7 +708,8 @@ def _bytes(text: str) -> bytes:
 
 
 def _relative(path: Path, root: Path) -> str:
+    """`path` (resolved) from `root` (a project root: resolved, see `project_root`), else whole."""
     try:
-        return path.relative_to(root.resolve()).as_posix()
+        return path.relative_to(root).as_posix()
     except ValueError:
         return path.as_posix()
