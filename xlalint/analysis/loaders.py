@@ -254,6 +254,19 @@ def _named_for_training(ctx: File, call: ast.Call) -> Sign | tuple[()] | None:
     return named
 
 
+def shuffled_sign(ctx: File, call: ast.Call) -> Sign | None:
+    """The loader draws its examples in a random order from a map-style dataset: `shuffle=True`
+    (or a training flag), or a `RandomSampler`. None when it does not, or it is not seen."""
+    shuffle = keyword_value(call, "shuffle")
+    if shuffle is not None and _shuffles(ctx, shuffle):
+        return shuffle, f"shuffles a map-style dataset (`shuffle={ctx.code(shuffle)}`)"
+    sampler = keyword_value(call, "sampler")
+    for value in _samplers(ctx, sampler) if sampler is not None else ():
+        if last_part(dotted_name(value.func)) == "RandomSampler":
+            return value, "draws with a `RandomSampler` over the whole dataset"
+    return None
+
+
 def _samplers(ctx: File, sampler: ast.expr) -> list[ast.Call]:
     """The calls that build the loader's sampler: the value passed, what its name holds, or what a
     function of this module called for it returns (`sampler = get_sampler(ds, mode=mode)`)."""
@@ -358,6 +371,14 @@ class TrainingSources:
     def loaders(self) -> set[ast.Call]:
         return {leaf for leaf in self._leaves if isinstance(leaf, ast.Call)}
 
+    def loop_of(self, loader: ast.Call) -> ast.AST | None:
+        """The first loop that trains over the batches of `loader` (one of `loaders`)."""
+        for loop in self.ctx.index.loops:
+            if isinstance(loop, (ast.For, ast.AsyncFor)) and loop_trains(self.ctx, loop):
+                if loader in self._resolve(loop.iter, 0):
+                    return loop
+        return None
+
     @cached_property
     def params(self) -> dict[ast.AST, list[tuple[int | None, str]]]:
         """Function -> (positional index without self, name) of its parameters a training loop iterates."""
@@ -383,10 +404,14 @@ class TrainingSources:
         return found
 
     def _resolve(self, expr: ast.expr, depth: int) -> list[ast.expr]:
-        """The values `expr` (a loop's iterable) evidently holds: loader calls, and parameter names."""
-        if depth > MAX_DEPTH:
+        """The values `expr` (a loop's iterable) evidently holds: loader calls, and parameter names
+        (a name and a wrapper are a link each: `tqdm(device_loader)`, `device_loader =
+        ParallelLoader(loader, [d]).per_device_loader(d)`, `loader = DataLoader(...)`)."""
+        if depth > 2 * MAX_DEPTH:
             return []
         if isinstance(expr, ast.Call):
+            if isinstance(expr.func, ast.Attribute) and expr.func.attr == "per_device_loader":
+                return self._resolve(expr.func.value, depth + 1)  # `ParallelLoader(loader, [d]).per_device_loader(d)`
             if last_part(dotted_name(expr.func)) in WRAPPERS and expr.args:
                 return self._resolve(expr.args[0], depth + 1)
             return [expr]

@@ -25,6 +25,7 @@ from .compiled import CompileOptions, summary_entries
 from .guards import names_non_xla_feature
 from .index import FUNCTIONS, qualname
 from .loaders import returned_ragged_loaders, training_sources
+from .sharding import module_shards_data
 from .names import dotted_name, last_part, method_name, receiver
 from .placement import OTHER_DEVICES, off_xla_placement
 from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
@@ -109,6 +110,7 @@ class ProjectFacts:
     # "steps_optimizer": it steps an optimizer with no step barrier (the step's line);
     # "reads_state": it reads a device tensor it is not given to the host ("line:read", see reads.state_reads)
     # "sizes_by_rows": it sizes a tensor by the row count of an argument ("key@line", see rows.count_sized_params)
+    # "shards_data": its module shards data across replicas, or may (see `sharding`)
     helper_calls: tuple[tuple[tuple[int, int], str, str, str, str], ...] = ()
     xla_device: bool = False  # it calls a project function that returns an XLA device: it runs on XLA
     # a module that launches data-parallel replicas (no wrapper reducing their gradients) calls it
@@ -254,6 +256,7 @@ class ModuleSummary:
     optimizer_steps: dict[str, int] = field(default_factory=dict)  # qualname -> line of an unbarriered step
     state_reads: dict[str, list[list]] = field(default_factory=dict)  # qualname -> [line, read] (reads.state_reads)
     launches_replicas: bool = False  # see `launches_replicas`
+    shards_data: bool = False  # some call shards data across replicas, or may (`sharding.shards_data`)
     # hook-like method names (`update`, `on_batch_end`) it calls or hands on (`steps.HOOK_NAME`)
     hook_calls: list[str] = field(default_factory=list)
     # where it calls them: [name, the calling function's qualname], the caller "!" when the call runs
@@ -383,6 +386,7 @@ def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
     index = ctx.index
     summary.imports_xla = ctx.imports_xla
     summary.launches_replicas = launches_replicas(ctx)
+    summary.shards_data = module_shards_data(ctx)
     for func, params in training_sources(ctx).params.items():
         summary.loader_params[qualname(index, func)] = [list(p) for p in params]
     has_loaders = "DataLoader" in index.all_names
@@ -1209,6 +1213,8 @@ class ProjectIndex:
                 continue  # a helper of the same module: its own findings are where they are
             for line, index in target.ragged_loaders.get(name, ()):
                 found[summary.path].add((at, "ragged_loader", call.callee, path, f"{line}:{index}"))
+            if target.shards_data:
+                found[summary.path].add((at, "shards_data", call.callee, path, ""))
             if name in target.optimizer_steps and call.hot:
                 found[summary.path].add((at, "steps_optimizer", call.callee, path, str(target.optimizer_steps[name])))
             for key, line in target.row_sized.get(name, {}).items():
@@ -1339,6 +1345,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
         "ragged_loaders": s.ragged_loaders,
         "optimizer_steps": s.optimizer_steps,
         "launches_replicas": s.launches_replicas,
+        "shards_data": s.shards_data,
         "state_reads": s.state_reads,
         "hook_calls": s.hook_calls,
         "hook_sites": s.hook_sites,
@@ -1375,6 +1382,7 @@ def summary_from_json(data: dict) -> ModuleSummary:
         ragged_loaders={k: [list(p) for p in v] for k, v in data.get("ragged_loaders", {}).items()},
         optimizer_steps=dict(data.get("optimizer_steps", {})),
         launches_replicas=bool(data.get("launches_replicas")),
+        shards_data=bool(data.get("shards_data")),
         state_reads={k: [list(r) for r in v] for k, v in data.get("state_reads", {}).items()},
         hook_calls=list(data.get("hook_calls", [])),
         hook_sites=[list(site) for site in data.get("hook_sites", [])],
