@@ -550,3 +550,60 @@ def moves_batches_by_hand(ctx: File, loop: ast.AST) -> bool:
         ):
             return True
     return False
+
+
+# -- loaders that flow through helpers' returns into training elsewhere ------------------------------
+
+
+def returned_sources(ctx: File, func: ast.AST) -> list[tuple[int, ast.Call, bool]]:
+    """(index in the returned tuple or -1, the call, whether it is a ragged `DataLoader(...)`) for
+    each ragged loader `func` returns and each other call whose value it returns (a helper that
+    builds the loader: `train_loader = get_loader(ds, is_train=True)` ... `return train_loader, ...`)."""
+    found: list[tuple[int, ast.Call, bool]] = []
+    for index, call in returned_calls(ctx, func):
+        if last_part(dotted_name(call.func)) == "DataLoader":
+            if ragged_loader(ctx, call) and not never_partial(ctx, call):
+                found.append((index, call, True))
+        elif dotted_name(call.func):
+            found.append((index, call, False))
+    return found
+
+
+def trained_results(ctx: File) -> list[tuple[ast.Call, int, ast.AST]]:
+    """(call, index in its result or -1 for the whole value, the loop) for each call of a function
+    whose result a loop that trains here iterates: `self.train_loader, self.val_loader =
+    prepare_loaders(...)` then `for batch in tqdm(self.train_loader):` gives (the call, 0, the loop)."""
+    found: list[tuple[ast.Call, int, ast.AST]] = []
+    for loop in ctx.index.loops:
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and loop_trains(ctx, loop):
+            for call, index in _result_sources(ctx, loop.iter, -1, 0):
+                if (call, index) not in [(c, i) for c, i, _ in found]:
+                    found.append((call, index, loop))
+    return found
+
+
+def _result_sources(ctx: File, expr: ast.expr, index: int, depth: int) -> list[tuple[ast.Call, int]]:
+    if depth > 2 * MAX_DEPTH:
+        return []
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "per_device_loader":
+            return _result_sources(ctx, expr.func.value, index, depth + 1)
+        name = last_part(dotted_name(expr.func))
+        if name in WRAPPERS and expr.args:
+            return _result_sources(ctx, expr.args[0], index, depth + 1)
+        return [] if name == "DataLoader" or not dotted_name(expr.func) else [(expr, index)]
+    if not isinstance(expr, (ast.Name, ast.Attribute)) or not dotted_name(expr):
+        return []
+    found: list[tuple[ast.Call, int]] = []
+    for value in ctx.assigned_values(expr):
+        statement = ctx.parent(value)
+        element = -1
+        if isinstance(statement, ast.Assign) and statement.value is value and len(statement.targets) == 1:
+            target = statement.targets[0]
+            if isinstance(target, (ast.Tuple, ast.List)):
+                names = [dotted_name(e) for e in target.elts]
+                if dotted_name(expr) not in names:
+                    continue
+                element = names.index(dotted_name(expr))
+        found.extend(_result_sources(ctx, value, element, depth + 1))
+    return found
