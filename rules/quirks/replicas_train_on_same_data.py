@@ -27,8 +27,8 @@ class ReplicasTrainOnSameData(Rule):
 
     A loader that shuffles is reported; one that does not is a `possible` finding (an
     `IterableDataset` of a library may split itself by replica). Not reported: `nprocs=1`,
-    `debug_single_process=True`, and SPMD programs (`xr.use_spmd()`, `xs.mark_sharding`), which run
-    one process.
+    `debug_single_process=True`, and SPMD programs (`xr.use_spmd()`, `xs.mark_sharding`, a mesh or
+    `ShardingSpec`), which run one process.
 
     ## Why is this bad?
     Each replica is a process with its own copy of the loader. Without a sampler that knows its

@@ -25,10 +25,10 @@ from .compiled import CompileOptions, summary_entries
 from .guards import names_non_xla_feature
 from .index import FUNCTIONS, qualname
 from .loaders import returned_ragged_loaders, returned_sources, trained_results, training_sources
-from .sharding import module_shards_data
 from .names import dotted_name, last_part, method_name, receiver
 from .placement import OTHER_DEVICES, off_xla_placement
 from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
+from .sharding import module_shards_data
 from .steps import (
     HOOK_NAME,
     in_loop_within,
@@ -395,7 +395,7 @@ def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
     summary.shards_data = module_shards_data(ctx)
     if ctx.imports_xla:
         summary.trained_results = [
-            [call.lineno, ctx.text.column(call.lineno, call.col_offset), index, loop.lineno]
+            [call.lineno, ctx.text.column(call.lineno, call.col_offset), index, getattr(loop, "lineno", 1)]
             for call, index, loop in trained_results(ctx)
             if not ctx.in_non_xla_code(loop)
         ]

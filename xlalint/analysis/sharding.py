@@ -37,8 +37,10 @@ PLAIN_SAMPLERS = {"RandomSampler", "SequentialSampler"}
 # Calls that cut a dataset into the replica's part, or that make a loader or sampler per replica.
 SHARD_CALLS = {"shard", "split_dataset_by_node", "DistributedSampler", "ElasticDistributedSampler"}
 SHARD_KEYWORDS = {"num_replicas", "rank", "world_size", "num_shards", "shard_id", "shard_index", "process_index"}
-# A single program over all devices: one process, nothing to shard by hand.
-SPMD_CALLS = {"use_spmd", "mark_sharding", "enable_spmd"}
+# A single program over all devices: one process, nothing to shard by hand. A mesh or a sharding
+# spec (`MpDeviceLoader(..., input_sharding=xs.ShardingSpec(mesh, ...))`) is SPMD's too: where it
+# appears without `use_spmd()`, which of the two runs is not known.
+SPMD_CALLS = {"use_spmd", "mark_sharding", "enable_spmd", "Mesh", "HybridMesh", "ShardingSpec", "get_1d_mesh"}
 SAMPLER = re.compile(r"Sampler$")
 MAX_REACH = 200
 
@@ -80,7 +82,10 @@ class Replicas:
 
     @cached_property
     def spmd(self) -> bool:
-        return any(last_part(dotted_name(call.func)) in SPMD_CALLS for call in self.ctx.index.calls)
+        return any(
+            last_part(dotted_name(call.func)) in SPMD_CALLS or any(k.arg == "input_sharding" for k in call.keywords)
+            for call in self.ctx.index.calls
+        )
 
     @cached_property
     def launches(self) -> list[Launch]:
@@ -96,7 +101,9 @@ class Replicas:
             if nprocs is None and len(call.args) > 2 and last_part(dotted_name(call.func)) == "spawn":
                 nprocs = call.args[2]
             single = keyword_value(call, "debug_single_process")
-            if (nprocs is not None and is_constant(nprocs, 1)) or (single is not None and not is_constant(single, False)):
+            if (nprocs is not None and is_constant(nprocs, 1)) or (
+                single is not None and not is_constant(single, False)
+            ):
                 continue
             target = call.args[0] if call.args else keyword_value(call, "fn")
             if not isinstance(target, ast.Name):
