@@ -350,12 +350,14 @@ class TrainLoaderWithoutDropLast(Rule):
                 where = f"{os.path.relpath(path, os.path.dirname(os.path.abspath(str(self.ctx.path))))}:{line}"
                 self.report(node, self.returned.format(helper=last_part(helper), where=where))
                 return
+        if not self.ctx.imports_xla:  # XLA by a device from elsewhere: its loaders may be trained elsewhere too
+            self._trained_elsewhere(node)
 
     def _trained_elsewhere(self, node: ast.Call) -> None:
         """A loader of this module (no XLA of its own) that a loop that trains in XLA code iterates,
         reached through project functions' returns (`ProjectFacts.helper_calls`, "xla_trained")."""
         for _, path, detail in self.ctx.helper_calls(node, "xla_trained"):
-            if not ragged_loader(self.ctx, node) or never_partial(self.ctx, node):
+            if not ragged_loader(self.ctx, node) or never_partial(self.ctx, node) or self.ctx.in_non_xla_code(node):
                 return
             loop, _, helper = detail.partition(":")
             consumer = Step(
