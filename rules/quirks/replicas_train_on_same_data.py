@@ -76,8 +76,9 @@ class ReplicasTrainOnSameData(Rule):
       "restricts data loading to a subset of the dataset ... each process can pass a
       DistributedSampler instance as a DataLoader sampler, and load a subset of the original
       dataset that is exclusive to it"
-    - [PyTorch/XLA multiprocessing](https://pytorch.org/xla/release/2.5/index.html#running-on-multiple-xla-devices-with-multi-processing):
-      the ImageNet example builds a `DistributedSampler` from `xr.world_size()` and `xr.global_ordinal()`
+    - pytorch/xla `test/test_train_mp_imagenet.py` (the `xmp.spawn` example): when the world size is
+      above 1 it builds `DistributedSampler(train_dataset, num_replicas=xm.xrt_world_size(),
+      rank=xm.get_ordinal(), shuffle=True)` for the training loader
     """
 
     code, name, category = "XLA706", "replicas-train-on-same-data", "other"

@@ -110,7 +110,10 @@ class ProjectFacts:
     # "steps_optimizer": it steps an optimizer with no step barrier (the step's line);
     # "reads_state": it reads a device tensor it is not given to the host ("line:read", see reads.state_reads)
     # "sizes_by_rows": it sizes a tensor by the row count of an argument ("key@line", see rows.count_sized_params)
-    # "shards_data": its module shards data across replicas, or may (see `sharding`)
+    # "shards_data": its module shards data across replicas, or may (see `sharding`);
+    # "xla_trained" (at a `DataLoader(...)` of this module, no XLA of its own): a loop that trains in
+    # XLA code iterates it, returned through project functions (detail "loop line:function called";
+    # the path is the XLA module's)
     helper_calls: tuple[tuple[tuple[int, int], str, str, str, str], ...] = ()
     xla_device: bool = False  # it calls a project function that returns an XLA device: it runs on XLA
     # a module that launches data-parallel replicas (no wrapper reducing their gradients) calls it
