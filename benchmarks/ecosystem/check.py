@@ -92,8 +92,9 @@ class Finding:
         return (self.repo, self.path, self.code, self.text)
 
 
-# XLA7xx rules that judge per-step cost (as the performance rules do), not portability
-PER_STEP_QUIRKS = {"XLA703"}
+# XLA7xx rules that judge run-time cost (as the performance rules do), not portability: per step
+# (XLA703), or the whole run's input work repeated on every replica (XLA706)
+PER_STEP_QUIRKS = {"XLA703", "XLA706"}
 
 
 def family(code: str) -> str:

@@ -7,14 +7,15 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from xlalint.analysis.evidence import seen
-from xlalint.analysis.loaders import NOT_TRAIN, training_sign
+from xlalint.analysis.evidence import Evidence, seen
+from xlalint.analysis.loaders import NOT_TRAIN, never_partial, ragged_loader, training_sign
 from xlalint.analysis.names import last_part
-from xlalint.diagnostics import Applicability, Fix
+from xlalint.diagnostics import HIGH, Applicability, Fix, Location, Step
 from xlalint.fixing.lazy import cst
 from xlalint.rule import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # libcst loads on first use (xlalint.fixing.lazy)
+    from xlalint.analysis.context import FileContext
     from xlalint.fixing.context import CstContext
 
 
@@ -25,7 +26,11 @@ class TrainLoaderWithoutDropLast(Rule):
     loop that trains iterates (in this file, or in the project function it is handed to, such as a
     `Trainer(cfg, model, data_iter)` that keeps it and trains over it), with a batch size other
     than 1. A helper of the project that builds such a loader in code with no XLA of its own
-    (`train_loader, val_loader = setup_dataloaders(...)`) is reported where XLA code calls it.
+    (`train_loader, val_loader = setup_dataloaders(...)`) is reported where XLA code calls it; when
+    a loop that trains in XLA code iterates what the helper returns (through any number of helpers'
+    returns, `prepare_loaders()` returning `get_loader(ds, is_train=True)`), the loader is reported
+    where it is built, with that loop in its chain. A loader that only code off XLA (a CUDA trainer)
+    trains over is not reported.
 
     ## Why is this bad?
     When the dataset size is not a multiple of the batch size, the last batch of every epoch is
@@ -94,7 +99,70 @@ class TrainLoaderWithoutDropLast(Rule):
         """
     }
 
+    # a helper module with no XLA, two levels below an XLA trainer that trains over what it returns
+    HELPERS = {
+        "data.py": """
+        from example import get_loader
+
+        def prepare_loaders(cfg, rank):
+            train_loader = get_loader(cfg.train_set, rank, cfg.batch_size, is_train=True)
+            val_loader = get_loader(cfg.val_set, rank, cfg.batch_size, is_train=False)
+            return train_loader, val_loader
+        """
+    }
+    XLA_TRAINER = """
+        import torch_xla
+        import torch_xla.runtime as xr
+        from data import prepare_loaders
+
+        class Trainer:
+            def __init__(self, cfg, model, optimizer):
+                self.model, self.optimizer = model, optimizer
+                self.train_loader, self.val_loader = prepare_loaders(cfg, xr.global_ordinal())
+
+            def train_epoch(self):
+                for x, y in self.train_loader:
+                    self.optimizer.zero_grad()
+                    self.model(x).loss(y).backward()
+                    self.optimizer.step()
+                    torch_xla.sync()
+        """
+    CUDA_TRAINER = """
+        import torch.distributed as dist
+        from data import prepare_loaders
+
+        def train(cfg, model, optimizer):
+            train_loader, _ = prepare_loaders(cfg, dist.get_rank())
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                model(x.cuda()).loss(y.cuda()).backward()
+                optimizer.step()
+        """
+    GET_LOADER = """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def get_loader(ds, rank, batch_size, is_train):
+            sampler = DistributedSampler(ds, rank=rank, shuffle=is_train)
+            return DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=4)
+        """
+
     VALID = [
+        Valid(GET_LOADER, modules={**HELPERS, "trainer.py": CUDA_TRAINER}),
+        Valid(  # XLA code only evaluates over what the helpers return
+            GET_LOADER,
+            modules={
+                **HELPERS,
+                "evaluate.py": """
+                import torch_xla
+                from data import prepare_loaders
+
+                def evaluate(cfg, model):
+                    _, val_loader = prepare_loaders(cfg, 0)
+                    for x, y in val_loader:
+                        model(x.to(torch_xla.device()))
+                """,
+            },
+        ),
         Valid(
             """
             import torch_xla
@@ -158,6 +226,13 @@ class TrainLoaderWithoutDropLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            GET_LOADER,
+            line=5,
+            expected_replacement=GET_LOADER.replace("num_workers=4)", "num_workers=4, drop_last=True)"),
+            applicability=Applicability.UNSAFE,
+            modules={**HELPERS, "trainer.py": XLA_TRAINER},
+        ),
         Invalid(
             """
             import torch_xla
@@ -251,7 +326,17 @@ class TrainLoaderWithoutDropLast(Rule):
         ),
     ]
 
+    @classmethod
+    def applies(cls, ctx: FileContext) -> bool:
+        """XLA code, and a module with no XLA of its own whose loader a loop on XLA trains over."""
+        return super().applies(ctx) or (
+            not ctx.placed_off_xla and any(kind == "xla_trained" for _, kind, *_ in ctx.project.helper_calls)
+        )
+
     def visit_Call(self, node: ast.Call) -> None:
+        if not self.ctx.uses_xla:
+            self._trained_elsewhere(node)
+            return
         sign = training_sign(self.ctx, node)
         if sign is not None and not self.ctx.in_non_xla_code(node):
             found, shown = self.evidence_for(node), seen(self.ctx, *sign)
@@ -265,6 +350,23 @@ class TrainLoaderWithoutDropLast(Rule):
                 where = f"{os.path.relpath(path, os.path.dirname(os.path.abspath(str(self.ctx.path))))}:{line}"
                 self.report(node, self.returned.format(helper=last_part(helper), where=where))
                 return
+        if not self.ctx.imports_xla:  # XLA by a device from elsewhere: its loaders may be trained elsewhere too
+            self._trained_elsewhere(node)
+
+    def _trained_elsewhere(self, node: ast.Call) -> None:
+        """A loader of this module (no XLA of its own) that a loop that trains in XLA code iterates,
+        reached through project functions' returns (`ProjectFacts.helper_calls`, "xla_trained")."""
+        for _, path, detail in self.ctx.helper_calls(node, "xla_trained"):
+            if not ragged_loader(self.ctx, node) or never_partial(self.ctx, node) or self.ctx.in_non_xla_code(node):
+                return
+            loop, _, helper = detail.partition(":")
+            consumer = Step(
+                Location(int(loop), 1),
+                f"a loop that trains on XLA iterates it, returned by `{helper}()`",
+                path,
+            )
+            self.report(node, fix=lambda cctx: _drop_last(cctx, node), evidence=Evidence(HIGH, (consumer,)))
+            return
 
     def _names_training(self, node: ast.Call, index: int) -> bool:
         """The helper's loader is not assigned to a name for evaluation (`train_loader, val_loader = ...`)."""

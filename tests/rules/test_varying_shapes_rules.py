@@ -365,3 +365,63 @@ def test_train_loader_keywords_spread_from_a_dict_bound_elsewhere_are_not_seen()
         "    return DataLoader(ds, batch_size=64, shuffle=True, **LOADER_KWARGS)\n"
     )
     assert findings(TrainLoaderWithoutDropLast, module_level) == []
+
+
+# -- XLA311 across modules -------------------------------------------------------------------------
+
+HELPER_LOADERS = """
+from torch.utils.data import DataLoader
+
+def build_loaders(train_set, val_set, batch_size):
+    train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+    val_loader = DataLoader(val_set, batch_size=batch_size)
+    return train_loader, val_loader
+"""
+XLA_SCRIPT = """
+import torch_xla
+from example import build_loaders
+
+train_loader, val_loader = build_loaders(train_set, val_set, 32)
+for x, y in {iterated}:
+    optimizer.zero_grad()
+    model(x).loss(y).backward()
+    optimizer.step()
+    torch_xla.sync()
+"""
+
+
+def _rows(code: str, modules: dict[str, str], path: str = "example.py") -> list[int]:
+    found = lint_code(
+        textwrap.dedent(code).lstrip("\n"),
+        [TrainLoaderWithoutDropLast],
+        path=path,
+        modules={name: textwrap.dedent(text).lstrip("\n") for name, text in modules.items()},
+    )
+    return [d.location.row for d in found]
+
+
+def test_helper_loader_trained_on_xla_is_reported_where_it_is_built():
+    """A loop that trains in XLA code over what the helper returns: the finding is on the helper's
+    `DataLoader(...)` (its chain names the loop), not again at the XLA call site."""
+    script = XLA_SCRIPT.format(iterated="train_loader")
+    assert _rows(HELPER_LOADERS, {"train.py": script}) == [4]
+    assert _rows(script, {"example.py": HELPER_LOADERS}, path="train.py") == []
+    (finding,) = lint_code(
+        textwrap.dedent(HELPER_LOADERS).lstrip("\n"),
+        [TrainLoaderWithoutDropLast],
+        modules={"train.py": textwrap.dedent(script).lstrip("\n")},
+    )
+    assert [(step.path, step.location.row) for step in finding.related] == [("train.py", 5)]
+
+
+def test_helper_loader_only_wrapped_on_xla_is_reported_at_the_call():
+    """No loop that trains over it is seen in XLA code: the call site keeps the finding."""
+    script = "import torch_xla\nfrom example import build_loaders\n\ntrain_loader, _ = build_loaders(a, b, 32)\n"
+    assert _rows(HELPER_LOADERS, {"train.py": script}) == []
+    assert _rows(script, {"example.py": HELPER_LOADERS}, path="train.py") == [4]
+
+
+def test_helper_loader_trained_off_xla_is_not_reported():
+    script = XLA_SCRIPT.format(iterated="train_loader").replace("import torch_xla\n", "import torch\n")
+    script = script.replace("    torch_xla.sync()\n", "")
+    assert _rows(HELPER_LOADERS, {"train.py": script}) == []

@@ -254,6 +254,19 @@ def _named_for_training(ctx: File, call: ast.Call) -> Sign | tuple[()] | None:
     return named
 
 
+def shuffled_sign(ctx: File, call: ast.Call) -> Sign | None:
+    """The loader draws its examples in a random order from a map-style dataset: `shuffle=True`
+    (or a training flag), or a `RandomSampler`. None when it does not, or it is not seen."""
+    shuffle = keyword_value(call, "shuffle")
+    if shuffle is not None and _shuffles(ctx, shuffle):
+        return shuffle, f"shuffles a map-style dataset (`shuffle={ctx.code(shuffle)}`)"
+    sampler = keyword_value(call, "sampler")
+    for value in _samplers(ctx, sampler) if sampler is not None else ():
+        if last_part(dotted_name(value.func)) == "RandomSampler":
+            return value, "draws with a `RandomSampler` over the whole dataset"
+    return None
+
+
 def _samplers(ctx: File, sampler: ast.expr) -> list[ast.Call]:
     """The calls that build the loader's sampler: the value passed, what its name holds, or what a
     function of this module called for it returns (`sampler = get_sampler(ds, mode=mode)`)."""
@@ -358,6 +371,14 @@ class TrainingSources:
     def loaders(self) -> set[ast.Call]:
         return {leaf for leaf in self._leaves if isinstance(leaf, ast.Call)}
 
+    def loop_of(self, loader: ast.Call) -> ast.AST | None:
+        """The first loop that trains over the batches of `loader` (one of `loaders`)."""
+        for loop in self.ctx.index.loops:
+            if isinstance(loop, (ast.For, ast.AsyncFor)) and loop_trains(self.ctx, loop):
+                if loader in self._resolve(loop.iter, 0):
+                    return loop
+        return None
+
     @cached_property
     def params(self) -> dict[ast.AST, list[tuple[int | None, str]]]:
         """Function -> (positional index without self, name) of its parameters a training loop iterates."""
@@ -376,10 +397,14 @@ class TrainingSources:
         return found
 
     def _resolve(self, expr: ast.expr, depth: int) -> list[ast.expr]:
-        """The values `expr` (a loop's iterable) evidently holds: loader calls, and parameter names."""
-        if depth > MAX_DEPTH:
+        """The values `expr` (a loop's iterable) evidently holds: loader calls, and parameter names
+        (a name and a wrapper are a link each: `tqdm(device_loader)`, `device_loader =
+        ParallelLoader(loader, [d]).per_device_loader(d)`, `loader = DataLoader(...)`)."""
+        if depth > 2 * MAX_DEPTH:
             return []
         if isinstance(expr, ast.Call):
+            if isinstance(expr.func, ast.Attribute) and expr.func.attr == "per_device_loader":
+                return self._resolve(expr.func.value, depth + 1)  # `ParallelLoader(loader, [d]).per_device_loader(d)`
             if last_part(dotted_name(expr.func)) in WRAPPERS and expr.args:
                 return self._resolve(expr.args[0], depth + 1)
             return [expr]
@@ -554,3 +579,60 @@ def _part_of_batch(ctx: File, loop: ast.AST, expr: ast.expr, targets: set[str], 
 
 def _within(ctx: File, node: ast.AST, loop: ast.AST) -> bool:
     return any(anc is loop for anc in ctx.index.ancestors(node))
+
+
+# -- loaders that flow through helpers' returns into training elsewhere ------------------------------
+
+
+def returned_sources(ctx: File, func: ast.AST) -> list[tuple[int, ast.Call, bool]]:
+    """(index in the returned tuple or -1, the call, whether it is a ragged `DataLoader(...)`) for
+    each ragged loader `func` returns and each other call whose value it returns (a helper that
+    builds the loader: `train_loader = get_loader(ds, is_train=True)` ... `return train_loader, ...`)."""
+    found: list[tuple[int, ast.Call, bool]] = []
+    for index, call in returned_calls(ctx, func):
+        if last_part(dotted_name(call.func)) == "DataLoader":
+            if ragged_loader(ctx, call) and not never_partial(ctx, call):
+                found.append((index, call, True))
+        elif dotted_name(call.func):
+            found.append((index, call, False))
+    return found
+
+
+def trained_results(ctx: File) -> list[tuple[ast.Call, int, ast.AST]]:
+    """(call, index in its result or -1 for the whole value, the loop) for each call of a function
+    whose result a loop that trains here iterates: `self.train_loader, self.val_loader =
+    prepare_loaders(...)` then `for batch in tqdm(self.train_loader):` gives (the call, 0, the loop)."""
+    found: list[tuple[ast.Call, int, ast.AST]] = []
+    for loop in ctx.index.loops:
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and loop_trains(ctx, loop):
+            for call, index in _result_sources(ctx, loop.iter, -1, 0):
+                if (call, index) not in [(c, i) for c, i, _ in found]:
+                    found.append((call, index, loop))
+    return found
+
+
+def _result_sources(ctx: File, expr: ast.expr, index: int, depth: int) -> list[tuple[ast.Call, int]]:
+    if depth > 2 * MAX_DEPTH:
+        return []
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "per_device_loader":
+            return _result_sources(ctx, expr.func.value, index, depth + 1)
+        name = last_part(dotted_name(expr.func))
+        if name in WRAPPERS and expr.args:
+            return _result_sources(ctx, expr.args[0], index, depth + 1)
+        return [] if name == "DataLoader" or not dotted_name(expr.func) else [(expr, index)]
+    if not isinstance(expr, (ast.Name, ast.Attribute)) or not dotted_name(expr):
+        return []
+    found: list[tuple[ast.Call, int]] = []
+    for value in ctx.assigned_values(expr):
+        statement = ctx.parent(value)
+        element = -1
+        if isinstance(statement, ast.Assign) and statement.value is value and len(statement.targets) == 1:
+            target = statement.targets[0]
+            if isinstance(target, (ast.Tuple, ast.List)):
+                names = [dotted_name(e) for e in target.elts]
+                if dotted_name(expr) not in names:
+                    continue
+                element = names.index(dotted_name(expr))
+        found.extend(_result_sources(ctx, value, element, depth + 1))
+    return found

@@ -24,10 +24,11 @@ from ..source import is_file, stat_or_none
 from .compiled import CompileOptions, summary_entries
 from .guards import names_non_xla_feature
 from .index import FUNCTIONS, qualname
-from .loaders import returned_ragged_loaders, training_sources
+from .loaders import returned_ragged_loaders, returned_sources, trained_results, training_sources
 from .names import dotted_name, last_part, method_name, receiver
 from .placement import OTHER_DEVICES, off_xla_placement
 from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
+from .sharding import module_shards_data
 from .steps import (
     HOOK_NAME,
     in_loop_within,
@@ -109,6 +110,10 @@ class ProjectFacts:
     # "steps_optimizer": it steps an optimizer with no step barrier (the step's line);
     # "reads_state": it reads a device tensor it is not given to the host ("line:read", see reads.state_reads)
     # "sizes_by_rows": it sizes a tensor by the row count of an argument ("key@line", see rows.count_sized_params)
+    # "shards_data": its module shards data across replicas, or may (see `sharding`);
+    # "xla_trained" (at a `DataLoader(...)` of this module, no XLA of its own): a loop that trains in
+    # XLA code iterates it, returned through project functions (detail "loop line:function called";
+    # the path is the XLA module's)
     helper_calls: tuple[tuple[tuple[int, int], str, str, str, str], ...] = ()
     xla_device: bool = False  # it calls a project function that returns an XLA device: it runs on XLA
     # a module that launches data-parallel replicas (no wrapper reducing their gradients) calls it
@@ -254,6 +259,13 @@ class ModuleSummary:
     optimizer_steps: dict[str, int] = field(default_factory=dict)  # qualname -> line of an unbarriered step
     state_reads: dict[str, list[list]] = field(default_factory=dict)  # qualname -> [line, read] (reads.state_reads)
     launches_replicas: bool = False  # see `launches_replicas`
+    shards_data: bool = False  # some call shards data across replicas, or may (`sharding.shards_data`)
+    # in a module with no XLA of its own: qualname -> [index in the returned tuple or -1, line, column,
+    # 1 for a ragged DataLoader(...) else 0 (a call whose value it returns), the callee as written]
+    returned_sources: dict[str, list[list]] = field(default_factory=dict)
+    # in XLA code: [line, column, index or -1, the loop's line] of calls whose result a loop that
+    # trains iterates (`loaders.trained_results`)
+    trained_results: list[list[int]] = field(default_factory=list)
     # hook-like method names (`update`, `on_batch_end`) it calls or hands on (`steps.HOOK_NAME`)
     hook_calls: list[str] = field(default_factory=list)
     # where it calls them: [name, the calling function's qualname], the caller "!" when the call runs
@@ -383,6 +395,13 @@ def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
     index = ctx.index
     summary.imports_xla = ctx.imports_xla
     summary.launches_replicas = launches_replicas(ctx)
+    summary.shards_data = module_shards_data(ctx)
+    if ctx.imports_xla:
+        summary.trained_results = [
+            [call.lineno, ctx.text.column(call.lineno, call.col_offset), index, getattr(loop, "lineno", 1)]
+            for call, index, loop in trained_results(ctx)
+            if not ctx.in_non_xla_code(loop)
+        ]
     for func, params in training_sources(ctx).params.items():
         summary.loader_params[qualname(index, func)] = [list(p) for p in params]
     has_loaders = "DataLoader" in index.all_names
@@ -398,6 +417,13 @@ def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
                     off_xla = not ctx.imports_xla and off_xla_placement(ctx) is not None
                 if off_xla:
                     summary.off_xla_devices.append(qualified)
+            if not ctx.imports_xla:
+                sources = returned_sources(ctx, func)
+                if sources:
+                    summary.returned_sources[qualified] = [
+                        [i, c.lineno, ctx.text.column(c.lineno, c.col_offset), int(loader), written_callee(c) or ""]
+                        for i, c, loader in sources
+                    ]
             if has_loaders and not ctx.imports_xla:  # in XLA code, XLA311 reports the loader itself
                 found = returned_ragged_loaders(ctx, func)
                 if found:
@@ -1190,6 +1216,10 @@ class ProjectIndex:
         found: dict[str, set] = defaultdict(set)
         xla_device: set[str] = set()
         off_xla_device: set[str] = set()
+        trained = self._xla_trained_loaders(resolved)
+        for (path, line, column, callee), (consumer, loop) in trained.items():
+            found[path].add(((line, column), "xla_trained", callee, consumer, loop))
+        trained_lines = {(path, line) for path, line, _, _ in trained}
         for summary, call, (path, name) in resolved:
             target = self.summaries[path]
             at = (call.line, call.column)
@@ -1204,7 +1234,10 @@ class ProjectIndex:
             if path == summary.path:
                 continue  # a helper of the same module: its own findings are where they are
             for line, index in target.ragged_loaders.get(name, ()):
-                found[summary.path].add((at, "ragged_loader", call.callee, path, f"{line}:{index}"))
+                if (path, line) not in trained_lines:  # else reported where it is built, with its loop
+                    found[summary.path].add((at, "ragged_loader", call.callee, path, f"{line}:{index}"))
+            if target.shards_data:
+                found[summary.path].add((at, "shards_data", call.callee, path, ""))
             if name in target.optimizer_steps and call.hot:
                 found[summary.path].add((at, "steps_optimizer", call.callee, path, str(target.optimizer_steps[name])))
             for key, line in target.row_sized.get(name, {}).items():
@@ -1214,6 +1247,37 @@ class ProjectIndex:
                 line, what = target.state_reads[name][0]
                 found[summary.path].add((at, "reads_state", call.callee, path, f"{line}:{what}"))
         return found, xla_device, off_xla_device
+
+    def _xla_trained_loaders(self, resolved) -> dict[tuple[str, int, int, str], tuple[str, str]]:
+        """Ragged `DataLoader(...)`s built in modules with no XLA of their own whose value reaches,
+        through project functions' returns, a loop that trains in XLA code: (path, line, column,
+        callee as written) -> (the XLA module, "the loop's line:the function it calls for the loader")."""
+        targets = {(s.path, c.line, c.column): t for s, c, t in resolved}
+        callees = {(s.path, c.line, c.column): c.callee for s, c, _ in resolved}
+        found: dict[tuple[str, int, int, str], tuple[str, str]] = {}
+        for summary in self.summaries.values():
+            for line, column, index, loop in summary.trained_results:
+                target = targets.get((summary.path, line, column))
+                work = [(target, index, 0)] if target is not None else []
+                seen: set = set()
+                while work:
+                    (path, name), wanted, depth = work.pop()
+                    module = self.summaries[path]
+                    if (path, name, wanted) in seen or depth > 4 or module.imports_xla:
+                        continue
+                    seen.add((path, name, wanted))
+                    for element, at_line, at_column, loader, callee in module.returned_sources.get(name, ()):
+                        if element != wanted and element != -1:
+                            continue
+                        if loader:
+                            if wanted == -1 or element == wanted:
+                                via = callees.get((summary.path, line, column), "")
+                                found.setdefault((path, at_line, at_column, callee), (summary.path, f"{loop}:{via}"))
+                            continue
+                        inner = targets.get((path, at_line, at_column))
+                        if inner is not None:
+                            work.append((inner, -1 if element == wanted else wanted, depth + 1))
+        return found
 
     def _static_methods(self) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
         """filter_jit methods whose name no other method or function of the project has: a call of
@@ -1335,6 +1399,9 @@ def summary_to_json(s: ModuleSummary) -> dict:
         "ragged_loaders": s.ragged_loaders,
         "optimizer_steps": s.optimizer_steps,
         "launches_replicas": s.launches_replicas,
+        "shards_data": s.shards_data,
+        "returned_sources": s.returned_sources,
+        "trained_results": s.trained_results,
         "state_reads": s.state_reads,
         "hook_calls": s.hook_calls,
         "hook_sites": s.hook_sites,
@@ -1371,6 +1438,9 @@ def summary_from_json(data: dict) -> ModuleSummary:
         ragged_loaders={k: [list(p) for p in v] for k, v in data.get("ragged_loaders", {}).items()},
         optimizer_steps=dict(data.get("optimizer_steps", {})),
         launches_replicas=bool(data.get("launches_replicas")),
+        shards_data=bool(data.get("shards_data")),
+        returned_sources={k: [list(r) for r in v] for k, v in data.get("returned_sources", {}).items()},
+        trained_results=[list(r) for r in data.get("trained_results", [])],
         state_reads={k: [list(r) for r in v] for k, v in data.get("state_reads", {}).items()},
         hook_calls=list(data.get("hook_calls", [])),
         hook_sites=[list(site) for site in data.get("hook_sites", [])],
