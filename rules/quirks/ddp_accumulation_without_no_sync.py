@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import ast
 
+from xlalint.analysis.barriers import names_in
 from xlalint.analysis.ddp import describe_wrap, short_code
 from xlalint.analysis.evidence import seen
 from xlalint.analysis.index import LOOPS
-from xlalint.analysis.names import method_name
+from xlalint.analysis.names import method_name, receiver
 from xlalint.rule import Invalid, Rule, Valid
 
 
@@ -147,6 +148,25 @@ class DdpAccumulationWithoutNoSync(Rule):
         ),
         Valid(
             """
+            import contextlib
+            import torch_xla
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def grad_sync(model, enabled):
+                return contextlib.nullcontext() if enabled else model.no_sync()
+
+            model = DDP(model)
+            for i, (x, y) in enumerate(loader):
+                stepping = (i + 1) % accumulation_steps == 0
+                with grad_sync(model, stepping):
+                    (loss_fn(model(x), y) / accumulation_steps).backward()
+                if stepping:
+                    optimizer.step()
+                    torch_xla.sync()
+            """
+        ),
+        Valid(
+            """
             import torch_xla
 
             for i, (x, y) in enumerate(loader):  # no DDP: nothing is reduced per micro-batch
@@ -231,7 +251,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         barriers, ddp = self.ctx.barriers, self.ctx.data_parallel
         if barriers.in_framework_class(node):
             return
-        for top, gates in ddp.tops(node):
+        for top, gates in ddp.tops(node, frozenset(names_in(receiver(node)))):
             if not isinstance(top, LOOPS) or _every_n(gates):
                 continue
             steps = barriers.optimizer_steps(top)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .index import FUNCTIONS, LOOPS
-from .names import dotted_name, method_name
-from .steps import is_step_loop
+from .names import dotted_name, last_part, method_name
+from .steps import is_step_loop, local_callees_of
 
 if TYPE_CHECKING:
     from .barriers import StepBarriers
@@ -79,12 +79,13 @@ class DataParallel:
         return DdpForward(call, wrap) if wrap is not None else None
 
     # -- the training paths ------------------------------------------------------------------------
-    def tops(self, node: ast.AST) -> list[tuple[ast.AST, frozenset]]:
+    def tops(self, node: ast.AST, acted_on: frozenset[str] = frozenset()) -> list[tuple[ast.AST, frozenset]]:
         """The step loops (or, where none is seen, the functions) that run `node` each step, through
         the module's calls, with the gates between `node` and each; inside a `torch_xla.step()` /
-        `StepTrace` block, the loop around it."""
+        `StepTrace` block, the loop around it. A loop over the objects `node` acts on (`acted_on`:
+        `for loss in losses: loss.backward()`) is no step loop of its own."""
         found: list[tuple[ast.AST, frozenset]] = []
-        for path in self.barriers.paths(node):
+        for path in self.barriers.paths(node, acted_on):
             top, gates = path.top, path.gates
             if path.compiled:
                 enclosing = self._enclosing_top(path.top)
@@ -140,6 +141,9 @@ class DataParallel:
         )
 
     def _may_be_no_sync(self, expr: ast.expr, depth: int) -> bool:
+        """`expr`, a `with` item, may be DDP's `no_sync()`: it names `no_sync`, holds a value that
+        does, or calls a function of this module whose body does, or one named for sync control
+        (`maybe_no_sync(model, last)`, `sync_context(...)`) that this module does not define."""
         if depth > 4:
             return False
         for node in ast.walk(expr):
@@ -148,6 +152,11 @@ class DataParallel:
             if isinstance(node, ast.Attribute) and node.attr == "no_sync":
                 return True  # `sync_ctx = model.no_sync` then `with sync_ctx():`
         if isinstance(expr, ast.Call):
+            callees = list(local_callees_of(self.ctx, expr))
+            if callees:
+                return any(isinstance(n, ast.Attribute) and n.attr == "no_sync" for f in callees for n in ast.walk(f))
+            if "sync" in last_part(dotted_name(expr.func)).lower():
+                return True
             expr = expr.func
         if isinstance(expr, ast.Name):
             return any(self._may_be_no_sync(v, depth + 1) for v in self.ctx.values_in_scope(expr))
