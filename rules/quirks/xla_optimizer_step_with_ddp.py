@@ -155,6 +155,19 @@ class XlaOptimizerStepWithDdp(Rule):
                         xm.optimizer_step(optimizer)
             """
         ),
+        Valid(
+            """
+            import torch_xla.core.xla_model as xm
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def train(model, loader, optimizer, device):
+                if device.type == "cuda":
+                    model = DDP(model)  # the CUDA path's wrapper: never on XLA
+                for x, y in loader:
+                    model(x).sum().backward()
+                    xm.optimizer_step(optimizer)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
