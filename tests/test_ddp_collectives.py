@@ -1,4 +1,4 @@
-"""XLA705 xla-optimizer-step-with-ddp and XLA706 ddp-accumulation-without-no-sync: the facts they rest
+"""XLA705 xla-optimizer-step-with-ddp and XLA708 ddp-accumulation-without-no-sync: the facts they rest
 on, shown with real `DistributedDataParallel` under the gloo backend on CPU, and the rules on
 torch_xla-style training scripts.
 
@@ -182,7 +182,7 @@ SCRIPT = textwrap.dedent(
 
 
 def _findings(text: str) -> list[tuple[str, int]]:
-    rules = [RULES_BY_CODE["XLA705"], RULES_BY_CODE["XLA706"]]
+    rules = [RULES_BY_CODE["XLA705"], RULES_BY_CODE["XLA708"]]
     return sorted((d.code, d.location.row) for d in lint_code(text, rules))
 
 
@@ -196,13 +196,13 @@ def test_rules_on_a_training_script():
     """The DDP model reaches three loops by the launcher's calls; the plain one gets the bare model."""
     expected = [
         ("XLA705", _line(SCRIPT, "xm.optimizer_step(optimizer)", after="def train_every_step")),
-        ("XLA706", _line(SCRIPT, "loss.backward()", after="def train_accumulating")),
+        ("XLA708", _line(SCRIPT, "loss.backward()", after="def train_accumulating")),
     ]
     assert _findings(SCRIPT) == sorted(expected)
 
 
 def test_findings_show_the_ddp_wrap_and_the_forward():
-    rules = [RULES_BY_CODE["XLA705"], RULES_BY_CODE["XLA706"]]
+    rules = [RULES_BY_CODE["XLA705"], RULES_BY_CODE["XLA708"]]
     wrap = _line(SCRIPT, "model = DDP(")
     found = lint_code(SCRIPT, rules)
     assert len(found) == 2

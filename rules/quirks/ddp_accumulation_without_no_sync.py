@@ -1,4 +1,4 @@
-"""XLA706 ddp-accumulation-without-no-sync: Flags the `.backward()` of a gradient-accumulation loop
+"""XLA708 ddp-accumulation-without-no-sync: Flags the `.backward()` of a gradient-accumulation loop
 whose model runs its forward through `DistributedDataParallel` on every micro-batch, outside
 `no_sync()`: DDP all-reduces the gradients at every micro-batch, not once per optimizer step."""
 
@@ -85,7 +85,7 @@ class DdpAccumulationWithoutNoSync(Rule):
       `require_backward_grad_sync` is true; `no_sync` sets it false
     """
 
-    code, name, category = "XLA706", "ddp-accumulation-without-no-sync", "other"
+    code, name, category = "XLA708", "ddp-accumulation-without-no-sync", "other"
     summary = (
         "DDP all-reduces the gradients at every micro-batch's backward, but the optimizer steps only every N: "
         "run the non-stepping micro-batches under `model.no_sync()`"

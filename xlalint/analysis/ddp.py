@@ -1,7 +1,7 @@
 """Who reduces a step's gradients under `torch.nn.parallel.DistributedDataParallel` (DDP), and when:
 the model a training path runs through a DDP wrapper, the micro-batches of a gradient-accumulation
 loop, and the `no_sync()` contexts that keep DDP from reducing them (`FileContext.data_parallel`,
-asked by XLA705 and XLA706).
+asked by XLA705 and XLA708).
 
 Facts this rests on (torch 2.x, `torch/nn/parallel/distributed.py`, shown under gloo in
 tests/test_ddp_collectives.py): DDP's reducer all-reduces the gradients during the backward of a
