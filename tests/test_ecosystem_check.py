@@ -49,7 +49,9 @@ def test_families_follow_the_code_prefixes():
     assert check.family("XLA602") == "XLA-migration"
     assert check.family("XLA701") == "XLA-migration"
     assert check.family("XLA703") == "XLA"  # a per-step cost, judged as the performance rules are
+    assert check.family("XLA704") == "XLA"  # a synchronous upload per step
     assert check.family("XLA706") == "XLA"  # replicas repeating each other's input work: a run-time cost
+    assert check.family("XLA705") == check.family("XLA708") == "XLA"  # redundant collectives per step
     assert check.family("DYN201") == "DYN"
     assert check.family("TPU103") == "TPU"
     assert check.family("JAX110") == "JAX"

@@ -164,6 +164,11 @@ class StepBarriers:
         first = positional(call)[:1]  # `scaler.step(optimizer)`
         return bool(first) and self.is_optimizer(first[0])
 
+    def calls_run_by(self, top: ast.AST) -> list[tuple[ast.Call, frozenset]]:
+        """The calls `top` (a loop or function) runs, directly or through module-local functions,
+        with the gates between each and `top`."""
+        return self._calls_run_by(top)
+
     def _calls_run_by(self, top: ast.AST) -> list[tuple[ast.Call, frozenset]]:
         found: list[tuple[ast.Call, frozenset]] = []
         stack: list[tuple[ast.AST, frozenset]] = [(top, frozenset())]

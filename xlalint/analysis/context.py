@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from ..source import SourceText, is_file, stat_or_none
 from . import guards, steps
 from .barriers import StepBarriers
+from .ddp import DataParallel
 from .file import File
 from .index import (
     COMPREHENSIONS,
@@ -495,6 +496,11 @@ class FileContext:
     def barriers(self) -> StepBarriers:
         """The file's step model: barriers, step loops, who owns the step and reduces gradients."""
         return StepBarriers(self)
+
+    @cached_property
+    def data_parallel(self) -> DataParallel:
+        """The file's DDP wrappers and the training paths that run through them (see `ddp`)."""
+        return DataParallel(self, self.barriers)
 
     @cached_property
     def per_call_functions(self) -> set[ast.AST]:
