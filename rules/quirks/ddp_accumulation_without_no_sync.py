@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 from xlalint.analysis.barriers import names_in
-from xlalint.analysis.ddp import describe_wrap, short_code
+from xlalint.analysis.ddp import describe_wrap
 from xlalint.analysis.evidence import seen
 from xlalint.analysis.index import LOOPS
 from xlalint.analysis.names import method_name, receiver
@@ -91,7 +91,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         "run the non-stepping micro-batches under `model.no_sync()`"
     )
     message = (
-        "DDP (`{wrap}`, line {line}) all-reduces the gradients at every micro-batch's backward, but the "
+        "DDP (wrapped at line {line}) all-reduces the gradients at every micro-batch's backward, but the "
         "optimizer steps only every N (line {step}): N-1 of N all-reduces are wasted"
     )
     hint = "run the forward and backward of the micro-batches that do not step under `model.no_sync()`"
@@ -268,9 +268,7 @@ class DdpAccumulationWithoutNoSync(Rule):
                 )
                 self.report(
                     node,
-                    self.message.format(
-                        wrap=short_code(self.ctx, forward.wrap), line=forward.wrap.lineno, step=step.lineno
-                    ),
+                    self.message.format(line=forward.wrap.lineno, step=step.lineno),
                     evidence=shown,
                 )
                 return

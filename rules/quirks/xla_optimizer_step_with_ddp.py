@@ -94,7 +94,7 @@ class XlaOptimizerStepWithDdp(Rule):
         "all-reduces per step"
     )
     message = (
-        "`xm.optimizer_step` all-reduces gradients that DDP (`{wrap}`, line {line}) already all-reduced in "
+        "`xm.optimizer_step` all-reduces gradients that DDP (wrapped at line {line}) already all-reduced in "
         "backward: two gradient all-reduces per step"
     )
     hint = "step a DDP model with `optimizer.step()` (and keep a `torch_xla.sync()` where the barrier was)"
@@ -255,7 +255,7 @@ class XlaOptimizerStepWithDdp(Rule):
                 )
                 self.report(
                     node,
-                    self.message.format(wrap=short_code(self.ctx, forward.wrap), line=forward.wrap.lineno),
+                    self.message.format(line=forward.wrap.lineno),
                     fix=_plain_step(node),
                     evidence=shown,
                 )
