@@ -49,6 +49,7 @@ def test_families_follow_the_code_prefixes():
     assert check.family("XLA602") == "XLA-migration"
     assert check.family("XLA701") == "XLA-migration"
     assert check.family("XLA703") == "XLA"  # a per-step cost, judged as the performance rules are
+    assert check.family("XLA707") == "XLA"  # a per-step upload: a performance finding too
     assert check.family("DYN201") == "DYN"
     assert check.family("TPU103") == "TPU"
     assert check.family("JAX110") == "JAX"

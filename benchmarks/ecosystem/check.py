@@ -93,7 +93,7 @@ class Finding:
 
 
 # XLA7xx rules that judge per-step cost (as the performance rules do), not portability
-PER_STEP_QUIRKS = {"XLA703"}
+PER_STEP_QUIRKS = {"XLA703", "XLA707"}
 
 
 def family(code: str) -> str:
