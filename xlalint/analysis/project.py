@@ -695,8 +695,9 @@ def _host_args(ctx, call: ast.Call) -> tuple[str, ...]:
         if ctx.tensor_kind(value).on_device and ctx.value_evidence(value).confidence == HIGH
     ]
     # "0=inv": a value the same at every call of the caller (`uploads.invariant`: a literal, a
-    # size, an attribute set once), what a host-built constant is built from
-    found += [f"{key}=inv" for key, value in passed if invariant(ctx, value) is True]
+    # size, an attribute set once; not the caller's own parameters, which would ask its callers),
+    # what a host-built constant is built from
+    found += [f"{key}=inv" for key, value in passed if invariant(ctx, value, hops=0) is True]
     # "k:**": every keyword it passes is on the host (what a `**kwargs` parameter collects), none
     # unpacked from a mapping (`update(**losses)`)
     words = [kind for key, kind in kinds if key.startswith("k:")]  # (host kinds only)

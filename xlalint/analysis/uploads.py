@@ -64,7 +64,7 @@ SHAPE_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "element_size
 PURE_BUILTINS = {"len", "int", "float", "bool", "min", "max", "abs", "round", "tuple", "list", "range", "sum", "pow"}
 PURE_MODULES = ("math", "numpy", "operator")
 MAX_DEPTH = 10
-MAX_PARAMETER_DEPTH = 2  # callers of callers followed for what a parameter receives
+MAX_PARAMETER_HOPS = 2  # parameters followed to what their callers pass, then to what theirs pass
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def move_target(ctx: File, call: ast.Call) -> ast.expr | None:
     return None
 
 
-def invariant(ctx: File, expr: ast.expr | None, depth: int = 0) -> bool | None:
+def invariant(ctx: File, expr: ast.expr | None, depth: int = 0, hops: int = MAX_PARAMETER_HOPS) -> bool | None:
     """`expr` has the same value at every call of its function: True when shown (literals, sizes,
     attributes assigned only outside per-step code, names assigned such values, parameters every
     caller in this module passes such values for), False when it evidently varies or nothing shows
@@ -176,33 +176,47 @@ def invariant(ctx: File, expr: ast.expr | None, depth: int = 0) -> bool | None:
         return True
     if depth > MAX_DEPTH:
         return False
-    depth += 1
+    memo = ctx.cached(_judged)
+    key = (id(expr), hops)
+    if key not in memo:
+        memo[key] = False  # a cycle through names or parameters shows nothing
+        memo[key] = _judge(ctx, expr, depth + 1, hops)
+    return memo[key]
+
+
+def _judged(ctx: File) -> dict[tuple[int, int], bool | None]:
+    """The file's answers of `invariant`, by node and parameter hops left (asked at every call of the
+    project's functions, and again through their parameters)."""
+    return {}
+
+
+def _judge(ctx: File, expr: ast.expr, depth: int, hops: int) -> bool | None:
     if isinstance(expr, ast.Constant):
         return True
     if isinstance(expr, ast.Starred):
-        return invariant(ctx, expr.value, depth)
+        return invariant(ctx, expr.value, depth, hops)
     if isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
-        return all_invariant(invariant(ctx, e, depth) for e in expr.elts)
+        return all_invariant(invariant(ctx, e, depth, hops) for e in expr.elts)
     if isinstance(expr, ast.BinOp):
-        return all_invariant(invariant(ctx, side, depth) for side in (expr.left, expr.right))
+        return all_invariant(invariant(ctx, side, depth, hops) for side in (expr.left, expr.right))
     if isinstance(expr, ast.UnaryOp):
-        return invariant(ctx, expr.operand, depth)
+        return invariant(ctx, expr.operand, depth, hops)
     if isinstance(expr, ast.BoolOp):
-        return all_invariant(invariant(ctx, v, depth) for v in expr.values)
+        return all_invariant(invariant(ctx, v, depth, hops) for v in expr.values)
     if isinstance(expr, ast.Compare):
-        return all_invariant(invariant(ctx, v, depth) for v in (expr.left, *expr.comparators))
+        return all_invariant(invariant(ctx, v, depth, hops) for v in (expr.left, *expr.comparators))
     if isinstance(expr, ast.IfExp):
-        return all_invariant(invariant(ctx, v, depth) for v in (expr.test, expr.body, expr.orelse))
+        return all_invariant(invariant(ctx, v, depth, hops) for v in (expr.test, expr.body, expr.orelse))
     if isinstance(expr, ast.Subscript):
-        return all_invariant(invariant(ctx, v, depth) for v in (expr.value, expr.slice))
+        return all_invariant(invariant(ctx, v, depth, hops) for v in (expr.value, expr.slice))
     if isinstance(expr, ast.Slice):
-        return all_invariant(invariant(ctx, v, depth) for v in (expr.lower, expr.upper, expr.step))
+        return all_invariant(invariant(ctx, v, depth, hops) for v in (expr.lower, expr.upper, expr.step))
     if isinstance(expr, ast.Attribute):
-        return _attribute(ctx, expr, depth)
+        return _attribute(ctx, expr, depth, hops)
     if isinstance(expr, ast.Name):
-        return _name(ctx, expr, depth)
+        return _name(ctx, expr, depth, hops)
     if isinstance(expr, ast.Call):
-        return _call(ctx, expr, depth)
+        return _call(ctx, expr, depth, hops)
     return False  # comprehensions, lambdas, f-strings, awaits: not judged
 
 
@@ -217,18 +231,18 @@ def all_invariant(results) -> bool | None:
     return found
 
 
-def _attribute(ctx: File, node: ast.Attribute, depth: int) -> bool | None:
+def _attribute(ctx: File, node: ast.Attribute, depth: int, hops: int) -> bool | None:
     if node.attr in SHAPE_ATTRIBUTES:
         return True  # `x.shape`: fixed by the graph's shapes, whatever x holds
     name = dotted_name(node)
     if name is None:
-        return invariant(ctx, node.value, depth)
+        return invariant(ctx, node.value, depth, hops)
     root = name.split(".")[0]
     if ctx.qualified_name(node) and (ctx.qualified_name(node) or "").split(".")[0] != root:
         return True  # `np.pi`, `math.tau`: an imported module's constant
     if root in ("self", "cls") and name.count(".") == 1:
         return _self_attribute(ctx, name)
-    return invariant(ctx, node.value, depth)  # `cfg.size`: as its root is
+    return invariant(ctx, node.value, depth, hops)  # `cfg.size`: as its root is
 
 
 def _self_attribute(ctx: File, name: str) -> bool | None:
@@ -246,28 +260,28 @@ def _self_attribute(ctx: File, name: str) -> bool | None:
     return True
 
 
-def _name(ctx: File, name: ast.Name, depth: int) -> bool | None:
+def _name(ctx: File, name: ast.Name, depth: int, hops: int) -> bool | None:
     if ctx.loop_iterables(name):
         return False  # a loop's variable: a new value every iteration
     param = ctx.parameter(name)
     if param is not None:
-        return _parameter(ctx, param, depth)
+        return _parameter(ctx, param, depth, hops)
     values = ctx.reaching_values(name)
     if not values:
         return True if name.id in ctx.index.imports else False  # imported: a module's constant
-    return all_invariant(invariant(ctx, v, depth) for v in values)
+    return all_invariant(invariant(ctx, v, depth, hops) for v in values)
 
 
-def _parameter(ctx: File, param: ast.arg, depth: int) -> bool | None:
+def _parameter(ctx: File, param: ast.arg, depth: int, hops: int) -> bool | None:
     """A parameter is invariant when every call of its function in this module passes an invariant
     value for it (or nothing, where its default is one); None when the module calls it nowhere."""
     func = ctx.index.parent(ctx.index.parent(param))
     if not isinstance(func, FUNCTIONS) or param.arg in ("self", "cls"):
         return None if param.arg in ("self", "cls") else False
+    if hops <= 0:
+        return None  # what callers pass is not followed further
     if _passed_invariant_everywhere(ctx, func, param):
         return True
-    if depth > MAX_DEPTH or _parameter_depth(ctx, param) > MAX_PARAMETER_DEPTH:
-        return None
     passed = ctx.arguments_for(param)
     if not passed:
         return None
@@ -275,9 +289,9 @@ def _parameter(ctx: File, param: ast.arg, depth: int) -> bool | None:
     results = []
     for value in passed:
         if value is None:
-            results.append(invariant(ctx, default, depth) if default is not None else None)
+            results.append(invariant(ctx, default, depth, hops - 1) if default is not None else None)
         else:
-            results.append(invariant(ctx, value, depth))
+            results.append(invariant(ctx, value, depth, hops - 1))
     return all_invariant(results)
 
 
@@ -295,22 +309,17 @@ def _passed_invariant_everywhere(ctx: File, func: ast.FunctionDef | ast.AsyncFun
     return any((name, key, "inv") in facts for key in keys)
 
 
-def _parameter_depth(ctx: File, param: ast.arg) -> int:
-    """How many functions enclose `param`'s (a bound on following parameters through nested calls)."""
-    return sum(1 for anc in ctx.index.ancestors(param) if isinstance(anc, FUNCTIONS))
-
-
-def _call(ctx: File, call: ast.Call, depth: int) -> bool | None:
+def _call(ctx: File, call: ast.Call, depth: int, hops: int) -> bool | None:
     method = method_name(call)
     if method in SHAPE_METHODS:
-        return all_invariant(invariant(ctx, a, depth) for a in call.args)  # `x.size(0)`: a Python int
+        return all_invariant(invariant(ctx, a, depth, hops) for a in call.args)  # `x.size(0)`: a Python int
     qualified = ctx.qualified_name(call.func) or ""
     if qualified in PURE_BUILTINS and qualified != "len":
-        return all_invariant(invariant(ctx, a, depth) for a in call.args)
+        return all_invariant(invariant(ctx, a, depth, hops) for a in call.args)
     if qualified == "len":
         return True  # a length: a size, fixed by the graph's shapes
     if qualified.split(".")[0] in PURE_MODULES and not qualified.startswith("numpy.random"):
-        return all_invariant(invariant(ctx, a, depth) for a in [*call.args, *(k.value for k in call.keywords)])
+        return all_invariant(invariant(ctx, a, depth, hops) for a in [*call.args, *(k.value for k in call.keywords)])
     return False
 
 
