@@ -43,8 +43,9 @@ class HostBuiltTensorInStep(Rule):
     Not reported:
     - a factory given the device (`torch.linspace(a, b, n, device=x.device)`);
     - data that changes every step: the batch and values built from it
-      (`torch.tensor(batch["ids"]).to(device)`), a loop's variable; that is the input pipeline's
-      transfer, which a device loader overlaps with the step;
+      (`torch.tensor(batch["ids"]).to(device)`), a loop's variable, a list or tensor filled in the
+      call (`lengths.append(n)`, `t[:, :n] = x`); that is the input pipeline's transfer, which a
+      device loader overlaps with the step, or another hazard;
     - random factories (`torch.rand`, `randn`, `randint`): built on the device they draw from
       another generator, so the numbers change;
     - code that runs once (`__init__`, set-up before the loop) or behind a step gate, code off

@@ -270,6 +270,8 @@ def test_a_parameter_no_module_shows_the_callers_of_is_possible():
         # a tensor filled with the step's values before the move: no constant
         "xs = torch.zeros(x.shape); xs[:, :1] = x[:, :1]; xs = xs.to(x.device)",
         "xs = torch.zeros(x.shape); xs.copy_(x); xs = xs.to(x.device)",
+        # a list filled with the step's values, then made a tensor
+        "lengths = []; lengths.append(len(rows)); xs = torch.tensor(lengths).to(x.device)",
         # moved to the CPU, or cast only
         "xs = torch.linspace(-1, 1, 8).to('cpu')",
         "xs = torch.linspace(-1, 1, 8).to(torch.float16)",

@@ -57,6 +57,8 @@ HOST_SIDE = {
     "repeat",
     "type",
 }
+# Methods that change a list, dict or set in place.
+MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "setdefault", "discard"}
 # Attributes and methods that read a tensor's size or type: Python values fixed by the graph's shapes.
 SHAPE_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "is_cuda", "itemsize"}
 SHAPE_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "element_size"}
@@ -109,18 +111,19 @@ def host_upload(ctx: File, call: ast.Call) -> Upload | None:
 
 
 def _filled(func: ast.AST | None, name: str) -> bool:
-    """The function writes into the tensor `name` holds (`t[:, :n] = x`, `t += x`, `t.copy_(x)`,
-    `t.masked_fill_(m, v)`): what is moved is then no constant (and what was written into it may
-    have come from the device)."""
+    """The function writes into what `name` holds (`t[:, :n] = x`, `t += x`, `t.copy_(x)`,
+    `t.masked_fill_(m, v)`, `rows.append(r)`): a tensor moved, or a list a tensor is built from, is
+    then no constant (and what was written into it may have come from the step's data)."""
     for node in ast.walk(func) if func is not None else ():
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             if isinstance(node.value, ast.Name) and node.value.id == name:
                 return True
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
             return True
-        elif isinstance(node, ast.Call) and (method_name(node) or "").endswith("_"):
+        elif isinstance(node, ast.Call):
+            method = method_name(node) or ""
             owner = receiver(node)
-            if isinstance(owner, ast.Name) and owner.id == name:
+            if (method.endswith("_") or method in MUTATORS) and isinstance(owner, ast.Name) and owner.id == name:
                 return True
     return False
 
@@ -269,6 +272,8 @@ def _name(ctx: File, name: ast.Name, depth: int, hops: int) -> bool | None:
     values = ctx.reaching_values(name)
     if not values:
         return True if name.id in ctx.index.imports else False  # imported: a module's constant
+    if _filled(ctx.index.enclosing_function(name), name.id):
+        return False  # `rows = []`, then `rows.append(...)` per sample: what it holds is built here
     return all_invariant(invariant(ctx, v, depth, hops) for v in values)
 
 
