@@ -52,6 +52,7 @@ def test_families_follow_the_code_prefixes():
     assert check.family("XLA704") == "XLA"  # a synchronous upload per step
     assert check.family("XLA706") == "XLA"  # replicas repeating each other's input work: a run-time cost
     assert check.family("XLA705") == check.family("XLA708") == "XLA"  # redundant collectives per step
+    assert check.family("XLA707") == "XLA"  # a per-step upload: a performance finding too
     assert check.family("DYN201") == "DYN"
     assert check.family("TPU103") == "TPU"
     assert check.family("JAX110") == "JAX"

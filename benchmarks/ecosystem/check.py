@@ -93,9 +93,9 @@ class Finding:
 
 
 # XLA7xx rules that judge run-time cost (as the performance rules do), not portability: per step
-# (XLA703 gc, XLA704 batch uploads, XLA705/XLA708 redundant all-reduces), or the whole run's input
-# work repeated on every replica (XLA706)
-PER_STEP_QUIRKS = {"XLA703", "XLA704", "XLA705", "XLA706", "XLA708"}
+# (XLA703 gc, XLA704 batch uploads, XLA705/XLA708 redundant all-reduces, XLA707 host-built
+# constants uploaded), or the whole run's input work repeated on every replica (XLA706)
+PER_STEP_QUIRKS = {"XLA703", "XLA704", "XLA705", "XLA706", "XLA707", "XLA708"}
 
 
 def family(code: str) -> str:

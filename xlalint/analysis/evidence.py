@@ -53,6 +53,7 @@ from .vocabulary import XLA_MODULES
 
 if TYPE_CHECKING:
     from .file import File
+    from .uploads import Upload
 
 MAX_CHAIN = 4  # links shown: the root, the calls nearest to the finding
 MAX_VALUE_DEPTH = 8
@@ -588,3 +589,20 @@ def _device_origin(ctx: File, expr: ast.expr, depth: int) -> tuple[ast.AST, str]
     if isinstance(expr, (ast.Await, ast.NamedExpr, ast.Starred)):
         return _device_origin(ctx, expr.value, depth + 1)
     return None
+
+
+def invariance_evidence(ctx: File, upload: Upload) -> Evidence | None:
+    """Why the uploaded tensor is the same at every step: its factory's arguments are loop-invariant
+    (high), or rest on callers this module does not show (possible); None when they vary (the
+    batch being moved, a loop's variable) or nothing shows they do not."""
+    from .uploads import NOT_VALUES, all_invariant, invariant
+
+    values = [*upload.factory.args, *(k.value for k in upload.factory.keywords if k.arg not in NOT_VALUES)]
+    judged = all_invariant(invariant(ctx, v) for v in values)
+    if judged is False:
+        return None
+    what = f"`torch.{upload.name}(...)`"
+    if judged:
+        return seen(ctx, upload.factory, f"{what} is built from values fixed across steps")
+    found = seen(ctx, upload.factory, f"{what} is built from arguments its callers pass (not seen here)")
+    return Evidence(POSSIBLE, found.chain)

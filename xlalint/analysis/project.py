@@ -124,7 +124,8 @@ class ProjectFacts:
     hook_calls: frozenset[str] = frozenset()
     # its functions' parameters that every call in the project passes a host value: (qualname, "0" /
     # "k:name", "cpu" when one of them is a host tensor, else "py"); and, with "dev", those that some
-    # call passes a device value whose origin is seen (`evidence.value_evidence`)
+    # call passes a device value whose origin is seen (`evidence.value_evidence`); and, with "inv",
+    # those that every call passes a value the same at every call of the caller (`uploads.invariant`)
     host_params: frozenset[tuple[str, str, str]] = frozenset()
     # row tables of a batch's objects (see `rows`): (collate reference as its loops write it,
     # position in the batch, "file:line" of the concatenation), and its functions' parameters that a
@@ -518,7 +519,7 @@ def loss_names(ctx) -> list[str]:
     found: set[str] = set()
     index = ctx.index
     for node in index.by_type.get(ast.Attribute, ()):
-        if isinstance(node, ast.Attribute) and LOSS_WORD.match(node.attr):
+        if isinstance(node, ast.Attribute) and LOSS_WORD.match(node.attr) and not _delegates_to_base(index, node):
             found.add(node.attr)
     for name, uses in index.name_uses.items():
         if LOSS_WORD.match(name) and uses:
@@ -527,6 +528,15 @@ def loss_names(ctx) -> list[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and LOSS_WORD.match(node.value):
             found.add(f'"{node.value}"')  # a string, marked: a part a name may be built from
     return sorted(found)
+
+
+def _delegates_to_base(index, node: ast.Attribute) -> bool:
+    """`super().name` inside a method `name`: an override handing on to its base, which calls the
+    method only when something calls the override (no caller of `name` by itself)."""
+    if not (isinstance(node.value, ast.Call) and dotted_name(node.value.func) == "super"):
+        return False
+    func = index.enclosing_function(node)
+    return func is not None and func.name == node.attr
 
 
 def _seen_function(index, func: ast.AST) -> bool:
@@ -696,6 +706,7 @@ def _host_args(ctx, call: ast.Call) -> tuple[str, ...]:
     """The arguments of `call` evidently on the host (a `.cpu()` tensor, a Python number), keyed as
     in `_device_loaders`."""
     from .tensors import Kind
+    from .uploads import invariant
 
     host = {Kind.CPU: "cpu", Kind.NOT_TENSOR: "py"}
     passed = [(str(i), arg) for i, arg in enumerate(call.args) if not isinstance(arg, ast.Starred)]
@@ -709,6 +720,10 @@ def _host_args(ctx, call: ast.Call) -> tuple[str, ...]:
         for key, value in passed
         if ctx.tensor_kind(value).on_device and ctx.value_evidence(value).confidence == HIGH
     ]
+    # "0=inv": a value the same at every call of the caller (`uploads.invariant`: a literal, a
+    # size, an attribute set once; not the caller's own parameters, which would ask its callers),
+    # what a host-built constant is built from
+    found += [f"{key}=inv" for key, value in passed if invariant(ctx, value, hops=0) is True]
     # "k:**": every keyword it passes is on the host (what a `**kwargs` parameter collects), none
     # unpacked from a mapping (`update(**losses)`)
     words = [kind for key, kind in kinds if key.startswith("k:")]  # (host kinds only)
@@ -786,6 +801,9 @@ def written_callee(call: ast.Call) -> str | None:
 def _callee(ctx, call: ast.Call) -> tuple[str | None, str | None]:
     func = call.func
     name = written_callee(call)
+    wrapped = partial_target(ctx, func)
+    if wrapped is not None:
+        return wrapped, None  # `self.extract = partial(extract, device=d)`, then `self.extract(x)`
     if isinstance(func, ast.Name) and func.id not in ctx.index.functions and func.id not in ctx.index.imports:
         return name, _instance_class(ctx, func)  # `compute_loss(p, t)`, an instance: its `__call__`
     if not name or name.startswith("super().") or not isinstance(func, ast.Attribute):
@@ -796,6 +814,20 @@ def _callee(ctx, call: ast.Call) -> tuple[str | None, str | None]:
     ):
         return name, None
     return name, _instance_class(ctx, receiver)
+
+
+def partial_target(ctx, func: ast.expr) -> str | None:
+    """The function, as written, that a name or attribute bound only to `functools.partial(f, ...)`
+    calls: calling it calls `f` (with the bound arguments first)."""
+    if not isinstance(func, (ast.Name, ast.Attribute)):
+        return None
+    values = ctx.assigned_values(func)
+    partials = [v for v in values if isinstance(v, ast.Call) and ctx.qualified_name(v.func) == "functools.partial"]
+    # only keywords bound: the call's positional arguments keep their places (`partial(f, a)` shifts them)
+    wrapped = {dotted_name(v.args[0]) for v in partials if len(v.args) == 1}
+    if not values or len(partials) != len(values) or len(wrapped) != 1:
+        return None
+    return wrapped.pop()
 
 
 def _instance_class(ctx, value: ast.expr) -> str | None:
@@ -1144,13 +1176,18 @@ class ProjectIndex:
         every call the project makes of them passes a value evidently on the host."""
         passed: dict[FunctionRef, dict[str, str]] = {}
         device: dict[FunctionRef, set[str]] = defaultdict(set)
+        fixed: dict[FunctionRef, set[str]] = {}
         for _summary, call, target in resolved:
             entries = [entry.rpartition("=")[::2] for entry in call.host_args]
             device[target].update(key for key, kind in entries if kind == "dev")
-            here = {key: kind for key, kind in entries if kind != "dev"}
+            invariant = {key for key, kind in entries if kind == "inv"}
+            fixed[target] = fixed.get(target, invariant) & invariant
+            here = {key: kind for key, kind in entries if kind not in ("dev", "inv")}
             before = passed.get(target, here)
             passed[target] = {k: "cpu" if "cpu" in (before[k], here[k]) else "py" for k in before.keys() & here.keys()}
         found: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
+        for (path, name), same in fixed.items():  # every call passes the same value at every step
+            found[path].update((name, key, "inv") for key in same)
         for (path, name), keys in passed.items():
             found[path].update((name, key, kind) for key, kind in keys.items())
         for (path, name), device_keys in device.items():  # some call passes a device value of seen origin
