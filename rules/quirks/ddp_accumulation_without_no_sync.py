@@ -91,8 +91,8 @@ class DdpAccumulationWithoutNoSync(Rule):
         "run the non-stepping micro-batches under `model.no_sync()`"
     )
     message = (
-        "DDP (wrapped at line {line}) all-reduces the gradients at every micro-batch's backward, but the "
-        "optimizer steps only every N (line {step}): N-1 of N all-reduces are wasted"
+        "DDP (wrapped at line {line}) all-reduces the gradients at every micro-batch's backward; the "
+        "optimizer steps only every N (line {step}): N-1 of N are wasted"
     )
     hint = "run the forward and backward of the micro-batches that do not step under `model.no_sync()`"
     xla_only = True
