@@ -318,6 +318,8 @@ class UntraceableCallInCompiled(Rule):
             func = f"{ast.unparse(node.func)}(...)"
             if row is not None and self.ctx.compiled.captures("allow_rnn"):
                 return  # `torch._dynamo.config.allow_rnn = True`: Dynamo traces the module (measured)
+            if row is not None and self._flattened_before(node):
+                return  # Dynamo gave up on the function at `flatten_parameters()`: this call runs eagerly
         if row is None:
             return
         options = compiled_options(self.ctx, node)
@@ -338,6 +340,23 @@ class UntraceableCallInCompiled(Rule):
             return self.ctx.barriers.is_optimizer(receiver)
         return bool(values) and all(
             isinstance(v, ast.Call) and row.receiver_matches(self.ctx.qualified_name(v.func) or "") for v in values
+        )
+
+    def _flattened_before(self, call: ast.Call) -> bool:
+        """`rnn.flatten_parameters()` of the same module runs earlier in the same function: Dynamo
+        cannot resume after that break (measured, torch 2.11 and 2.13), so it reports none here."""
+        func = self.ctx.index.enclosing_function(call)
+        if func is None:
+            return False
+        receiver = ast.dump(call.func)
+        return any(
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "flatten_parameters"
+            and ast.dump(n.func.value) == receiver
+            and n.lineno < call.lineno
+            and self.ctx.index.enclosing_function(n) is func
+            for n in ast.walk(func)
         )
 
     def _own_class_values(self, receiver: ast.expr, values: list[ast.expr]) -> list[ast.expr]:

@@ -269,6 +269,25 @@ RNN_CASES = {
         """,
         [],
     ),
+    # near-miss: after the module's `flatten_parameters()` Dynamo gives up on the function: the
+    # call runs eagerly, the break is reported at `flatten_parameters()` alone
+    "after_flatten_parameters": (
+        """
+        import torch
+
+        class Encoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = torch.nn.LSTM(3, 3)
+
+            def forward(self, x):
+                self.rnn.flatten_parameters()
+                return self.rnn(x * 2)[0]
+
+        torch.compile(Encoder())(torch.ones(2, 3))
+        """,
+        [10],
+    ),
     # near-miss: `allow_rnn` makes Dynamo trace the module
     "allow_rnn": (
         """
@@ -302,5 +321,6 @@ def test_dyn121_flags_an_rnn_module_call_where_dynamo_breaks(name):
         run = observe(lambda backend: load(code, backend))
     if expected:
         assert "GB0014" in run.gb_ids and (run.graphs >= 2 or run.graphs == 0), (run.graphs, run.breaks)
+        assert {int(m[1]) for r in run.breaks if (m := AT_LINE.search(r))} == set(expected), run.breaks
     else:
         assert (run.graphs, run.user_breaks) == (1, []), (run.graphs, run.breaks)
