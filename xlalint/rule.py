@@ -115,6 +115,9 @@ class Rule:
     # examples ("VALID_2") whose claim does not hold on a proven release, with why
     torch_proven: ClassVar[tuple[str, ...]] = ()
     torch_not_held: ClassVar[dict[str, dict[str, str]]] = {}
+    # the Pythons the hazard exists on (below this version); None: every Python. On others the rule
+    # reports nothing and its INVALID examples are skipped
+    python_below: ClassVar[tuple[int, int] | None] = None
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 

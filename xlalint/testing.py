@@ -8,6 +8,7 @@ and is a fixed point (fixing again changes nothing).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from .diagnostics import Applicability
@@ -22,8 +23,11 @@ def rule_cases(rules: list[type[Rule]]):
     for rule in rules:
         for i, case in enumerate(rule.VALID):
             yield pytest.param(rule, case, id=f"{rule.code}-{rule.name}-VALID_{i}")
+        below = rule.python_below
+        marks = [pytest.mark.skip(reason=f"no such hazard on Python {sys.version_info[0]}.{sys.version_info[1]}")]
         for i, invalid in enumerate(rule.INVALID):
-            yield pytest.param(rule, invalid, id=f"{rule.code}-{rule.name}-INVALID_{i}")
+            skip = marks if below is not None and sys.version_info[:2] >= below else []
+            yield pytest.param(rule, invalid, id=f"{rule.code}-{rule.name}-INVALID_{i}", marks=skip)
 
 
 def lint_code(

@@ -4,7 +4,7 @@ torch 2.11 and 2.13, per release where they differ): the clock (`time.time`, `pe
 `monotonic`, `sleep`), `os.getpid`, Python's `random`, `torch.manual_seed`, `torch.save`,
 `copy.deepcopy`, `json.dumps`, `nn.Parameter(...)` created inside, `t.backward()`
 and `torch.autograd.grad` inside, `t.data_ptr()`, `Variable(...)`, packing
-sequences (`pack_padded_sequence`, ...), an RNN's `flatten_parameters()`, an optimizer's `step()`, and a
+sequences (`pack_padded_sequence`, ...), calling an RNN module or its `flatten_parameters()`, an optimizer's `step()`, and a
 leftover `torch._dynamo.graph_break()`."""
 
 from __future__ import annotations
@@ -121,8 +121,9 @@ class UntraceableCallInCompiled(Rule):
     per release where they differ, and a message names the id of the installed torch): the clock (`time.time`, `perf_counter`, `monotonic`, `sleep`), `os.getpid`, Python's `random`,
     `torch.manual_seed`, `torch.save`, `copy.deepcopy`, `json.dumps`, `nn.Parameter(...)` created
     inside, `t.backward()` and `torch.autograd.grad` inside, `t.data_ptr()`, `Variable(...)`, packing
-    sequences (`pack_padded_sequence`, `pack_sequence`, `pad_packed_sequence`), an RNN module's
-    `flatten_parameters()` (Dynamo does not trace RNN, GRU or LSTM), an optimizer's `step()` (torch
+    sequences (`pack_padded_sequence`, `pack_sequence`, `pad_packed_sequence`), calling an RNN
+    module (`self.lstm(x)`) or its `flatten_parameters()` (Dynamo does not trace RNN, GRU or LSTM
+    unless `torch._dynamo.config.allow_rnn` is set), an optimizer's `step()` (torch
     breaks the graph around it on purpose: harmless only as the compiled function's whole body) and
     `zero_grad()` (Dynamo skips it), and a leftover `torch._dynamo.graph_break()`. A method is
     flagged on a receiver evidently built from the listed class (`self.opt = optim.Adam(...)`), an
@@ -312,6 +313,13 @@ class UntraceableCallInCompiled(Rule):
         if row is None and isinstance(node.func, ast.Attribute):
             row = next((r for r in BY_METHOD.get(node.func.attr, ()) if self._receiver_fits(r, node.func.value)), None)
             func = f".{node.func.attr}()"
+        if row is None and isinstance(node.func, (ast.Name, ast.Attribute)):  # a module called: `self.lstm(x)`
+            row = next((r for r in BY_METHOD.get("__call__", ()) if self._receiver_fits(r, node.func)), None)
+            func = f"{ast.unparse(node.func)}(...)"
+            if row is not None and self.ctx.compiled.captures("allow_rnn"):
+                return  # `torch._dynamo.config.allow_rnn = True`: Dynamo traces the module (measured)
+            if row is not None and self._flattened_before(node):
+                return  # Dynamo gave up on the function at `flatten_parameters()`: this call runs eagerly
         if row is None:
             return
         options = compiled_options(self.ctx, node)
@@ -325,7 +333,7 @@ class UntraceableCallInCompiled(Rule):
         """A tensor; or, for a row naming classes, a value evidently built from one of them."""
         if not row.receiver:
             return is_tensor(self.ctx, receiver)
-        values = self.ctx.assigned_values(receiver)
+        values = self._own_class_values(receiver, self.ctx.assigned_values(receiver))
         if not values and row.receiver_matches("torch.optim.Optimizer"):
             # a parameter or attribute built elsewhere (`def learn(batch, critic_optimizer)`): the step
             # model's judgement of what an optimizer is (its name, never a scheduler's or a scaler's)
@@ -333,6 +341,34 @@ class UntraceableCallInCompiled(Rule):
         return bool(values) and all(
             isinstance(v, ast.Call) and row.receiver_matches(self.ctx.qualified_name(v.func) or "") for v in values
         )
+
+    def _flattened_before(self, call: ast.Call) -> bool:
+        """`rnn.flatten_parameters()` of the same module runs earlier in the same function: Dynamo
+        cannot resume after that break (measured, torch 2.11 and 2.13), so it reports none here."""
+        func = self.ctx.index.enclosing_function(call)
+        if func is None:
+            return False
+        receiver = ast.dump(call.func)
+        return any(
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "flatten_parameters"
+            and ast.dump(n.func.value) == receiver
+            and n.lineno < call.lineno
+            and self.ctx.index.enclosing_function(n) is func
+            for n in ast.walk(func)
+        )
+
+    def _own_class_values(self, receiver: ast.expr, values: list[ast.expr]) -> list[ast.expr]:
+        """`self.lstm` in a method of a class that assigns `self.lstm` itself: the values that class
+        assigns (another class of the file may give its own `self.lstm` something else)."""
+        if not (isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name)):
+            return values
+        if receiver.value.id != "self":
+            return values
+        cls = self.ctx.index.enclosing_class(receiver)
+        own = [v for v in values if cls is not None and self.ctx.index.enclosing_class(v) is cls]
+        return own or values
 
     def _alone(self, node: ast.Call) -> bool:
         """The call is the whole body of its compiled function (a docstring aside)."""
