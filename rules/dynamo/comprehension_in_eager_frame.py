@@ -83,8 +83,8 @@ class ComprehensionInEagerFrame(Rule):
     preview = True
     python_below = (3, 12)  # the hazard exists on these Pythons only; its examples are skipped on others
     summary = (
-        "{kind} comprehension in `{func}`, which Dynamo runs eagerly after the graph break in the loop at "
-        "line {line}: on Python 3.11 and older it is compiled alone and breaks again ({gb})"
+        "{kind} comprehension in `{func}`, eager after the loop's graph break (line {line}): on Python <= 3.11 "
+        "it is compiled alone and breaks again ({gb})"
     )
     hint = "fix the break in the loop (the whole function is then one graph), or write the comprehension as a loop"
     gb_ids = tuple(sorted({gb for gb in IDS_BY_TORCH.values() if gb}))
