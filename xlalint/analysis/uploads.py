@@ -101,7 +101,10 @@ def host_upload(ctx: File, call: ast.Call) -> Upload | None:
             return None
         values = ctx.reaching_values(source)
         func = ctx.index.enclosing_function(call)
-        if len(values) != 1 or ctx.index.enclosing_function(values[0]) is not func or _filled(func, source.id):
+        if len(values) != 1 or ctx.index.enclosing_function(values[0]) is not func:
+            return None
+        # the factory test first: `_filled` walks the whole function, and most names moved are no factory's
+        if not isinstance(values[0], ast.Call) or host_factory(ctx, values[0]) is None or _filled(ctx, func, source.id):
             return None
         source, direct = values[0], False
     if not isinstance(source, ast.Call):
@@ -110,22 +113,37 @@ def host_upload(ctx: File, call: ast.Call) -> Upload | None:
     return Upload(call, source, name, direct, target) if name is not None else None
 
 
-def _filled(func: ast.AST | None, name: str) -> bool:
+def _filled(ctx: File, func: ast.AST | None, name: str) -> bool:
     """The function writes into what `name` holds (`t[:, :n] = x`, `t += x`, `t.copy_(x)`,
     `t.masked_fill_(m, v)`, `rows.append(r)`): a tensor moved, or a list a tensor is built from, is
     then no constant (and what was written into it may have come from the step's data)."""
-    for node in ast.walk(func) if func is not None else ():
+    if func is None:
+        return False
+    memo = ctx.cached(_filled_by_function)
+    if func not in memo:
+        memo[func] = _names_filled(func)
+    return name in memo[func]
+
+
+def _filled_by_function(ctx: File) -> dict[ast.AST, frozenset[str]]:
+    """The names each function writes into, by function (asked for every name `invariant` judges)."""
+    return {}
+
+
+def _names_filled(func: ast.AST) -> frozenset[str]:
+    found: set[str] = set()
+    for node in ast.walk(func):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
-            if isinstance(node.value, ast.Name) and node.value.id == name:
-                return True
-        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
-            return True
+            if isinstance(node.value, ast.Name):
+                found.add(node.value.id)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            found.add(node.target.id)
         elif isinstance(node, ast.Call):
             method = method_name(node) or ""
             owner = receiver(node)
-            if (method.endswith("_") or method in MUTATORS) and isinstance(owner, ast.Name) and owner.id == name:
-                return True
-    return False
+            if (method.endswith("_") or method in MUTATORS) and isinstance(owner, ast.Name):
+                found.add(owner.id)
+    return frozenset(found)
 
 
 def host_factory(ctx: File, call: ast.Call) -> str | None:
@@ -272,7 +290,7 @@ def _name(ctx: File, name: ast.Name, depth: int, hops: int) -> bool | None:
     values = ctx.reaching_values(name)
     if not values:
         return True if name.id in ctx.index.imports else False  # imported: a module's constant
-    if _filled(ctx.index.enclosing_function(name), name.id):
+    if _filled(ctx, ctx.index.enclosing_function(name), name.id):
         return False  # `rows = []`, then `rows.append(...)` per sample: what it holds is built here
     return all_invariant(invariant(ctx, v, depth, hops) for v in values)
 
