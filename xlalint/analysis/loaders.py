@@ -425,9 +425,22 @@ def training_sources(ctx: File) -> TrainingSources:
 # -- what helpers return -------------------------------------------------------------------------------
 
 
-def returned_calls(ctx: File, func: ast.AST) -> list[tuple[int, ast.Call]]:
+def returned_calls(ctx: File, func: ast.AST) -> tuple[tuple[int, ast.Call], ...]:
     """(index in the returned tuple, -1 for the whole value; the call) for each call whose value
-    `func` returns, directly or through the name it is bound to (`return train_loader, dataset`)."""
+    `func` returns, directly or through the name it is bound to (`return train_loader, dataset`).
+    Found once per function: the module summary asks it for both its ragged loaders and its
+    returned sources."""
+    memo = ctx.cached(_returned_calls_by_function)
+    if func not in memo:
+        memo[func] = tuple(_returned_calls(ctx, func))
+    return memo[func]
+
+
+def _returned_calls_by_function(ctx: File) -> dict[ast.AST, tuple[tuple[int, ast.Call], ...]]:
+    return {}
+
+
+def _returned_calls(ctx: File, func: ast.AST) -> list[tuple[int, ast.Call]]:
     found: list[tuple[int, ast.Call]] = []
     for ret in own_returns(func):  # type: ignore[arg-type]
         if ret.value is None:
