@@ -8,8 +8,8 @@ import ast
 from xlalint.analysis.barriers import PLAIN_BATCHES, UNKNOWN_BATCHES
 from xlalint.analysis.evidence import Evidence, seen
 from xlalint.analysis.loaders import batch_moves
-from xlalint.analysis.names import dotted_name, keyword_value, last_part, positional
-from xlalint.analysis.placement import Placement
+from xlalint.analysis.names import dotted_name, last_part
+from xlalint.analysis.placement import Placement, move_targets
 from xlalint.analysis.steps import loop_trains
 from xlalint.diagnostics import HIGH, POSSIBLE
 from xlalint.rule import Invalid, Rule, Valid
@@ -323,7 +323,7 @@ class BatchesCopiedInStep(Rule):
         # evidence, not assumption: the device the batch goes to is seen to be the XLA device
         # (`xm.xla_device()`, an attribute or a parameter every seen binding or call gives one)
         placement = Placement(self.ctx)
-        moves = [m for m in moves if any(placement.device(t) is True for t in _targets(m))]
+        moves = [m for m in moves if any(placement.device(t) is True for t in move_targets(m))]
         if not moves or not self.ctx.runs_hot(moves[0]):  # a test's or a verification script's loop
             return
         found = self.evidence_for(moves[0]) or Evidence(HIGH)
@@ -332,12 +332,6 @@ class BatchesCopiedInStep(Rule):
         else:  # a parameter, a global, a helper's loader: what it yields is not seen
             found = found & Evidence(POSSIBLE, seen(self.ctx, loop.iter, "batches from a loader not seen").chain)
         self.report(moves[0], evidence=found)
-
-
-def _targets(move: ast.Call) -> list[ast.expr]:
-    """The device a `.to(...)` names: `device=` or its first argument."""
-    given = keyword_value(move, "device")
-    return [given] if given is not None else positional(move)[:1]
 
 
 def _counts(expr: ast.expr) -> bool:

@@ -76,6 +76,12 @@ def _any(results) -> bool | None:
     return False if results and all(r is False for r in results) else None
 
 
+def move_targets(call: ast.Call) -> list[ast.expr]:
+    """What `x.to(...)` may name as its device: `device=`, and its first argument (a device or a
+    dtype: `Placement.device` tells)."""
+    return [t for t in [keyword_value(call, "device"), *positional(call)[:1]] if t is not None]
+
+
 def _device_string(text: str) -> bool | None:
     kind = text.split(":")[0].strip().lower()
     if kind == "xla":
@@ -132,8 +138,7 @@ class Placement:
         if method in OFF_XLA_METHODS:
             return False
         if method == "to":
-            targets = [t for t in [keyword_value(call, "device"), *args[:1]] if t is not None]
-            for target in targets:
+            for target in move_targets(call):
                 device = self.device(target, depth)
                 if device is not None:
                     return device
