@@ -191,9 +191,7 @@ def test_internal_error_is_one_line_and_other_files_still_checked(run_cli, proje
             return real(source, *args, **kwargs)
         return lint
 
-    # a file is checked on the analysis its project summary made (lint_context), else on its own
     monkeypatch.setattr(xlalint.workspace, "lint_source", flaky(xlalint.workspace.lint_source))
-    monkeypatch.setattr(xlalint.workspace, "lint_context", flaky(xlalint.workspace.lint_context))
     project.write("a_boom.py", TRAIN_LOOP)
     project.write("b_train.py", TRAIN_LOOP)
     code, out, err = run_cli("check", project)

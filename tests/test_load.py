@@ -82,7 +82,6 @@ def test_ctrl_c_in_process_exits_130_quietly(run_cli, project, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(workspace, "lint_source", interrupted)
-    monkeypatch.setattr(workspace, "lint_context", interrupted)  # a file checked on its summary's analysis
     project.write("train.py", TRAIN_LOOP)
     code, out, err = run_cli("check", "--no-cache", project)
     assert (code, out, err) == (130, "", "")

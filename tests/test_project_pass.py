@@ -1,5 +1,6 @@
-"""One analysis per file per run: a cold check analyses each file once, for the project summary and
-for its findings, and gives the findings of a separate analysis with the project's facts."""
+"""The project pass: every module summarised, then each file checked once with what the rest of its
+project says about it; the run after it is warm, and one file checked alone gets the findings of
+the whole-project check."""
 
 import json
 from collections import Counter
@@ -8,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from xlalint import workspace
-from xlalint.analysis.asked import FIELDS, AskedFacts, holds
-from xlalint.analysis.project import NO_PROJECT, ProjectFacts
+from xlalint.analysis.project import ProjectFacts
 
 # A small training project whose modules depend on each other in every way the project index knows:
 # helpers called every step from another module (metrics), a function that trains called in a loop
@@ -136,9 +136,6 @@ def serve(table: PageTable, requests):
 }
 
 
-JAX = ("pages.py", "serve.py")
-
-
 @pytest.fixture
 def trainer(project):
     for name, text in MODULES.items():
@@ -146,102 +143,43 @@ def trainer(project):
     return project
 
 
-@pytest.fixture
-def torch_trainer(project):
-    """Without the filter_jit method: its name is asked of every module with an attribute call (a
-    fact about the whole project), so its presence alone has every file analysed again."""
-    for name, text in MODULES.items():
-        if name not in JAX:
-            project.write(name, text)
-    return project
-
-
-def check(run_cli, root, monkeypatch, *, share: bool):
-    """The JSON findings of a cold check, and how often each file was analysed."""
-    analysed: Counter = Counter()
-    real = workspace.analyse
-
-    def counting(source, **kwargs):
-        analysed[Path(source.path).name] += 1
-        return real(source, **kwargs)
-
-    monkeypatch.setattr(workspace, "analyse", counting)
-    monkeypatch.setattr(workspace, "lint_source", _counting_lint(workspace.lint_source, analysed))
-    if not share:  # every file checked on an analysis of its own, with its facts (as before)
-        monkeypatch.setattr(workspace, "holds", lambda *args: False)
+def test_a_cold_check_runs_the_rules_once_per_file(run_cli, trainer, monkeypatch):
+    """The project pass summarises each file (analysis only); the rules then run once per file,
+    with the project's facts, and find what only other modules establish."""
+    summarised: Counter = Counter()
+    linted: Counter = Counter()
+    monkeypatch.setattr(workspace, "summarize", _counting(workspace.summarize, summarised))
+    monkeypatch.setattr(workspace, "lint_source", _counting(workspace.lint_source, linted))
     code, out, err = run_cli(
-        "check", "--preview", "--confidence", "possible", "--no-cache", "--jobs", "1", "--output-format", "json", root
+        "check",
+        "--preview",
+        "--confidence",
+        "possible",
+        "--no-cache",
+        "--jobs",
+        "1",
+        "--output-format",
+        "json",
+        trainer,
     )
-    monkeypatch.undo()
     assert code == 1 and err == "", err
-    return json.loads(out), analysed
-
-
-def _counting_lint(real, analysed):
-    def lint(source, *args, **kwargs):
-        analysed[Path(source.path).name] += 1
-        return real(source, *args, **kwargs)
-    return lint
-
-
-def test_the_findings_are_those_of_a_separate_analysis(run_cli, trainer, monkeypatch):
-    shared, _ = check(run_cli, trainer, monkeypatch, share=True)
-    separate, twice = check(run_cli, trainer, monkeypatch, share=False)
-    assert shared == separate
-    found = {(Path(d["filename"]).name, d["code"]) for d in shared}
-    # what only the rest of the project says is in them: per-step helpers, a helper's host read, a
-    # hook, a filter_jit method of another module
+    found = {(Path(d["filename"]).name, d["code"]) for d in json.loads(out)}
+    # per-step helpers, a helper's host read, a hook, a filter_jit method of another module
     assert {("metrics.py", "XLA101"), ("loop.py", "XLA109"), ("hooks.py", "XLA101"), ("serve.py", "JAX109")} <= found
-    # summarised, then checked (`__init__.py` names no torch, XLA or JAX: parsed, never analysed)
-    assert {name for name, count in twice.items() if count != 2} == {"__init__.py"}
+    checked = {name for name in MODULES if name.endswith(".py")}
+    assert set(linted) == {Path(n).name for n in checked} and set(linted.values()) == {1}
+    # each summarised once (no loop here calls a trainer elsewhere, which would summarise its module
+    # again); `__init__.py` names no torch, XLA or JAX: never summarised
+    assert set(summarised.values()) == {1} and set(summarised) == set(linted) - {"__init__.py"}
 
 
-def test_each_file_is_analysed_once_unless_its_facts_answer_otherwise(run_cli, torch_trainer, monkeypatch):
-    shared, once = check(run_cli, torch_trainer, monkeypatch, share=True)
-    separate, twice = check(run_cli, torch_trainer, monkeypatch, share=False)
-    assert shared == separate
-    # metrics.py: its helpers run every step (the loop in loop.py says so); hooks.py: `report` runs
-    # every forward; loop.py: its calls run a trainer elsewhere and a helper that reads on the host;
-    # run.py: it hands its loader to a training loop in loop.py (`fit(model, loader, ...)`)
-    assert {name for name, count in once.items() if count == 2} == {"metrics.py", "hooks.py", "loop.py", "run.py"}
-    assert {name for name, count in once.items() if count == 1} == {"model.py", "engine.py", "__init__.py"}
+def _counting(real, seen):
+    def counted(first, *args, **kwargs):
+        path = getattr(first, "path", None) or getattr(first, "filename", "")
+        seen[Path(str(path)).name] += 1
+        return real(first, *args, **kwargs)
 
-
-def test_one_file_checked_alone_is_analysed_once(run_cli, torch_trainer, monkeypatch):
-    shared, once = check(run_cli, torch_trainer / "trainer" / "model.py", monkeypatch, share=True)
-    separate, _ = check(run_cli, torch_trainer / "trainer" / "model.py", monkeypatch, share=False)
-    assert shared == separate and {d["code"] for d in shared} >= {"XLA201"}
-    assert once["model.py"] == 1
-
-
-def test_asked_facts_answer_as_the_facts_and_note_each_question():
-    facts = ProjectFacts(steps=frozenset({"Meter.update"}), training_calls=frozenset({(3, 4)}))
-    asked = AskedFacts(facts)
-    assert "Meter.update" in asked.steps and "log_loss" not in asked.steps
-    assert (3, 4) in asked.training_calls
-    assert bool(asked.called) and bool(asked.helper_reads)  # truthy: asking is what counts
-    assert asked.holds_for(facts)
-    # other facts hold where they answer the questions asked alike, whatever else they hold
-    assert asked.holds_for(ProjectFacts(steps=frozenset({"Meter.update", "other"}), called=frozenset({"f"}),
-                                        training_calls=frozenset({(3, 4), (9, 9)})))
-    assert not asked.holds_for(ProjectFacts(steps=frozenset({"Meter.update", "log_loss"}),
-                                            training_calls=frozenset({(3, 4)})))
-    assert asked.reads_at((1, 0)) is None and asked.holds_for(ProjectFacts(
-        steps=frozenset({"Meter.update"}), training_calls=frozenset({(3, 4)}), helper_reads=(((2, 0), "f", "m.py", ()),)))
-    assert not asked.holds_for(ProjectFacts(steps=frozenset({"Meter.update"}), training_calls=frozenset({(3, 4)}),
-                                            helper_reads=(((1, 0), "f", "m.py", ()),)))
-    list(asked.static_methods)  # iterated: all of it
-    assert not asked.holds_for(ProjectFacts(steps=frozenset({"Meter.update"}), training_calls=frozenset({(3, 4)}),
-                                            static_methods=(("free", ("slot",), ("slot",)),)))
-    assert holds(NO_PROJECT, None, NO_PROJECT) and not holds(NO_PROJECT, None, facts)  # unknown questions
-
-
-def test_every_field_of_the_facts_is_seen_through_the_recorder():
-    """A new kind of project fact must be answered by `AskedFacts` too (or a shared analysis would
-    read it from the facts it was made with, unnoticed)."""
-    asked = AskedFacts(NO_PROJECT)
-    for name in FIELDS:
-        assert not isinstance(getattr(asked, name), (frozenset, tuple)), name
+    return counted
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
@@ -252,9 +190,8 @@ def test_the_run_after_a_cold_run_is_warm(run_cli, trainer, monkeypatch, jobs):
     code, cold, _ = run_cli(*args)
     assert code == 1
     analysed: Counter = Counter()
-    monkeypatch.setattr(workspace, "analyse", _counting_lint(workspace.analyse, analysed))
-    monkeypatch.setattr(workspace, "lint_source", _counting_lint(workspace.lint_source, analysed))
-    monkeypatch.setattr(workspace, "lint_context", _counting_lint(workspace.lint_context, analysed))
+    monkeypatch.setattr(workspace, "analyse", _counting(workspace.analyse, analysed))
+    monkeypatch.setattr(workspace, "lint_source", _counting(workspace.lint_source, analysed))
     code, warm, _ = run_cli(*args)
     assert code == 1 and json.loads(warm) == json.loads(cold)
     assert not analysed, analysed
