@@ -9,6 +9,7 @@ project costs a hash of each file. Files are processed in parallel across `jobs`
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -87,9 +88,15 @@ def worker_count(jobs: int | None, tasks: int) -> int:
     return max(1, min(jobs or cores, tasks, cores))
 
 
-def _ignore_interrupts() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them: no traceback from each."""
+# allocations between collections of the youngest generation (see `cli._Guarded.main`)
+GC_THRESHOLD = 50_000
+
+
+def _worker_init() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them: no traceback from each. A spawned
+    worker starts with the collector's default threshold: set it as the parent has."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.set_threshold(GC_THRESHOLD)
 
 
 # -- work done in worker processes (module-level functions: they are pickled by reference) ------------
@@ -298,7 +305,7 @@ class Workspace:
                 self._stop_pool()
                 method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
                 self._pool = ProcessPoolExecutor(
-                    workers, mp_context=multiprocessing.get_context(method), initializer=_ignore_interrupts
+                    workers, mp_context=multiprocessing.get_context(method), initializer=_worker_init
                 )
                 self._pool_size = workers
             assert self._pool is not None  # a size of one or more: the pool runs (see `_stop_pool`)
