@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any, TypeVar, overload
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from ..diagnostics import ImportRequest
 from ..source import SourceText
@@ -54,9 +55,12 @@ class CstContext:
         self.text = text
         self.index: ModuleIndex = build_index(module)
         # `tree`: the `ast` of the same text. With it, a node's position comes from the positions of
-        # its top-level statement alone (see `_statement_positions`), not from the whole module's:
-        # a fix in a 5,000-line file no longer pays for a position of each of its nodes
-        self._statements = _statement_lines(module, tree) if tree is not None else None
+        # the innermost statement around it, positioned alone (see `_around`), not from the whole
+        # module's: a fix in a 5,000-line file no longer pays for a position of each of its nodes
+        self._tree = tree
+        self._statements = _statement_lines(module.body, tree.body) if tree is not None else None
+        self._blocks: dict[int, _Statements | None] = {}  # id(an indented block) -> its statements
+        # id(a statement positioned alone) -> its nodes' positions, and its nodes by span
         self._of_statement: dict[int, tuple[Mapping[cst.CSTNode, CodeRange], dict[Span, list[cst.CSTNode]]]] = {}
 
     def importable(self, module: str, obj: str) -> tuple[str, ImportRequest]:
@@ -104,64 +108,88 @@ class CstContext:
         )
 
     def position(self, node: cst.CSTNode) -> CodeRange:
-        """`node`'s position in the module (from its top-level statement's positions where it has one)."""
-        top: cst.CSTNode | None = node
-        while top is not None and self.index.parent(top) is not self.module:
-            top = self.index.parent(top)
-        if top is not None and self._statements is not None:
-            found = self._statement_positions(self._statements.number.get(id(top)))
+        """`node`'s position in the module: from the positions of a statement around it positioned
+        alone (see `_positioned`), else from the module's."""
+        for around in (node, *self.index.ancestors(node)):
+            found = self._of_statement.get(id(around))
             if found is not None:
                 return found[0][node]
+        if self._statements is not None:
+            chain = [node, *self.index.ancestors(node)]
+            if len(chain) > 1 and chain[-1] is self.module:  # its top-level statement
+                number = self._statements.number.get(id(chain[-2]))
+                found = self._positioned(chain[-2], [], self._statements.lines[number]) if number is not None else None
+                if found is not None:
+                    return found[0][node]
         return self.positions[node]
 
-    def _statement_positions(
-        self, number: int | None
+    def _positioned(
+        self, statement: cst.CSTNode, indents: list[str], lines: tuple[int, int]
     ) -> tuple[Mapping[cst.CSTNode, CodeRange], dict[Span, list[cst.CSTNode]]] | None:
-        """The positions of the nodes of top-level statement `number` (and the nodes by span), as the
-        whole module's positions give them: the statement is positioned on its own (a top-level
-        statement's text is the same alone, at column 0) and moved to its first line. None where
-        that line cannot be told (the module's positions are then asked)."""
-        statements = self._statements
-        if number is None or statements is None:
+        """The positions of the nodes of `statement` (and its nodes by span), as the whole module's
+        positions give them: the statement's code is generated alone, inside the indentation of the
+        blocks around it (`indents`), and moved to `lines`, where `ast` says it is (the
+        positions are libcst's own: its `PositionProvider`, on one statement). None where the
+        result is not where `ast` says the statement is: never guessed."""
+        found = self._of_statement.get(id(statement))
+        if found is not None:
+            return found
+        provider = PositionProvider()
+        state = PositionProvidingCodegenState(
+            default_indent=self.module.default_indent,
+            default_newline=self.module.default_newline,
+            provider=provider,
+            indent_tokens=list(indents),
+        )
+        statement._codegen(state)
+        raw: Mapping[cst.CSTNode, CodeRange] = provider._computed
+        where = raw.get(statement)
+        shift = lines[0] - where.start.line if where is not None else 0
+        if where is None or where.start.column != sum(map(len, indents)) or where.end.line + shift != lines[1]:
             return None
-        found = self._of_statement.get(number)
-        if found is None:
-            statement = self.module.body[number]
-            last = number == len(self.module.body) - 1
-            alone = self.module.with_changes(
-                body=[statement],
-                header=(),
-                footer=(),
-                has_trailing_newline=self.module.has_trailing_newline or not last,
+        positions = {
+            n: CodeRange(
+                CodePosition(w.start.line + shift, w.start.column), CodePosition(w.end.line + shift, w.end.column)
             )
-            raw = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-            first, last_line = statements.lines[number]
-            shift = first - raw[statement].start.line
-            if raw[statement].start.column != 0 or raw[statement].end.line + shift != last_line:
-                return None  # not the statement the `ast` says is there: never guessed
-            positions = {
-                n: CodeRange(
-                    CodePosition(w.start.line + shift, w.start.column), CodePosition(w.end.line + shift, w.end.column)
-                )
-                for n, w in raw.items()
-                if n is not alone
-            }
-            spans: dict[Span, list[cst.CSTNode]] = {}
-            for n, w in positions.items():
-                spans.setdefault((w.start.line, w.start.column, w.end.line, w.end.column), []).append(n)
-            found = self._of_statement[number] = (positions, spans)
+            for n, w in raw.items()
+        }
+        spans: dict[Span, list[cst.CSTNode]] = {}
+        for n, w in positions.items():
+            spans.setdefault((w.start.line, w.start.column, w.end.line, w.end.column), []).append(n)
+        found = self._of_statement[id(statement)] = (positions, spans)
         return found
 
     def _around(self, row: int) -> tuple[Mapping[cst.CSTNode, CodeRange], dict[Span, list[cst.CSTNode]]]:
-        """The positions and spans of the top-level statement holding line `row` (the module's where
-        none does, or it cannot be positioned alone)."""
-        statements = self._statements
-        if statements is not None:
+        """The positions and spans of the innermost statement holding line `row` (the module's where
+        none does, or it cannot be positioned alone). From the module down, a `class` or `def`
+        whose body holds the line gives way to the statement of its body that does: a fix in a
+        method of a 3,000-line test class positions that method's statement, not the class."""
+        statements, body, tree_body = self._statements, self.module.body, self._tree.body if self._tree else []
+        indents: list[str] = []
+        chain: list[tuple[cst.CSTNode, list[str], tuple[int, int]]] = []  # the statements around, outermost first
+        while statements is not None:
             at = bisect_right(statements.starts, row) - 1
-            if at >= 0 and row <= statements.ends[at]:
-                found = self._statement_positions(statements.order[at])
-                if found is not None:
-                    return found
+            if at < 0 or row > statements.ends[at]:
+                break
+            number = statements.order[at]
+            statement, piece = body[number], statements.first[number]
+            chain.append((statement, indents, statements.lines[number]))
+            block = getattr(statement, "body", None)
+            if not (
+                isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+                and isinstance(block, cst.IndentedBlock)
+                and isinstance(piece, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            ):
+                break
+            indents = [*indents, self.module.default_indent if block.indent is None else block.indent]
+            body, tree_body = block.body, piece.body
+            if id(block) not in self._blocks:
+                self._blocks[id(block)] = _statement_lines(body, tree_body)
+            statements = self._blocks[id(block)]
+        for statement, around, lines in reversed(chain):  # the innermost that can be positioned alone
+            found = self._positioned(statement, around, lines)
+            if found is not None:
+                return found
         return self.positions, self._by_span
 
     def locate(self, node: ast.AST, kind: type | tuple[type, ...] | None = None) -> cst.CSTNode | None:
@@ -223,28 +251,30 @@ class CstContext:
 
 
 class _Statements:
-    """Where each top-level statement of a module is: `lines[number]`: (the line its first
-    statement starts on, as `ast` gives it (a `def` line, not its decorators'), its last line);
-    `starts`/`ends`/`order`: the lines it spans (decorators included), sorted, for bisection;
-    `number`: id(statement) -> its number in the module's body."""
+    """Where each statement of a block is: `lines[number]`: (the line its first statement starts
+    on, as `ast` gives it (a `def` line, not its decorators'), its last line); `first[number]`: that
+    first `ast` statement; `starts`/`ends`/`order`: the lines it spans (decorators included), sorted,
+    for bisection; `number`: id(statement) -> its number in the block's body."""
 
     def __init__(self) -> None:
         self.lines: list[tuple[int, int]] = []
+        self.first: list[ast.stmt] = []
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.order: list[int] = []
         self.number: dict[int, int] = {}
 
 
-def _statement_lines(module: cst.Module, tree: ast.Module) -> _Statements | None:
-    """The lines of each top-level statement of `module`, from `tree` (the `ast` of the same text:
-    a simple statement line holds as many `ast` statements as it has small statements, a compound
-    statement one); None when the two do not pair up."""
+def _statement_lines(body: Sequence[cst.BaseStatement], tree_body: list[ast.stmt]) -> _Statements | None:
+    """The lines of each statement of a block (`body`, a module's or an indented block's), from
+    `tree_body` (the `ast` statements of the same block: a simple statement line holds as many
+    `ast` statements as it has small statements, a compound statement one); None when the two do
+    not pair up."""
     found = _Statements()
     at = 0
-    for number, statement in enumerate(module.body):
+    for number, statement in enumerate(body):
         count = len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
-        pieces = tree.body[at : at + count]
+        pieces = tree_body[at : at + count]
         if len(pieces) != count:
             return None
         at += count
@@ -252,11 +282,12 @@ def _statement_lines(module: cst.Module, tree: ast.Module) -> _Statements | None
         top = min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", ()))])
         end = last.end_lineno if last.end_lineno is not None else last.lineno
         found.lines.append((first.lineno, end))
+        found.first.append(first)
         found.starts.append(top)
         found.ends.append(end)
         found.order.append(number)
         found.number[id(statement)] = number
-    return found if at == len(tree.body) else None
+    return found if at == len(tree_body) else None
 
 
 def _size(span: Span) -> tuple[int, int]:

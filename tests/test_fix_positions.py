@@ -1,0 +1,103 @@
+"""Fix builders find a finding's libcst node from the innermost statement around it, positioned
+alone (`CstContext._around`), not from the positions of the whole module: the node found and every
+position given must be those the whole module's positions give."""
+
+import ast
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from xlalint.fixing.context import AST_TO_CST, CstContext
+from xlalint.source import SourceText
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# what positioning a statement alone could get wrong: tabs and mixed indentation, decorators,
+# nested classes and functions, comments and blank lines between statements, a one-line body,
+# strings spanning lines at column 0, continuation lines, async, a last line without a newline
+TRICKY = '''\
+import torch  # a comment
+x = 1; y = 2
+
+
+@decorator(arg=1)
+class Outer(Base, metaclass=Meta):
+\t"""A docstring."""
+
+\t# a comment between statements
+\tclass Inner:
+\t\tdef method(self, t):   # trailing
+\t\t\ttext = """a string
+spanning lines at column 0
+"""
+\t\t\ttotal = (t.sum() +
+      t.mean())
+\t\t\treturn t.item() if text else total.item()
+
+\t@staticmethod
+\tasync def run(a, *, b=torch.ones(2)):
+\t\tasync with ctx() as c:
+\t\t\tawait c.step(a.cpu())
+\tdef one_line(self): return self.x.item()
+
+
+def outer(v):
+    def inner(w):
+        return w.tolist()
+    if v: pass
+    return inner(v[v > 0])
+
+
+print(torch.zeros(3).item())'''
+
+
+def _files() -> list[Path]:
+    """Real modules of several shapes (classes, nested functions, decorators): this package's
+    analysis, fixing and rules, and the bundled examples; small ones (the whole-module side of
+    the comparison is quadratic where a span is not matched exactly)."""
+    found = [*(ROOT / "xlalint" / "fixing").glob("*.py"), *(ROOT / "rules" / "quirks").glob("*.py")]
+    found += [*(ROOT / "examples").rglob("*.py")]
+    return sorted(p for p in found if p.stat().st_size < 12_000)
+
+
+def _check(text: str) -> int:
+    module = cst.parse_module(text)
+    tree = ast.parse(text)
+    source = SourceText(text)
+    local = CstContext(module, source, tree)  # statement by statement
+    whole = CstContext(module, source)  # the whole module's positions
+    checked = 0
+    for node in ast.walk(tree):
+        if type(node) not in AST_TO_CST or not hasattr(node, "lineno"):
+            continue
+        found = local.locate(node)
+        assert found is whole.locate(node), (type(node).__name__, node.lineno)
+        if found is not None:
+            assert local.position(found) == whole.positions[found]
+            checked += 1
+    return checked
+
+
+def test_nodes_and_positions_of_tricky_code_are_the_whole_modules():
+    assert _check(TRICKY) > 60
+    assert _check(TRICKY.replace("\n", "\r\n")) > 60
+
+
+@pytest.mark.parametrize("path", _files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_nodes_and_positions_of_real_files_are_the_whole_modules(path):
+    _check(path.read_text(encoding="utf-8"))
+
+
+def test_a_method_of_a_large_class_is_positioned_without_the_class():
+    """The point of it: a fix in one method positions that method's statement only."""
+    methods = "".join(f"    def m{i}(self, t):\n        return t.item() + {i}\n\n" for i in range(200))
+    text = f"class Big:\n{methods}"
+    module, tree = cst.parse_module(text), ast.parse(text)
+    ctx = CstContext(module, SourceText(text), tree)
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == 201)
+    found = ctx.locate(call)
+    assert isinstance(found, cst.Call) and ctx.code(found) == "t.item()"
+    assert len(ctx._of_statement) == 1  # the method alone, not the class
+    positions, _ = next(iter(ctx._of_statement.values()))
+    assert len(positions) < 40
