@@ -7,7 +7,7 @@ import ast
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
@@ -142,7 +142,7 @@ class CstContext:
             indent_tokens=list(indents),
         )
         statement._codegen(state)
-        raw: Mapping[cst.CSTNode, CodeRange] = provider._computed
+        raw = cast("Mapping[cst.CSTNode, CodeRange]", provider._computed)  # (filled eagerly by codegen)
         where = raw.get(statement)
         shift = lines[0] - where.start.line if where is not None else 0
         if where is None or where.start.column != sum(map(len, indents)) or where.end.line + shift != lines[1]:
@@ -164,7 +164,8 @@ class CstContext:
         none does, or it cannot be positioned alone). From the module down, a `class` or `def`
         whose body holds the line gives way to the statement of its body that does: a fix in a
         method of a 3,000-line test class positions that method's statement, not the class."""
-        statements, body, tree_body = self._statements, self.module.body, self._tree.body if self._tree else []
+        statements, tree_body = self._statements, self._tree.body if self._tree else []
+        body: Sequence[cst.BaseStatement] = self.module.body
         indents: list[str] = []
         chain: list[tuple[cst.CSTNode, list[str], tuple[int, int]]] = []  # the statements around, outermost first
         while statements is not None:
@@ -172,7 +173,8 @@ class CstContext:
             if at < 0 or row > statements.ends[at]:
                 break
             number = statements.order[at]
-            statement, piece = body[number], statements.first[number]
+            statement: cst.CSTNode = body[number]
+            piece = statements.first[number]
             chain.append((statement, indents, statements.lines[number]))
             block = getattr(statement, "body", None)
             if not (
