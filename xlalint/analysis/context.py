@@ -81,6 +81,7 @@ class FileContext:
         self.analysis_cache: dict[str, object] = {}  # whole-file answers of `evidence`
         self.gradients_cache: dict[ast.AST, bool] = {}  # see jax_tracing.computes_gradients
         self.if_gate_cache: dict[tuple[ast.AST, str | None], bool] = {}  # see steps.gated_by
+        self.gate_cache: dict[ast.AST, bool] = {}  # node -> `steps.gated_by` it and its parent
         self.loop_counter_cache: dict[ast.AST, frozenset[str]] = {}  # see steps._loop_counters
         self.param_reads_cache: dict[ast.AST, list] = {}  # see reads.parameter_reads
         # (scope, name) -> the source positions of the values assigned to it, when they come in
@@ -596,37 +597,60 @@ class FileContext:
 
     # -- device guards --------------------------------------------------------------------------
     def in_non_xla_code(self, node: ast.AST) -> bool:
-        """`node` runs only off XLA: a CUDA-only branch, after `is_xla or`, below `if is_xla: return`."""
-        child = node
-        for anc in self.index.ancestors(node):
-            field = self.index.field_of(child)
-            if isinstance(anc, (ast.If, ast.IfExp)):
-                polarity = guards.xla_polarity(anc.test)
-                if field == "body" and polarity == guards.NEGATIVE:
-                    return True
-                if field == "orelse" and polarity == guards.POSITIVE:
-                    return True
-            elif isinstance(anc, ast.BoolOp) and field == "values":
-                position = next(i for i, v in enumerate(anc.values) if v is child)
-                for earlier in anc.values[:position]:
-                    polarity = guards.xla_polarity(earlier)
-                    if isinstance(anc.op, ast.Or) and polarity == guards.POSITIVE:
-                        return True
-                    if isinstance(anc.op, ast.And) and polarity == guards.NEGATIVE:
-                        return True
-            elif (
-                isinstance(anc, ast.ExceptHandler)
-                and field == "body"
-                and anc.type is not None
-                and guards.xla_polarity(anc.type) == guards.NEGATIVE
-            ):
-                return True  # `except torch.cuda.OutOfMemoryError:` fallbacks
-            elif isinstance(anc, ast.ClassDef) and guards.names_non_xla_backend(anc.name):
-                return True  # `class GemmaFlashAttention2`, `class CudaGraphRunner`: another backend's code
-            if isinstance(child, ast.stmt) and self._after_xla_exit(child):
-                return True
+        """`node` runs only off XLA: a CUDA-only branch, after `is_xla or`, below `if is_xla: return`.
+        A node is there when the step to its parent says so (`_off_xla_below`) or its parent is;
+        each node's answer is kept, so the nodes of one statement share the walk up from it."""
+        known: dict[ast.AST, bool] = self._off_xla
+        chain: list[ast.AST] = []
+        child, found = node, False
+        while True:
+            answer = known.get(child)
+            if answer is not None:
+                found = answer
+                break
+            chain.append(child)
+            anc = self.index.parent(child)
+            if anc is None:
+                break
+            if self._off_xla_below(anc, child):
+                found = True
+                break
             child = anc
-        return False
+        for item in chain:
+            known[item] = found
+        return found
+
+    @cached_property
+    def _off_xla(self) -> dict[ast.AST, bool]:
+        return {}
+
+    def _off_xla_below(self, anc: ast.AST, child: ast.AST) -> bool:
+        """`child`, directly below `anc`, runs only off XLA because of where it is in `anc`."""
+        field = self.index.field_of(child)
+        if isinstance(anc, (ast.If, ast.IfExp)):
+            polarity = guards.xla_polarity(anc.test)
+            if field == "body" and polarity == guards.NEGATIVE:
+                return True
+            if field == "orelse" and polarity == guards.POSITIVE:
+                return True
+        elif isinstance(anc, ast.BoolOp) and field == "values":
+            position = next(i for i, v in enumerate(anc.values) if v is child)
+            for earlier in anc.values[:position]:
+                polarity = guards.xla_polarity(earlier)
+                if isinstance(anc.op, ast.Or) and polarity == guards.POSITIVE:
+                    return True
+                if isinstance(anc.op, ast.And) and polarity == guards.NEGATIVE:
+                    return True
+        elif (
+            isinstance(anc, ast.ExceptHandler)
+            and field == "body"
+            and anc.type is not None
+            and guards.xla_polarity(anc.type) == guards.NEGATIVE
+        ):
+            return True  # `except torch.cuda.OutOfMemoryError:` fallbacks
+        elif isinstance(anc, ast.ClassDef) and guards.names_non_xla_backend(anc.name):
+            return True  # `class GemmaFlashAttention2`, `class CudaGraphRunner`: another backend's code
+        return isinstance(child, ast.stmt) and self._after_xla_exit(child)
 
     def _after_xla_exit(self, statement: ast.stmt) -> bool:
         return self.index.after_in_block(statement, "xla-exit", _xla_exit)

@@ -548,15 +548,20 @@ def _seen_function(index, func: ast.AST) -> bool:
     )
 
 
-def returns_xla_device(ctx, func: ast.AST) -> bool:
-    """`def get_device(): return xm.xla_device()`: code that takes its device from here runs on XLA."""
+def _returns(ctx, func: ast.AST) -> list[ast.Return]:
+    """`func`'s own `return`s of a value, found once per module (not a walk per function)."""
     returns = ctx.analysis_cache.get("returns")
-    if returns is None:  # each function's own `return`s, found once per module (not a walk per function)
+    if returns is None:
         returns = ctx.analysis_cache["returns"] = defaultdict(list)
         for node in ctx.index.by_type.get(ast.Return, ()):
             if node.value is not None:
                 returns[ctx.index.enclosing_function(node)].append(node)
-    for node in returns.get(func, ()):
+    return returns.get(func, [])
+
+
+def returns_xla_device(ctx, func: ast.AST) -> bool:
+    """`def get_device(): return xm.xla_device()`: code that takes its device from here runs on XLA."""
+    for node in _returns(ctx, func):
         values = ctx.reaching_values(node.value) if isinstance(node.value, ast.Name) else [node.value]
         if any(isinstance(v, ast.Call) and ctx.qualified_name(v.func) in XLA_DEVICE for v in values):
             return True
@@ -566,8 +571,8 @@ def returns_xla_device(ctx, func: ast.AST) -> bool:
 def returns_device(ctx, func: ast.AST) -> bool:
     """`func` returns a device, alone or in a tuple (`return rank, device`): a `torch.device(...)`
     or a device string (`return "cuda"`), directly or through the name it is assigned to."""
-    for node in ast.walk(func):
-        if isinstance(node, ast.Return) and node.value is not None and ctx.index.enclosing_function(node) is func:
+    for node in _returns(ctx, func):
+        if node.value is not None:
             returned = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
             for item in returned:
                 values = ctx.reaching_values(item) if isinstance(item, ast.Name) else [item]

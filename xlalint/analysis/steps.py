@@ -354,7 +354,14 @@ def local_callees_of(ctx: File, call: ast.Call):
 
 def gated_by(ctx: File, child: ast.AST, parent: ast.AST) -> bool:
     """`child`, held by `parent`, runs less often than `parent`: every N steps, or only when the
-    caller opts into an option."""
+    caller opts into an option. Kept per node: every walk up from a node below asks it again."""
+    known = ctx.gate_cache.get(child)
+    if known is None:
+        known = ctx.gate_cache[child] = _gated_by(ctx, child, parent)
+    return known
+
+
+def _gated_by(ctx: File, child: ast.AST, parent: ast.AST) -> bool:
     field = ctx.index.field_of(child)
     if isinstance(parent, ast.If):
         key = (parent, field)
