@@ -101,3 +101,59 @@ def test_a_method_of_a_large_class_is_positioned_without_the_class():
     assert len(ctx._of_statement) == 1  # the method alone, not the class
     positions, _ = next(iter(ctx._of_statement.values()))
     assert len(positions) < 40
+
+
+def _applied(text: str, edits) -> str:
+    """`text` with `edits` (1-based rows and character columns, none overlapping) made."""
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(location):
+        return starts[location.row - 1] + location.column - 1 if location.row <= len(lines) else len(text)
+
+    for edit in sorted(edits, key=lambda e: (e.location.row, e.location.column), reverse=True):
+        text = text[: offset(edit.location)] + edit.content + text[offset(edit.end_location) :]
+    return text
+
+
+CHANGES = {
+    "item": lambda node: cst.parse_expression("float(t)"),
+    "grow": lambda node: cst.parse_expression("(\n    total\n    + 1\n)"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_fixs_text_edits_make_the_fixed_module(change, newline):
+    """Each fix's edits, found from the statements inside a class or def that changed, turn the
+    text into exactly the module the fix makes (`apply_fixes`), wherever the fix is."""
+    from xlalint.diagnostics import Fix
+    from xlalint.fixing.apply import FixEdits, apply_fixes
+
+    text = TRICKY.replace("\n", newline) + newline
+    module, tree = cst.parse_module(text), ast.parse(text)
+    ctx = CstContext(module, SourceText(text), tree)
+    edits = FixEdits(ctx)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    assert len(calls) > 10
+    for call in calls:
+        old = ctx.locate(call)
+        fix = Fix.replace(old, CHANGES[change](old), title="t", safe=True)
+        assert _applied(text, edits.of(fix)) == apply_fixes(ctx, [fix]).code, (call.lineno, ctx.code(old))
+
+
+def test_the_edits_of_a_fix_in_one_method_span_that_method():
+    from xlalint.diagnostics import Fix
+    from xlalint.fixing.apply import FixEdits
+
+    methods = "".join(f"    def m{i}(self, t):\n        return t.item() + {i}\n\n" for i in range(200))
+    text = f"class Big:\n{methods}"
+    module, tree = cst.parse_module(text), ast.parse(text)
+    ctx = CstContext(module, SourceText(text), tree)
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == 201)
+    old = ctx.locate(call)
+    (edit,) = FixEdits(ctx).of(Fix.replace(old, cst.parse_expression("float(t)"), title="t", safe=True))
+    assert (edit.location.row, edit.end_location.row) == (201, 201)
+    assert _applied(text, [edit]) == text.replace("t.item() + 66\n", "float(t) + 66\n")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
 import re
+from collections.abc import Sequence
+from dataclasses import fields
 from typing import cast
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 
 from ..diagnostics import Edit, Fix, ImportRequest, Location
 from .context import CstContext
@@ -276,9 +280,10 @@ class FixEdits:
     Generating the whole fixed module and diffing it with the original once per fix cost minutes
     for a file with hundreds of fixes. A fix rebuilds only the top-level statements holding its
     nodes (and the import block): the others stay the same objects (see `_ReplaceNodes`). So only
-    the statements that changed are generated and diffed, at their rows; the result is the same as
-    diffing the whole module, which is still done where this cannot be used (a module without a
-    final newline, statements out of order)."""
+    the statements that changed are generated and diffed, at their rows, and inside a `class` or
+    `def` whose body alone changed, the statements of that body that did (see `_inner`); the result
+    is the same as diffing the whole module, which is still done where this cannot be used (a module
+    without a final newline, statements out of order)."""
 
     def __init__(self, ctx: CstContext) -> None:
         self.ctx = ctx
@@ -302,6 +307,11 @@ class FixEdits:
             return text_edits(self.original, new.code)
         edits: list[Edit] = []
         for (i1, i2), (j1, j2) in windows:
+            if i2 - i1 == 1 and j2 - j1 == 1:  # one statement changed: the changed ones inside it, if a class or def
+                inner = self._inner(self.ctx.module.body[i1], new.body[j1], [], self.ctx.top_statement(i1))
+                if inner is not None:
+                    edits += inner
+                    continue
             before = "".join(self.texts[i1:i2])
             after = "".join(new.code_for_node(statement) for statement in new.body[j1:j2])
             shift = self.rows[i1] - 1
@@ -314,6 +324,47 @@ class FixEdits:
                 for e in text_edits(before, after)
             ]
         return tuple(edits)
+
+    def _inner(
+        self, old: cst.CSTNode, new: cst.CSTNode, indents: list[str], piece: ast.stmt | None
+    ) -> list[Edit] | None:
+        """The edits of a `class` or `def` whose body alone changed, from the statements of its body
+        that changed (and so on down), generated inside their blocks' indentation and diffed at the
+        rows `ast` gives them: a fix in one method of a 3,000-line class diffs that method. None
+        where that cannot be told (the header changed, a statement added at the block's end)."""
+        if not (
+            type(old) is type(new)
+            and isinstance(old, (cst.FunctionDef, cst.ClassDef))
+            and isinstance(piece, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and _same_but_body(old, new)
+        ):
+            return None
+        block, new_block = old.body, cast(cst.FunctionDef | cst.ClassDef, new).body
+        if not (
+            isinstance(block, cst.IndentedBlock)
+            and isinstance(new_block, cst.IndentedBlock)
+            and _same_but_body(block, new_block)
+        ):
+            return None
+        statements = self.ctx.block_statements(block, piece.body)
+        windows = _identity_windows(block.body, new_block.body)
+        if statements is None or windows is None:
+            return None
+        indents = [*indents, self.ctx.module.default_indent if block.indent is None else block.indent]
+        edits: list[Edit] = []
+        for (i1, i2), (j1, j2) in windows:
+            if i1 == len(block.body):
+                return None  # added after the last statement: its row is the outer diff's to find
+            if i2 - i1 == 1 and j2 - j1 == 1:
+                inner = self._inner(block.body[i1], new_block.body[j1], indents, statements.first[i1])
+                if inner is not None:
+                    edits += inner
+                    continue
+            row = statements.starts[i1] - len(getattr(block.body[i1], "leading_lines", ()))
+            before = "".join(_code(s, indents, self.ctx.module) for s in block.body[i1:i2])
+            after = "".join(_code(s, indents, self.ctx.module) for s in new_block.body[j1:j2])
+            edits += _shifted(text_edits(before, after), row - 1)
+        return edits
 
     def _windows(self, new: cst.Module) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
         """The runs of statements between those `new` shares with the original: (old range, new range)."""
@@ -338,6 +389,61 @@ class FixEdits:
         if not new.has_trailing_newline and windows and windows[-1][1][1] == len(new.body):
             return None  # the module drops the last statement's newline: diff the whole of it
         return windows
+
+
+def _same_but_body(old: cst.CSTNode, new: cst.CSTNode) -> bool:
+    """`new` is `old` rebuilt with another body: every other child the same object (a sequence of
+    them, the same objects), every other value equal."""
+    for field in fields(old):
+        if field.name == "body":
+            continue
+        a, b = getattr(old, field.name), getattr(new, field.name)
+        if isinstance(a, (list, tuple)):
+            if not isinstance(b, (list, tuple)) or len(a) != len(b) or any(x is not y for x, y in zip(a, b)):
+                return False
+        elif isinstance(a, cst.CSTNode):
+            if a is not b:
+                return False
+        elif a != b:
+            return False
+    return True
+
+
+def _identity_windows(old: Sequence[cst.CSTNode], new: Sequence[cst.CSTNode]):
+    """The runs of statements between those `new` shares (as objects) with `old`, in order:
+    (old range, new range); None when the shared ones are out of order."""
+    index = {id(statement): i for i, statement in enumerate(old)}
+    anchors = [(-1, -1)]
+    for j, statement in enumerate(new):
+        i = index.get(id(statement))
+        if i is not None:
+            if i <= anchors[-1][0]:
+                return None
+            anchors.append((i, j))
+    anchors.append((len(old), len(new)))
+    return [
+        ((i0 + 1, i1), (j0 + 1, j1)) for (i0, j0), (i1, j1) in zip(anchors, anchors[1:]) if i1 > i0 + 1 or j1 > j0 + 1
+    ]
+
+
+def _code(statement: cst.CSTNode, indents: list[str], module: cst.Module) -> str:
+    """A statement's code as it stands in the module, inside the indentation of its blocks."""
+    state = CodegenState(
+        default_indent=module.default_indent, default_newline=module.default_newline, indent_tokens=list(indents)
+    )
+    statement._codegen(state)
+    return "".join(state.tokens)
+
+
+def _shifted(edits: tuple[Edit, ...], rows: int) -> list[Edit]:
+    return [
+        Edit(
+            Location(e.location.row + rows, e.location.column),
+            Location(e.end_location.row + rows, e.end_location.column),
+            e.content,
+        )
+        for e in edits
+    ]
 
 
 def text_edits(before: str, after: str) -> tuple[Edit, ...]:

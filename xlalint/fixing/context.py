@@ -159,6 +159,16 @@ class CstContext:
         found = self._of_statement[id(statement)] = (positions, spans)
         return found
 
+    def top_statement(self, number: int) -> ast.stmt | None:
+        """The first `ast` statement of the module's top-level statement `number` (None without the `ast`)."""
+        return self._statements.first[number] if self._statements is not None else None
+
+    def block_statements(self, block: cst.IndentedBlock, tree_body: list[ast.stmt]) -> _Statements | None:
+        """Where each statement of `block` is, from `tree_body`, the `ast` statements of the same block."""
+        if id(block) not in self._blocks:
+            self._blocks[id(block)] = _statement_lines(block.body, tree_body)
+        return self._blocks[id(block)]
+
     def _around(self, row: int) -> tuple[Mapping[cst.CSTNode, CodeRange], dict[Span, list[cst.CSTNode]]]:
         """The positions and spans of the innermost statement holding line `row` (the module's where
         none does, or it cannot be positioned alone). From the module down, a `class` or `def`
@@ -185,9 +195,7 @@ class CstContext:
                 break
             indents = [*indents, self.module.default_indent if block.indent is None else block.indent]
             body, tree_body = block.body, piece.body
-            if id(block) not in self._blocks:
-                self._blocks[id(block)] = _statement_lines(body, tree_body)
-            statements = self._blocks[id(block)]
+            statements = self.block_statements(block, tree_body)
         for statement, around, lines in reversed(chain):  # the innermost that can be positioned alone
             found = self._positioned(statement, around, lines)
             if found is not None:
