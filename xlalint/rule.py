@@ -97,6 +97,7 @@ class Rule:
     hint: ClassVar[str] = ""  # what to do instead, shown under the message
     xla_only: ClassVar[bool] = False  # fire only in files that import torch_xla / torchax
     fix_availability: ClassVar[str] = "none"  # none | sometimes | always
+    _visited_types: ClassVar[dict[type, str] | None] = None  # each class's own (see `visited_types`)
     # preview: precision on real code not yet shown; off unless `--preview` or selected explicitly
     preview: ClassVar[bool] = False
     # a migration rule runs only when the user names its target platform (`--target torchtpu`)
@@ -145,8 +146,13 @@ class Rule:
 
     @classmethod
     def visited_types(cls) -> dict[type, str]:
-        """The `ast` node types this rule visits, with the method for each."""
-        return {getattr(ast, attr[6:]): attr for attr in dir(cls) if attr.startswith("visit_")}
+        """The `ast` node types this rule visits, with the method for each (found once per class:
+        asked of every rule for every file)."""
+        found = cls.__dict__.get("_visited_types")
+        if found is None:
+            found = {getattr(ast, attr[6:]): attr for attr in dir(cls) if attr.startswith("visit_")}
+            cls._visited_types = found
+        return found
 
     @classmethod
     def applies(cls, ctx: FileContext) -> bool:

@@ -308,6 +308,9 @@ class UntraceableCallInCompiled(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
+        options = compiled_options(self.ctx, node)
+        if options is None:
+            return  # asked first: most calls of most files are in no compiled region
         row = BY_NAME.get(self.ctx.qualified_name(node.func) or "")
         func = row.name if row is not None else None
         if row is None and isinstance(node.func, ast.Attribute):
@@ -320,10 +323,7 @@ class UntraceableCallInCompiled(Rule):
                 return  # `torch._dynamo.config.allow_rnn = True`: Dynamo traces the module (measured)
             if row is not None and self._flattened_before(node):
                 return  # Dynamo gave up on the function at `flatten_parameters()`: this call runs eagerly
-        if row is None:
-            return
-        options = compiled_options(self.ctx, node)
-        if options is None or (row.alone_ok and self._alone(node)):
+        if row is None or (row.alone_ok and self._alone(node)):
             return
         gb = gb_for_installed(row.ids_by_torch)
         message = self.summary.format(func=func, what=row.what, consequence=break_note(options), gb=gb)

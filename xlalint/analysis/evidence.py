@@ -515,9 +515,22 @@ def _backward_origin(ctx: File, name: ast.Name) -> tuple[ast.AST, str] | None:
 
 def _device_origin(ctx: File, expr: ast.expr, depth: int) -> tuple[ast.AST, str] | None:
     """The expression that makes `expr` a device value, followed back through names, attributes,
-    subscripts, methods and operations; None when none is seen."""
+    subscripts, methods and operations; None when none is seen. Kept per node and depth: the
+    values a file's names reach (`device = xm.xla_device()`) are followed from each use."""
     if depth > MAX_VALUE_DEPTH:
         return None
+    memo = ctx.cached(_origins)
+    key = (expr, depth)
+    if key not in memo:
+        memo[key] = _origin(ctx, expr, depth)
+    return memo[key]
+
+
+def _origins(ctx: File) -> dict[tuple[ast.expr, int], tuple[ast.AST, str] | None]:
+    return {}
+
+
+def _origin(ctx: File, expr: ast.expr, depth: int) -> tuple[ast.AST, str] | None:
     kind = ctx.tensor_kind(expr)
     # the value itself is a device value; what it is computed from may be of unknown kind
     # (`outputs["logits"]` of a role's input): only host values end the search there
