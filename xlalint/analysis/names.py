@@ -7,11 +7,17 @@ import ast
 
 def dotted_name(node: ast.AST | None) -> str | None:
     """`a.b.c` for Name/Attribute chains, None for anything else (calls, subscripts...)."""
+    # asked about a million times in a cold run of a large project: exact types (`ast.parse` makes
+    # no subclasses), and a bare name without building a list
+    if type(node) is ast.Name:
+        return node.id
+    if type(node) is not ast.Attribute:
+        return None
     parts: list[str] = []
-    while isinstance(node, ast.Attribute):
+    while type(node) is ast.Attribute:
         parts.append(node.attr)
         node = node.value
-    if isinstance(node, ast.Name):
+    if type(node) is ast.Name:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return None
