@@ -556,8 +556,7 @@ def loop_counters(ctx: File, loop: ast.For | ast.AsyncFor | ast.While) -> frozen
             }
         counters |= {
             n.target.id
-            for stmt in loop.body
-            for n in ast.walk(stmt)
+            for n in assignments_in_body(ctx, loop)
             if isinstance(n, ast.AugAssign)
             and isinstance(n.op, ast.Add)
             and isinstance(n.target, ast.Name)
@@ -966,8 +965,7 @@ def loop_data(ctx: File, loop: ast.AST) -> set[str]:
             _read_names(n.value),
             [name for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for name in _bound_names(t)],
         )
-        for stmt in loop.body
-        for n in ast.walk(stmt)
+        for n in assignments_in_body(ctx, loop)
         if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None
     ]
     for _ in range(3):  # a few rounds of `a = f(batch); b = a.to(d)`
@@ -975,6 +973,28 @@ def loop_data(ctx: File, loop: ast.AST) -> set[str]:
             if not reads.isdisjoint(data):
                 data.update(bound)
     return data
+
+
+def assignments_in_body(ctx: File, loop: ast.AST) -> list[ast.AST]:
+    """The assignments (`=`, `x: T =`, `+=`) anywhere in a loop's body, in the order a walk of each
+    of its statements meets them (`ast.walk`: by depth, then in source order)."""
+    return ctx.cached(_assignments_by_loop).get(loop, [])
+
+
+def _assignments_by_loop(ctx: File) -> dict[ast.AST, list[ast.AST]]:
+    """Each loop's `assignments_in_body`, from one pass over the file's assignments (walking each
+    loop's body instead walked an outer loop's inner loops again, for each question asked)."""
+    index = ctx.index
+    found: dict[ast.AST, list[tuple[tuple[int, int, int], ast.AST]]] = {}
+    for kind in (ast.Assign, ast.AnnAssign, ast.AugAssign):
+        for node in index.by_type.get(kind, ()):
+            child, depth = node, 0
+            for anc in index.ancestors(node):
+                if isinstance(anc, LOOPS) and index.field_of(child) == "body":
+                    key = (index.order[child], depth, index.order[node])
+                    found.setdefault(anc, []).append((key, node))
+                child, depth = anc, depth + 1
+    return {loop: [node for _, node in sorted(items, key=lambda item: item[0])] for loop, items in found.items()}
 
 
 def _bound_names(target: ast.expr):
