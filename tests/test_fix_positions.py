@@ -89,13 +89,18 @@ def test_nodes_and_positions_of_real_files_are_the_whole_modules(path):
     _check(path.read_text(encoding="utf-8"))
 
 
-def test_a_method_of_a_large_class_is_positioned_without_the_class():
-    """The point of it: a fix in one method positions that method's statement only."""
+def _big_class():
+    """A class of 200 methods, its context, and the `t.item()` call of method 66 (line 201)."""
     methods = "".join(f"    def m{i}(self, t):\n        return t.item() + {i}\n\n" for i in range(200))
     text = f"class Big:\n{methods}"
-    module, tree = cst.parse_module(text), ast.parse(text)
-    ctx = CstContext(module, SourceText(text), tree)
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == 201)
+    tree = ast.parse(text)
+    ctx = CstContext(cst.parse_module(text), SourceText(text), tree)
+    return text, ctx, next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == 201)
+
+
+def test_a_method_of_a_large_class_is_positioned_without_the_class():
+    """The point of it: a fix in one method positions that method's statement only."""
+    _, ctx, call = _big_class()
     found = ctx.locate(call)
     assert isinstance(found, cst.Call) and ctx.code(found) == "t.item()"
     assert len(ctx._of_statement) == 1  # the method alone, not the class
@@ -148,11 +153,7 @@ def test_the_edits_of_a_fix_in_one_method_span_that_method():
     from xlalint.diagnostics import Fix
     from xlalint.fixing.apply import FixEdits
 
-    methods = "".join(f"    def m{i}(self, t):\n        return t.item() + {i}\n\n" for i in range(200))
-    text = f"class Big:\n{methods}"
-    module, tree = cst.parse_module(text), ast.parse(text)
-    ctx = CstContext(module, SourceText(text), tree)
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == 201)
+    text, ctx, call = _big_class()
     old = ctx.locate(call)
     (edit,) = FixEdits(ctx).of(Fix.replace(old, cst.parse_expression("float(t)"), title="t", safe=True))
     assert (edit.location.row, edit.end_location.row) == (201, 201)
