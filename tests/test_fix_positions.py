@@ -158,3 +158,36 @@ def test_the_edits_of_a_fix_in_one_method_span_that_method():
     (edit,) = FixEdits(ctx).of(Fix.replace(old, cst.parse_expression("float(t)"), title="t", safe=True))
     assert (edit.location.row, edit.end_location.row) == (201, 201)
     assert _applied(text, [edit]) == text.replace("t.item() + 66\n", "float(t) + 66\n")
+
+
+def _index_fields(index):
+    """A module index as comparable values: nodes by identity, in their order."""
+    from dataclasses import fields
+
+    def plain(value):
+        if isinstance(value, cst.CSTNode):
+            return id(value)
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, set):
+            return sorted(value)
+        if hasattr(value, "__dataclass_fields__"):
+            return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+        return value
+
+    return {f.name: plain(getattr(index, f.name)) for f in fields(index)}
+
+
+@pytest.mark.parametrize("path", _files()[:12], ids=lambda p: p.name)
+def test_the_index_walk_meets_what_libcsts_visit_meets(path):
+    """`cst_index.walk` (no node rebuilt) gives the index libcst's own `visit` gives: the same
+    parents, order, imports, bindings and name uses, node for node."""
+    from xlalint.fixing.cst_index import ModuleIndex, _Indexer, build_index
+
+    for text in (path.read_text(encoding="utf-8"), TRICKY):
+        module = cst.parse_module(text)
+        visited = ModuleIndex()
+        module.visit(_Indexer(visited))
+        assert _index_fields(build_index(module)) == _index_fields(visited)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import cast
 
 import libcst as cst
 
@@ -69,6 +70,11 @@ class ModuleIndex:
         return None
 
 
+# exact classes: the parser makes no subclasses of libcst's nodes
+_SCOPES = frozenset({cst.Module, cst.FunctionDef, cst.Lambda})
+_GUARDS = frozenset({cst.Try, cst.If, cst.With})
+
+
 class _Indexer(cst.CSTVisitor):
     def __init__(self, index: ModuleIndex) -> None:
         self.index = index
@@ -76,25 +82,37 @@ class _Indexer(cst.CSTVisitor):
         self.scopes: list[Scope] = []
         self.guard_depth = 0  # try/if/with blocks at module level
         self.in_import = 0
+        self._methods: dict[tuple[str, type], object] = {}  # ("visit_", cst.Name) -> the bound method or None
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.stack:
-            self.index.parents[id(node)] = self.stack[-1]
-        self.index.order[id(node)] = len(self.index.order)
-        self.stack.append(node)
-        if isinstance(node, (cst.Module, cst.FunctionDef, cst.Lambda)):
-            self.scopes.append(node)
-        elif isinstance(node, (cst.Try, cst.If, cst.With)):
+        index, stack, kind = self.index, self.stack, type(node)
+        if stack:
+            index.parents[id(node)] = stack[-1]
+        index.order[id(node)] = len(index.order)
+        stack.append(node)
+        if kind in _SCOPES:
+            self.scopes.append(cast(Scope, node))
+        elif kind in _GUARDS:
             self.guard_depth += 1
-        return super().on_visit(node)
+        visit = self._handlers("visit_", kind)
+        return visit is None or visit(node) is not False  # (CSTVisitor.on_visit, per class found once)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
+        kind = type(original_node)
+        leave = self._handlers("leave_", kind)
+        if leave is not None:
+            leave(original_node)
         self.stack.pop()
-        if isinstance(original_node, (cst.Module, cst.FunctionDef, cst.Lambda)):
+        if kind in _SCOPES:
             self.scopes.pop()
-        elif isinstance(original_node, (cst.Try, cst.If, cst.With)):
+        elif kind in _GUARDS:
             self.guard_depth -= 1
+
+    def _handlers(self, prefix: str, kind: type):
+        key = (prefix, kind)
+        if key not in self._methods:
+            self._methods[key] = getattr(self, f"{prefix}{kind.__name__}", None)
+        return self._methods[key]
 
     @property
     def _at_module(self) -> bool:
@@ -239,5 +257,89 @@ def _target_names(target: cst.BaseExpression):
 
 def build_index(module: cst.Module) -> ModuleIndex:
     index = ModuleIndex()
-    module.visit(_Indexer(index))
+    walk(module, _Indexer(index))
     return index
+
+
+# -- a read-only walk ---------------------------------------------------------------------------------
+# libcst's `visit` rebuilds every node it passes (each `_visit_and_replace_children` makes a new
+# node, validated), which made indexing a 3,000-line module with a few fixes cost more than parsing
+# it. This walk calls the same visitor methods on the same nodes in the same order, reading each
+# node's children from its fields in the order libcst visits them: learnt once per node class and
+# set of fields present, from libcst itself (one `_visit_and_replace_children` of a node of that
+# shape), and checked there; a shape whose order cannot be told is visited by libcst, as before.
+
+
+def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """`node.visit(visitor)` for a visitor that only reads (no `visit_<Node>_<field>` methods)."""
+    if visitor.on_visit(node):
+        order = _order(node)
+        if order is None:
+            node._visit_and_replace_children(visitor)
+        else:
+            for name in order:
+                value = getattr(node, name)
+                if isinstance(value, cst.CSTNode):
+                    walk(value, visitor)
+                else:
+                    for item in value:
+                        walk(item, visitor)
+    visitor.on_leave(node)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_ORDERS: dict[tuple[type, tuple[str, ...]], tuple[str, ...] | None] = {}
+
+
+def _order(node: cst.CSTNode) -> tuple[str, ...] | None:
+    kind = type(node)
+    names = _FIELDS.get(kind)
+    if names is None:  # the fields that may hold nodes (not a name's `value: str`)
+        names = _FIELDS[kind] = tuple(f.name for f in fields(node) if f.type not in _SCALARS)
+    present = tuple(name for name in names if _holds_nodes(getattr(node, name)))
+    key = (kind, present)
+    if key not in _ORDERS:
+        _ORDERS[key] = _learn(node, present)
+    return _ORDERS[key]
+
+
+_SCALARS = frozenset({"str", "bool", "int", str, bool, int})
+
+
+def _holds_nodes(value: object) -> bool:
+    # (libcst's sequences hold nodes only)
+    return isinstance(value, cst.CSTNode) or (type(value) in (list, tuple) and len(value) > 0)  # type: ignore[arg-type]
+
+
+class _Children(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.seen: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.seen.append(node)
+        return False
+
+
+def _learn(node: cst.CSTNode, present: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The order libcst visits the fields `present` of nodes shaped like `node` in; None when
+    its children are not those fields' nodes, field after field."""
+    recorder = _Children()
+    node._visit_and_replace_children(recorder)
+    owner: dict[int, str] = {}
+    for name in present:
+        value = getattr(node, name)
+        for item in [value] if isinstance(value, cst.CSTNode) else value:
+            if id(item) in owner:
+                return None  # one node in two places: no order of fields tells them apart
+            owner[id(item)] = name
+    if any(id(child) not in owner for child in recorder.seen):
+        return None
+    order = tuple(dict.fromkeys(owner[id(child)] for child in recorder.seen))
+    flat = [
+        item
+        for name in order
+        for item in ([getattr(node, name)] if isinstance(getattr(node, name), cst.CSTNode) else getattr(node, name))
+    ]
+    if len(flat) != len(recorder.seen) or any(a is not b for a, b in zip(flat, recorder.seen)):
+        return None
+    return order
