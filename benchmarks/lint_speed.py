@@ -47,15 +47,15 @@ for the project index, ~3,800 `Path.resolve` calls (each path is resolved once p
 calls per entry walked, and importing importlib.metadata at start-up. Wall times on a machine at load
 15 say nothing; on the quiet machine above, warm wall was CPU + ~0.05 s.
 
-The cold path, the round after (`--repeat 2`, idle machine, e6b5e05 -> f645070; pytorch/xla):
+The cold path, the round after (`--repeat 2`, idle machine, e6b5e05 -> 7cb71b8; pytorch/xla):
 
                                       before    after
-    ast.parse, every file               0.51     0.54
-    cold, 2 jobs                       20.9     11.91   (22.1x ast.parse; target <= 15x: not met)
-    cold, --jobs 1                     23.1     12.70
-    warm, nothing changed               0.34     0.32
-    warm, the largest module changed    1.16     1.00
-    open_clip's train.py alone: cold 1.53 s wall (2.46 CPU-s), warm 0.22 s.
+    ast.parse, every file               0.51     0.55
+    cold, 2 jobs                       20.9     11.37   (20.7x ast.parse; target <= 15x: not met)
+    cold, --jobs 1                     23.1     11.52
+    warm, nothing changed               0.34     0.33
+    warm, the largest module changed    1.16     1.04
+    open_clip's train.py alone: cold 1.58 s wall (2.52 CPU-s), warm 0.22 s.
 
 Each step was checked for identical findings and fix edits (JSON, `--preview --confidence
 possible`) on pytorch/xla, open_clip, accelerate, Lightning, mantis and osu-diffusion.
