@@ -166,13 +166,7 @@ def _check_task(task: CheckTask) -> tuple[list[dict], str | None]:
     try:
         source, notebook = _source(task.path, task.raw)
         found = lint_source(
-            source,
-            [RULES_BY_CODE[c] for c in task.codes],
-            with_edits=task.with_edits,
-            assume_xla=task.assume_xla,
-            project=task.facts,
-            target_version=task.target,
-            fixable=_frozen(task.fixable),
+            source, [RULES_BY_CODE[c] for c in task.codes], with_edits=task.with_edits, **_engine_options(task)
         )
         if notebook is not None:
             found = [notebook.in_cells(d) for d in found]
@@ -191,6 +185,16 @@ def _without_fixes(path: str, size: int) -> str | None:
     return f"{path}: warning: {size_mib:.1f} MiB, over the {budget_kib} KiB up to which fixes are built: findings without fixes"
 
 
+def _engine_options(task: CheckTask | FixTask) -> dict[str, Any]:
+    """What a check and a fix pass the engine alike."""
+    return {
+        "assume_xla": task.assume_xla,
+        "project": task.facts,
+        "target_version": task.target,
+        "fixable": _frozen(task.fixable),
+    }
+
+
 def _frozen(codes: tuple[str, ...] | None) -> frozenset[str] | None:
     return None if codes is None else frozenset(codes)
 
@@ -204,11 +208,8 @@ def _fix_task(task: FixTask):
             source,
             [RULES_BY_CODE[c] for c in task.codes],
             unsafe=task.unsafe,
-            assume_xla=task.assume_xla,
-            project=task.facts,
-            target_version=task.target,
-            fixable=_frozen(task.fixable),
             confidence=task.confidence,
+            **_engine_options(task),
         )
         for diagnostic in [*result.diagnostics, *result.found]:  # what is reported; the libcst nodes stay here
             if diagnostic.fix is not None:
