@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import ast
 import functools
+import queue
 import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import TypeVar
+from typing import TypeVar, cast
 
 T = TypeVar("T")
 
@@ -43,33 +44,58 @@ def deep_stack(func: Callable[..., T]) -> Callable[..., T]:
     def run(*args, **kwargs):
         if getattr(_state, "deep", False):
             return func(*args, **kwargs)
-        outcome: list = []
-
-        def target() -> None:
-            _state.deep = True
-            try:
-                outcome.append((True, func(*args, **kwargs)))
-            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-                outcome.append((False, exc))
-
         _enter()
         try:
-            with _lock:
-                previous = threading.stack_size(STACK_BYTES)
-                try:
-                    thread = threading.Thread(target=target, name="xlalint-deep", daemon=True)
-                    thread.start()
-                finally:
-                    threading.stack_size(previous)
-            thread.join()
+            ok, value = _in_deep_thread(functools.partial(func, *args, **kwargs))
         finally:
             _leave()
-        ok, value = outcome[0]
         if not ok:
-            raise value.with_traceback(value.__traceback__)
+            error = cast(BaseException, value)
+            raise error.with_traceback(error.__traceback__)
         return value
 
     return run
+
+
+# One thread with the large stack per process, which runs each call in turn: a thread per call
+# reserved a new stack before the last one's was released (a joined thread's stack is unmapped a
+# moment after `join` returns), so a process held two (2 GiB of address space: over a `ulimit -v`
+# of 2 GiB, "can't start new thread"), and paid a thread's start per file.
+_calls: queue.SimpleQueue | None = None
+_thread: threading.Thread | None = None
+
+
+def _in_deep_thread(call: Callable[[], T]) -> tuple[bool, object]:
+    global _calls, _thread
+    with _lock:
+        if _thread is None or not _thread.is_alive():  # the first call, or the first in a forked child
+            _calls = queue.SimpleQueue()
+            previous = threading.stack_size(STACK_BYTES)
+            try:
+                _thread = threading.Thread(target=_serve, args=(_calls,), name="xlalint-deep", daemon=True)
+                _thread.start()
+            finally:
+                threading.stack_size(previous)
+        calls = _calls
+    assert calls is not None  # (set with the thread, above)
+    done = threading.Event()
+    outcome: list[tuple[bool, object]] = []
+    calls.put((call, outcome, done))
+    done.wait()
+    return outcome[0]
+
+
+def _serve(calls: queue.SimpleQueue) -> None:
+    _state.deep = True
+    while True:
+        call, outcome, done = calls.get()
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+            del call, outcome, done  # nothing of one call kept alive until the next
 
 
 def _enter() -> None:

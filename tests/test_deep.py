@@ -1,0 +1,50 @@
+"""`deep.deep_stack`: calls run on one thread with a large stack, in turn, whatever their number."""
+
+import ast
+import threading
+
+import pytest
+
+from xlalint.deep import deep_stack, python_parse
+
+
+@deep_stack
+def _thread_of() -> threading.Thread:
+    return threading.current_thread()  # (the object: an OS thread's id may be reused)
+
+
+@deep_stack
+def _depth_of(text: str) -> int:
+    depth, node = 0, python_parse(text, "<deep>").body[0].value  # type: ignore[attr-defined]
+    while isinstance(node, ast.BinOp):
+        node, depth = node.left, depth + 1
+    return depth
+
+
+@deep_stack
+def _fails() -> None:
+    raise ValueError("from the deep thread")
+
+
+@deep_stack
+def _nested() -> tuple[threading.Thread, threading.Thread]:
+    return threading.current_thread(), _thread_of()  # a deep call inside one runs in place
+
+
+def test_every_call_runs_on_the_same_deep_thread():
+    """One stack for the process: a thread per call held two stacks at once for a moment (2 GiB
+    of address space), over a `ulimit -v` of 2 GiB."""
+    seen = {_thread_of() for _ in range(50)}
+    assert len(seen) == 1 and seen != {threading.current_thread()}
+    outer, inner = _nested()
+    assert outer is inner is next(iter(seen))
+
+
+def test_trees_as_deep_as_python_accepts_are_walked():
+    assert _depth_of("x = " + " + ".join(["1"] * 2_500)) == 2_499
+
+
+def test_an_exception_comes_back_to_the_caller():
+    with pytest.raises(ValueError, match="from the deep thread"):
+        _fails()
+    assert _thread_of() is _thread_of()  # the thread serves on after a failure
