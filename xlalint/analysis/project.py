@@ -697,6 +697,8 @@ def _dispatch_dicts(ctx, table: ast.expr | None) -> list[ast.Dict]:
 def _device_loaders(ctx, call: ast.Call) -> tuple[str, ...]:
     """The arguments of `call` that are device loaders, built there or assigned to the name passed:
     "2" for the third positional one, "k:loader" for `loader=...`."""
+    if not ctx.cached(_builds_device_loaders):
+        return ()  # what a name is assigned is a call of this module: none builds a device loader
     found = []
     for position, arg in enumerate(call.args):
         if _device_loader(ctx, arg):
@@ -735,6 +737,11 @@ def _host_args(ctx, call: ast.Call) -> tuple[str, ...]:
     if all(kw.arg for kw in call.keywords) and all(words):
         found.append("k:**=" + ("cpu" if "cpu" in words else "py"))
     return tuple(found)
+
+
+def _builds_device_loaders(ctx) -> bool:
+    """Some call of the module builds a device loader (asked at each call the summary records)."""
+    return any(DEVICE_LOADER.match(last_part(dotted_name(call.func))) for call in ctx.index.calls)
 
 
 def _device_loader(ctx, value: ast.expr) -> bool:
@@ -824,8 +831,8 @@ def _callee(ctx, call: ast.Call) -> tuple[str | None, str | None]:
 def partial_target(ctx, func: ast.expr) -> str | None:
     """The function, as written, that a name or attribute bound only to `functools.partial(f, ...)`
     calls: calling it calls `f` (with the bound arguments first)."""
-    if not isinstance(func, (ast.Name, ast.Attribute)):
-        return None
+    if not isinstance(func, (ast.Name, ast.Attribute)) or not ctx.cached(_builds_partials):
+        return None  # (what a name is assigned is a call of this module: none is a `partial`)
     values = ctx.assigned_values(func)
     partials = [v for v in values if isinstance(v, ast.Call) and ctx.qualified_name(v.func) == "functools.partial"]
     # only keywords bound: the call's positional arguments keep their places (`partial(f, a)` shifts them)
@@ -833,6 +840,10 @@ def partial_target(ctx, func: ast.expr) -> str | None:
     if not values or len(partials) != len(values) or len(wrapped) != 1:
         return None
     return wrapped.pop()
+
+
+def _builds_partials(ctx) -> bool:
+    return any(ctx.qualified_name(call.func) == "functools.partial" for call in ctx.index.calls)
 
 
 def _instance_class(ctx, value: ast.expr) -> str | None:
