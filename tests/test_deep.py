@@ -48,3 +48,22 @@ def test_an_exception_comes_back_to_the_caller():
     with pytest.raises(ValueError, match="from the deep thread"):
         _fails()
     assert _thread_of() is _thread_of()  # the thread serves on after a failure
+
+
+def test_without_room_for_the_thread_calls_run_in_place(monkeypatch):
+    """Where no thread can start (a `ulimit -v` too small for its stack, a thread limit), a call runs
+    in the caller's thread at Python's own recursion limit: a tree too deep for it is then that
+    file's error, not the run's."""
+    import sys
+
+    from xlalint import deep
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(deep, "_thread", None)
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    limit = sys.getrecursionlimit()
+    assert _thread_of() is threading.current_thread()
+    assert _depth_of("x = " + " + ".join(["1"] * 50)) == 49
+    assert sys.getrecursionlimit() == limit

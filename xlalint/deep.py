@@ -46,9 +46,12 @@ def deep_stack(func: Callable[..., T]) -> Callable[..., T]:
             return func(*args, **kwargs)
         _enter()
         try:
-            ok, value = _in_deep_thread(functools.partial(func, *args, **kwargs))
+            outcome = _in_deep_thread(functools.partial(func, *args, **kwargs))
         finally:
             _leave()
+        if outcome is None:  # no thread can start (a `ulimit -v`, a thread limit): here, within Python's limits
+            return func(*args, **kwargs)
+        ok, value = outcome
         if not ok:
             error = cast(BaseException, value)
             raise error.with_traceback(error.__traceback__)
@@ -65,17 +68,22 @@ _calls: queue.SimpleQueue | None = None
 _thread: threading.Thread | None = None
 
 
-def _in_deep_thread(call: Callable[[], T]) -> tuple[bool, object]:
+def _in_deep_thread(call: Callable[[], T]) -> tuple[bool, object] | None:
+    """(True, the result) or (False, the exception) of `call` on the deep thread; None when that
+    thread cannot start."""
     global _calls, _thread
     with _lock:
         if _thread is None or not _thread.is_alive():  # the first call, or the first in a forked child
-            _calls = queue.SimpleQueue()
+            fresh: queue.SimpleQueue = queue.SimpleQueue()
             previous = threading.stack_size(STACK_BYTES)
             try:
-                _thread = threading.Thread(target=_serve, args=(_calls,), name="xlalint-deep", daemon=True)
-                _thread.start()
+                thread = threading.Thread(target=_serve, args=(fresh,), name="xlalint-deep", daemon=True)
+                thread.start()
+            except RuntimeError:  # "can't start new thread": no room for its stack
+                return None
             finally:
                 threading.stack_size(previous)
+            _thread, _calls = thread, fresh
         calls = _calls
     assert calls is not None  # (set with the thread, above)
     done = threading.Event()
