@@ -82,6 +82,7 @@ class FileContext:
         self.gradients_cache: dict[ast.AST, bool] = {}  # see jax_tracing.computes_gradients
         self.if_gate_cache: dict[tuple[ast.AST, str | None], bool] = {}  # see steps.gated_by
         self.gate_cache: dict[ast.AST, bool] = {}  # node -> `steps.gated_by` it and its parent
+        self._off_xla: dict[ast.AST, bool] = {}  # node -> `in_non_xla_code`
         self.loop_counter_cache: dict[ast.AST, frozenset[str]] = {}  # see steps._loop_counters
         self.param_reads_cache: dict[ast.AST, list] = {}  # see reads.parameter_reads
         # (scope, name) -> the source positions of the values assigned to it, when they come in
@@ -619,10 +620,6 @@ class FileContext:
         for item in chain:
             known[item] = found
         return found
-
-    @cached_property
-    def _off_xla(self) -> dict[ast.AST, bool]:
-        return {}
 
     def _off_xla_below(self, anc: ast.AST, child: ast.AST) -> bool:
         """`child`, directly below `anc`, runs only off XLA because of where it is in `anc`."""

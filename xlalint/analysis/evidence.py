@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..diagnostics import HIGH, POSSIBLE, Location, Step
 from ..source import stat_or_none
-from .index import FUNCTIONS, qualname
+from .index import FUNCTIONS
 from .names import dotted_name, last_part, method_name, receiver
 from .project import loss_names, project_root
 from .steps import (
@@ -48,7 +48,7 @@ from .steps import (
     test_entry,
     trains,
 )
-from .tensors import Kind, TensorInference, returned_values
+from .tensors import Kind, TensorInference, passed_by_project, returned_values
 from .vocabulary import XLA_MODULES
 
 if TYPE_CHECKING:
@@ -464,18 +464,6 @@ def value_evidence(ctx: File, expr: ast.expr | None) -> Evidence:
     return Evidence(HIGH, (_at(ctx, node, why or f"value from `{_code(node)}` (line {line})"),))
 
 
-def _passed_from_device(ctx: File, func: Any, param: ast.arg) -> bool:
-    """A call of `func` in another module passes a device value of seen origin for `param`
-    (`ProjectFacts.host_params`, kind "dev")."""
-    facts = ctx.project.host_params
-    if not facts:
-        return False
-    position = ctx.call_position(func, param)
-    keys = [f"k:{param.arg}", *([str(position)] if position is not None else [])]
-    name = qualname(ctx.index, func)
-    return any((name, key, "dev") in facts for key in keys)
-
-
 def _returns_python_values(ctx: File, call: ast.Call) -> bool:
     """`call` runs a function of this module whose every `return` gives a Python value
     (`return pair.cpu().tolist()`, `return a.item(), b.item()`): its device arguments are read
@@ -564,7 +552,7 @@ def _origin(ctx: File, expr: ast.expr, depth: int) -> tuple[ast.AST, str] | None
                     found = _device_origin(ctx, passed, depth + 1)
                     if found is not None:
                         return found
-            if isinstance(func, FUNCTIONS) and _passed_from_device(ctx, func, param):
+            if isinstance(func, FUNCTIONS) and passed_by_project(ctx, func, param, ("dev",)):
                 return param, f"`{param.arg}`: a call elsewhere passes `{func.name}` a device value"
         return None
     if isinstance(expr, ast.Attribute):

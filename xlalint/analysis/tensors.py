@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .compiled import CompiledRegions, compiled_arguments
 from .file import Kind
@@ -591,19 +591,10 @@ class TensorInference:
     def _host_everywhere(self, func: ast.FunctionDef | ast.AsyncFunctionDef, param: ast.arg) -> Kind | None:
         """CPU (a host tensor) or NOT_TENSOR (a Python value) when every call of `func` the project
         makes passes a host value for `param` (`ProjectFacts.host_params`); None otherwise."""
-        facts = self.ctx.project.host_params
-        if not facts:
-            return None
-        qualified = qualname(self.ctx.index, func)
-        if param is func.args.kwarg:
-            keys = ["k:**"]  # what `**kwargs` collects: every keyword of every call
-        else:
-            position = self.ctx.call_position(func, param)
-            keys = [f"k:{param.arg}", *([str(position)] if position is not None else [])]
-        for kind, value in (("cpu", Kind.CPU), ("py", Kind.NOT_TENSOR)):
-            if any((qualified, key, kind) in facts for key in keys):
-                return value
-        return None
+        # what `**kwargs` collects: every keyword of every call
+        keys = ["k:**"] if param is func.args.kwarg else None
+        kind = passed_by_project(self.ctx, func, param, ("cpu", "py"), keys)
+        return {"cpu": Kind.CPU, "py": Kind.NOT_TENSOR}.get(kind) if kind else None
 
     def _passed(self, param: ast.arg) -> Kind:
         """The kind of what this module's calls pass for `param`; UNKNOWN without calls."""
@@ -923,6 +914,23 @@ def _host_annotation(annotation: ast.expr) -> bool:
     if isinstance(annotation, ast.Constant):
         return False  # a string annotation: not parsed here
     return bool(names) and all(name in _HOST_ANNOTATION_NAMES for name in names)
+
+
+def passed_by_project(
+    ctx: File, func: ast.AST, param: ast.arg, kinds: tuple[str, ...], keys: list[str] | None = None
+) -> str | None:
+    """The first of `kinds` the project's facts about calls of `func` hold for `param`
+    (`ProjectFacts.host_params`: "cpu"/"py" every call passes a host value, "inv" every call the
+    same value, "dev" some call a device value of seen origin), the argument named by keyword or
+    by its position in a call (`keys`, when given); None for none of them."""
+    facts = ctx.project.host_params
+    if not facts:
+        return None
+    if keys is None:
+        position = ctx.call_position(cast("ast.FunctionDef", func), param)
+        keys = [f"k:{param.arg}", *([str(position)] if position is not None else [])]
+    name = qualname(ctx.index, func)
+    return next((kind for kind in kinds if any((name, key, kind) in facts for key in keys)), None)
 
 
 def names_cpu(node: ast.expr) -> bool:

@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .index import FUNCTIONS, qualname
+from .index import FUNCTIONS
 from .names import (
     dotted_name,
     keyword_value,
@@ -27,7 +27,7 @@ from .names import (
 )
 from .placement import XLA_DEVICE_CALLS
 from .steps import runs_hot
-from .tensors import names_cpu
+from .tensors import names_cpu, passed_by_project
 
 if TYPE_CHECKING:
     from .file import File
@@ -303,7 +303,7 @@ def _parameter(ctx: File, param: ast.arg, depth: int, hops: int) -> bool | None:
         return None if param.arg in ("self", "cls") else False
     if hops <= 0:
         return None  # what callers pass is not followed further
-    if _passed_invariant_everywhere(ctx, func, param):
+    if passed_by_project(ctx, func, param, ("inv",)):  # every call in the project passes the same value
         return True
     passed = ctx.arguments_for(param)
     if not passed:
@@ -316,20 +316,6 @@ def _parameter(ctx: File, param: ast.arg, depth: int, hops: int) -> bool | None:
         else:
             results.append(invariant(ctx, value, depth, hops - 1))
     return all_invariant(results)
-
-
-def _passed_invariant_everywhere(ctx: File, func: ast.FunctionDef | ast.AsyncFunctionDef, param: ast.arg) -> bool:
-    """Every call of `func` the project makes, in any module, passes an invariant value for `param`
-    (`ProjectFacts.host_params`, kind "inv")."""
-    facts = ctx.project.host_params
-    if not facts:
-        return False
-    params = [*func.args.posonlyargs, *func.args.args]
-    if params and params[0].arg in ("self", "cls") and isinstance(ctx.index.parent(func), ast.ClassDef):
-        params = params[1:]
-    keys = [f"k:{param.arg}", *([str(params.index(param))] if param in params else [])]
-    name = qualname(ctx.index, func)
-    return any((name, key, "inv") in facts for key in keys)
 
 
 def _call(ctx: File, call: ast.Call, depth: int, hops: int) -> bool | None:
