@@ -403,11 +403,8 @@ class TrainingSources:
         if depth > 2 * MAX_DEPTH:
             return []
         if isinstance(expr, ast.Call):
-            if isinstance(expr.func, ast.Attribute) and expr.func.attr == "per_device_loader":
-                return self._resolve(expr.func.value, depth + 1)  # `ParallelLoader(loader, [d]).per_device_loader(d)`
-            if last_part(dotted_name(expr.func)) in WRAPPERS and expr.args:
-                return self._resolve(expr.args[0], depth + 1)
-            return [expr]
+            inner = wrapped_loader(expr)
+            return self._resolve(inner, depth + 1) if inner is not None else [expr]
         if isinstance(expr, ast.Name):
             values = self.ctx.reaching_values(expr)
             if not values:
@@ -416,6 +413,17 @@ class TrainingSources:
         if isinstance(expr, ast.Attribute) and dotted_name(expr):  # `self.train_loader`
             return [leaf for v in self.ctx.assigned_values(expr) for leaf in self._resolve(v, depth + 1)]
         return []
+
+
+def wrapped_loader(call: ast.Call) -> ast.expr | None:
+    """The loader a wrapper call iterates: `tqdm(loader)` (see `WRAPPERS`), and `loader` in
+    `ParallelLoader(loader, [d]).per_device_loader(d)` (the `ParallelLoader(...)`, itself a wrapper);
+    None for any other call."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "per_device_loader":
+        return call.func.value
+    if last_part(dotted_name(call.func)) in WRAPPERS and call.args:
+        return call.args[0]
+    return None
 
 
 def training_sources(ctx: File) -> TrainingSources:
@@ -628,12 +636,11 @@ def _result_sources(ctx: File, expr: ast.expr, index: int, depth: int) -> list[t
     if depth > 2 * MAX_DEPTH:
         return []
     if isinstance(expr, ast.Call):
-        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "per_device_loader":
-            return _result_sources(ctx, expr.func.value, index, depth + 1)
-        name = last_part(dotted_name(expr.func))
-        if name in WRAPPERS and expr.args:
-            return _result_sources(ctx, expr.args[0], index, depth + 1)
-        return [] if name == "DataLoader" or not dotted_name(expr.func) else [(expr, index)]
+        inner = wrapped_loader(expr)
+        if inner is not None:
+            return _result_sources(ctx, inner, index, depth + 1)
+        name = dotted_name(expr.func)
+        return [] if not name or last_part(name) == "DataLoader" else [(expr, index)]
     if not isinstance(expr, (ast.Name, ast.Attribute)) or not dotted_name(expr):
         return []
     found: list[tuple[ast.Call, int]] = []
