@@ -400,19 +400,6 @@ def lint_source(
         parse(source)  # no rule can fire, but invalid Python is still reported
         return []
     ctx = analyse(source, assume_xla=assume_xla, project=project, target_version=target_version)
-    return lint_context(source, ctx, rules, with_edits=with_edits, with_fixes=with_fixes, fixable=fixable)
-
-
-def lint_context(
-    source: SourceFile,
-    ctx: FileContext,
-    rules: list[type[Rule]],
-    *,
-    with_edits: bool = False,
-    with_fixes: bool = True,
-    fixable: frozenset[str] | None = None,
-) -> list[Diagnostic]:
-    """The findings of `rules` on a file already analysed (`ctx`, which a project summary may share)."""
     found = _keep(source, _run_rules(ctx, rules), ctx, rules)
     if with_fixes:
         _build_fixes(source, ctx, found, with_edits=with_edits, fixable=fixable)
