@@ -292,7 +292,6 @@ class FixEdits:
         self.texts = [module.code_for_node(statement) for statement in module.body]
         self.header = "".join(module.code_for_node(line) for line in module.header)
         self.footer = "".join(module.code_for_node(line) for line in module.footer)
-        self.index = {id(statement): i for i, statement in enumerate(module.body)}
         self.rows = [1 + self.header.count("\n")]  # the row each statement starts on, and the end's
         for text in self.texts:
             self.rows.append(self.rows[-1] + len(text.splitlines()))
@@ -373,19 +372,9 @@ class FixEdits:
             or "".join(new.code_for_node(line) for line in new.footer) != self.footer
         ):
             return None
-        anchors = [(-1, -1)]
-        for j, statement in enumerate(new.body):
-            i = self.index.get(id(statement))
-            if i is not None:
-                if i <= anchors[-1][0]:
-                    return None
-                anchors.append((i, j))
-        anchors.append((len(self.texts), len(new.body)))
-        windows = [
-            ((i0 + 1, i1), (j0 + 1, j1))
-            for (i0, j0), (i1, j1) in zip(anchors, anchors[1:])
-            if i1 > i0 + 1 or j1 > j0 + 1
-        ]
+        windows = _identity_windows(self.ctx.module.body, new.body)
+        if windows is None:
+            return None
         if not new.has_trailing_newline and windows and windows[-1][1][1] == len(new.body):
             return None  # the module drops the last statement's newline: diff the whole of it
         return windows
