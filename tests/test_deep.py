@@ -67,3 +67,28 @@ def test_without_room_for_the_thread_calls_run_in_place(monkeypatch):
     assert _thread_of() is threading.current_thread()
     assert _depth_of("x = " + " + ".join(["1"] * 50)) == 49
     assert sys.getrecursionlimit() == limit
+
+
+@deep_stack
+def _collector_enabled() -> bool:
+    import gc
+
+    return gc.isenabled()
+
+
+def test_the_collector_pauses_for_a_call_and_resumes_after():
+    """A file's trees live for its whole call: collections meanwhile would only walk them again."""
+    import gc
+
+    assert gc.isenabled()
+    assert _collector_enabled() is False
+    assert gc.isenabled()
+    with pytest.raises(ValueError):
+        _fails()
+    assert gc.isenabled()
+    gc.disable()  # a caller's own choice is kept
+    try:
+        _collector_enabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -400,10 +400,13 @@ def lint_source(
         parse(source)  # no rule can fire, but invalid Python is still reported
         return []
     ctx = analyse(source, assume_xla=assume_xla, project=project, target_version=target_version)
-    found = _keep(source, _run_rules(ctx, rules), ctx, rules)
-    if with_fixes:
-        _build_fixes(source, ctx, found, with_edits=with_edits, fixable=fixable)
-    return [_diagnostic(source, item) for item in found]
+    try:
+        found = _keep(source, _run_rules(ctx, rules), ctx, rules)
+        if with_fixes:
+            _build_fixes(source, ctx, found, with_edits=with_edits, fixable=fixable)
+        return [_diagnostic(source, item) for item in found]
+    finally:
+        ctx.close()
 
 
 def _choose_fixes(found: list[_Found], unsafe: bool) -> list[_Found]:
@@ -442,8 +445,11 @@ def fix_source(
     current = source
     for _ in range(MAX_FIX_PASSES):
         ctx = analyse(current, assume_xla=assume_xla, project=project, target_version=target_version)
-        found = _keep(current, _run_rules(ctx, rules), ctx, rules)
-        cst_ctx = _build_fixes(current, ctx, found, with_edits=False, fixable=fixable, confidence=confidence)
+        try:
+            found = _keep(current, _run_rules(ctx, rules), ctx, rules)
+            cst_ctx = _build_fixes(current, ctx, found, with_edits=False, fixable=fixable, confidence=confidence)
+        finally:
+            ctx.close()
         diagnostics = [_diagnostic(current, item) for item in found]
         if current is source:
             result.found = diagnostics

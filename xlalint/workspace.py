@@ -140,7 +140,11 @@ def _summarize_task(task: SummaryTask) -> dict | None:
     """The JSON summary of a module; None when the index lacks it (it is reported when it is checked)."""
     try:
         source = decode_source(Path(task.path), read_bounded(Path(task.path))[0])
-        summary = summarize(analyse(source, project=task.facts), task.name)
+        ctx = analyse(source, project=task.facts)
+        try:
+            summary = summarize(ctx, task.name)
+        finally:
+            ctx.close()
         summary.path = task.path
     except (SourceError, OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None

@@ -93,6 +93,13 @@ class FileContext:
         self._calls_within: dict[ast.AST, list[ast.Call]] = {}
         self._qualified: dict[ast.AST | None, str | None] = {}  # see qualified_name
 
+    def close(self) -> None:
+        """Drop everything the file's analyses built. They hold this context and it holds them: a
+        cycle, which only the collector would free (and the file's trees with it); a run pauses the
+        collector for each file's work (`deep.deep_stack`) and frees it here, at once. A closed
+        context answers nothing."""
+        self.__dict__.clear()
+
     # -- source ----------------------------------------------------------------------------------
     def code(self, node: ast.AST) -> str:
         """The source text of `node`, as written."""

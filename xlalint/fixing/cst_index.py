@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import cast
 
@@ -82,7 +83,6 @@ class _Indexer(cst.CSTVisitor):
         self.scopes: list[Scope] = []
         self.guard_depth = 0  # try/if/with blocks at module level
         self.in_import = 0
-        self._methods: dict[tuple[str, type], object] = {}  # ("visit_", cst.Name) -> the bound method or None
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         index, stack, kind = self.index, self.stack, type(node)
@@ -94,25 +94,19 @@ class _Indexer(cst.CSTVisitor):
             self.scopes.append(cast(Scope, node))
         elif kind in _GUARDS:
             self.guard_depth += 1
-        visit = self._handlers("visit_", kind)
-        return visit is None or visit(node) is not False  # (CSTVisitor.on_visit, per class found once)
+        visit = _handler("visit_", kind)
+        return visit is None or visit(self, node) is not False  # (CSTVisitor.on_visit, per class found once)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         kind = type(original_node)
-        leave = self._handlers("leave_", kind)
+        leave = _handler("leave_", kind)
         if leave is not None:
-            leave(original_node)
+            leave(self, original_node)
         self.stack.pop()
         if kind in _SCOPES:
             self.scopes.pop()
         elif kind in _GUARDS:
             self.guard_depth -= 1
-
-    def _handlers(self, prefix: str, kind: type):
-        key = (prefix, kind)
-        if key not in self._methods:
-            self._methods[key] = getattr(self, f"{prefix}{kind.__name__}", None)
-        return self._methods[key]
 
     @property
     def _at_module(self) -> bool:
@@ -253,6 +247,20 @@ def _target_names(target: cst.BaseExpression):
     elif isinstance(target, (cst.Tuple, cst.List)):
         for element in target.elements:
             yield from _target_names(element.value)
+
+
+# ("visit_", cst.Name) -> `_Indexer.visit_Name` or None, looked up once per class: kept on the class,
+# not the instance (bound methods kept on an indexer make it a cycle, freed only by the collector)
+_HANDLERS: dict[tuple[str, type], Callable[[_Indexer, cst.CSTNode], object] | None] = {}
+
+
+def _handler(prefix: str, kind: type) -> Callable[[_Indexer, cst.CSTNode], object] | None:
+    key = (prefix, kind)
+    try:
+        return _HANDLERS[key]
+    except KeyError:
+        found = _HANDLERS[key] = getattr(_Indexer, f"{prefix}{kind.__name__}", None)
+        return found
 
 
 def build_index(module: cst.Module) -> ModuleIndex:
