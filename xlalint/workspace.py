@@ -35,6 +35,7 @@ from .analysis.project import (
     summary_from_json,
     summary_to_json,
 )
+from .analysis.project_names import ProjectNames
 from .analysis.reads import ParamRead
 from .cache import CACHE_DIR_NAME, ProjectCache, digest
 from .config import Settings
@@ -129,6 +130,7 @@ class SummaryTask(NamedTuple):
     path: str
     name: str  # the module's dotted name
     facts: ProjectFacts  # what the project says about it so far (NO_PROJECT on the first pass)
+    modules: ProjectNames  # what the project could name (see `ProjectNames`)
 
 
 # The summary's analysis is not reused to check the file: its facts are the first pass's, and the
@@ -142,7 +144,7 @@ def _summarize_task(task: SummaryTask) -> dict | None:
         source = decode_source(Path(task.path), read_bounded(Path(task.path))[0])
         ctx = analyse(source, project=task.facts)
         try:
-            summary = summarize(ctx, task.name)
+            summary = summarize(ctx, task.name, task.modules)
         finally:
             ctx.close()
         summary.path = task.path
@@ -153,6 +155,13 @@ def _summarize_task(task: SummaryTask) -> dict | None:
             raise
         return None
     return summary_to_json(summary)
+
+
+def _text(path: Path, raw: bytes) -> str | None:
+    try:
+        return decode_source(path, raw).text
+    except SourceError:
+        return None  # no summary either: the index lacks the module
 
 
 def _source(path: str, raw: bytes) -> tuple[SourceFile, Notebook | None]:
@@ -422,6 +431,7 @@ class Workspace:
         cache = self._cache(root)
         members = {self.real(p) for p in self._members(root, targets)} | {self.real(t) for t in targets}
         contents: dict[Path, str] = {}
+        raws: dict[Path, bytes] = {}
         for path in sorted(members):
             if is_notebook(path):
                 continue  # no module to import from; its cells are checked on their own
@@ -431,12 +441,14 @@ class Workspace:
                 continue  # the file is reported when it is linted; the index just lacks it
             if MARKERS.search(raw):
                 contents[path] = digest(raw)
+                raws[path] = raw
         # entries of files gone (notebooks and files naming no torch, XLA or JAX stay: their results
         # are cached too, else a warm run checks them again, and a pool of workers starts for them)
         cache.keep_only({_relative(p, root) for p in members})
         # what module resolution reads besides contents: each member's name, which the `__init__.py`
         # files above it decide (an empty one has no marker, so it is no member)
-        contents = {p: digest(_bytes(f"{c} {module_name(p, source_root(p))}")) for p, c in contents.items()}
+        dotted = {p: module_name(p, source_root(p)) for p in contents}
+        contents = {p: digest(_bytes(f"{c} {dotted[p]}")) for p, c in contents.items()}
         # an unchanged project has unchanged facts: one entry keyed by every member's content and name
         # (and by what `--assume-compiled` and `compiled` take as compiled)
         assume, names = self.settings.assume_compiled, tuple(self.settings.compiled)
@@ -451,11 +463,12 @@ class Workspace:
         cached = _read(_facts_from_json, cache.result(FACTS_SLOT, key))
         if cached is not None:
             return cached
-        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents)
+        modules = ProjectNames.of((dotted[p], text) for p, raw in raws.items() if (text := _text(p, raw)) is not None)
+        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents, modules)
         facts = ProjectIndex(list(summaries.values()), assume_compiled=assume, compiled_names=names).facts()
         again = {Path(path): f for path, f in facts.items() if f.training_calls}
         if again:
-            summaries.update(self._summaries(cache, root, again, contents))
+            summaries.update(self._summaries(cache, root, again, contents, modules))
             facts = ProjectIndex(list(summaries.values()), assume_compiled=assume, compiled_names=names).facts()
         cache.put_result(FACTS_SLOT, key, _facts_to_json(facts))
         return facts
@@ -466,6 +479,7 @@ class Workspace:
         root: Path,
         wanted: dict[Path, ProjectFacts],
         contents: dict[Path, str],
+        modules: ProjectNames,
     ) -> dict[str, ModuleSummary]:
         found, todo = {}, []
         for path, facts in wanted.items():
@@ -475,10 +489,12 @@ class Workspace:
             else:
                 key = contents[path]
             cached = _read(summary_from_json, cache.summary(relpath, key))
+            if cached is not None and modules.names_any(cached.outside):
+                cached = None  # a module added since could hold what one of its calls names
             if cached is not None:
                 found[str(path)] = cached
             else:
-                task = SummaryTask(str(path), module_name(path, source_root(path)), facts)
+                task = SummaryTask(str(path), module_name(path, source_root(path)), facts, modules)
                 todo.append((task, relpath, key))
         for (task, relpath, key), computed in zip(todo, self._map(_summarize_task, [t[0] for t in todo])):
             if computed is not None:

@@ -27,6 +27,7 @@ from .index import FUNCTIONS, qualname
 from .loaders import returned_ragged_loaders, returned_sources, trained_results, training_sources
 from .names import dotted_name, last_part, method_name, receiver
 from .placement import OTHER_DEVICES, off_xla_placement
+from .project_names import ProjectNames
 from .reads import REDUCTIONS, ParamRead, host_read, parameter_reads, state_reads
 from .sharding import module_shards_data
 from .steps import (
@@ -284,6 +285,10 @@ class ModuleSummary:
     # CapWords identifiers it mentions (names, attributes, a string's last dotted part): class names
     mentions: set[str] = field(default_factory=set)
     trains_here: bool = False  # some statement runs a backward, an optimizer step or a train step
+    # what its calls name that the project could not hold when it was summarised (`ProjectNames`):
+    # imported names (`torch.zeros`) and `.methods`; those calls were not judged. The summary is
+    # valid while the project still holds none of them (`ProjectNames.names_any`).
+    outside: list[str] = field(default_factory=list)
 
 
 # -- where a file belongs ----------------------------------------------------------------------------
@@ -320,8 +325,9 @@ def project_root(path: Path, *, follow: bool = True, within: Path | None = None)
 # -- summarising one module --------------------------------------------------------------------------
 
 
-def summarize(ctx, name: str) -> ModuleSummary:
-    """The summary of one analysed file (`ctx` is its `FileContext`)."""
+def summarize(ctx, name: str, names: ProjectNames | None = None) -> ModuleSummary:
+    """The summary of one analysed file (`ctx` is its `FileContext`). `names`: what the project
+    could name (None: anything), to spare the judgement of calls no project function can answer."""
     index = ctx.index
     package = name if Path(str(ctx.path)).name == "__init__.py" else name.rpartition(".")[0]
     summary = ModuleSummary(str(ctx.path), name)
@@ -353,8 +359,10 @@ def summarize(ctx, name: str) -> ModuleSummary:
                 if reads:
                     summary.reads[qualified] = reads
     _summarize_rows(ctx, summary)
+    outside: set[str] = set()
     for call in index.calls:
-        _summarize_call(ctx, summary, call)
+        _summarize_call(ctx, summary, call, names, outside)
+    summary.outside = sorted(outside)
     _summarize_helpers(ctx, summary)
     summary.hook_calls = sorted(hook_names_used(ctx))
     summary.hook_sites = hook_sites(ctx)
@@ -588,7 +596,7 @@ def _is_device(ctx, value: ast.expr) -> bool:
     return text is not None and text.split(":")[0] in OTHER_DEVICES
 
 
-def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
+def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call, names: ProjectNames | None, outside: set[str]) -> None:
     from .rows import row_args
 
     index = ctx.index
@@ -601,7 +609,8 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     )
     targets = [t for t in map(dotted_name, call.args) if t and (registers or _names_function(ctx, t))]
     dispatched = dispatch_targets(ctx, call) if callee is None or isinstance(call.func, ast.Name) else []
-    if not targets and not dispatched and not (callee and _may_resolve(summary, callee, receiver_class)):
+    resolves = callee is not None and _may_resolve(summary, callee, receiver_class, names, outside)
+    if not targets and not dispatched and not resolves:
         return  # `loss.backward()`, `len(x)`: no project function can be meant; spare the judgement
     func = index.enclosing_function(call)
     caller = qualname(index, func) if func is not None else ""
@@ -619,7 +628,7 @@ def _summarize_call(ctx, summary: ModuleSummary, call: ast.Call) -> None:
     guessed = per_step and ctx.step_evidence(call).confidence != HIGH
     column = ctx.text.column(call.lineno, call.col_offset)
     looped = in_loop_within(ctx, call, func if func is not None else ctx.tree)
-    if callee:
+    if resolves and callee is not None:
         summary.calls.append(
             CallSite(
                 caller,
@@ -763,15 +772,36 @@ def passed_device_loader(ctx, name: ast.Name) -> bool:
     return any((q, f"k:{param.arg}") in facts or (position is not None and (q, str(position)) in facts) for q in names)
 
 
-def _may_resolve(summary: ModuleSummary, callee: str, receiver_class: str | None) -> bool:
+def _may_resolve(
+    summary: ModuleSummary, callee: str, receiver_class: str | None, names: ProjectNames | None, outside: set[str]
+) -> bool:
     """Whether `ProjectIndex.resolve_call` could find a project function for this callee at all:
-    a method of `self`/`cls`/`super()`, a typed receiver, or a name this module defines or imports."""
-    if callee.startswith("super().") or receiver_class is not None:
-        return True
+    a method of `self`/`cls`/`super()` or of a typed receiver that the project defines, a name this
+    module defines, or a name it imports that the project could define (see `ProjectNames`; what
+    it could not goes to `outside`)."""
     parts = callee.split(".")
-    if parts[0] in ("self", "cls"):
-        return len(parts) == 2
-    return parts[0] in summary.functions or parts[0] in summary.classes or parts[0] in summary.imports
+    method = None
+    if callee.startswith("super().") or receiver_class is not None:
+        method = parts[-1] if len(parts) > 1 else "__call__"  # `model(x)`: its class's `__call__`
+    elif parts[0] in ("self", "cls"):
+        if len(parts) != 2:
+            return False
+        method = parts[1]
+    if method is not None:
+        if names is None or names.may_define_method(method):
+            return True
+        outside.add(f".{method}")
+        return False
+    if parts[0] in summary.functions or parts[0] in summary.classes:
+        return True
+    qualified = summary.imports.get(parts[0])
+    if qualified is None:
+        return False
+    qualified = ".".join([qualified, *parts[1:]])
+    if names is None or names.may_import(qualified):
+        return True
+    outside.add(qualified)
+    return False
 
 
 def _until(index, node: ast.AST, stop: ast.AST | None):
@@ -1418,6 +1448,7 @@ def summary_to_json(s: ModuleSummary) -> dict:
     return {
         "path": s.path,
         "name": s.name,
+        "outside": s.outside,
         "imports": s.imports,
         "classes": s.classes,
         "functions": s.functions,
@@ -1505,6 +1536,7 @@ def summary_from_json(data: dict) -> ModuleSummary:
         guessed_steps=set(data.get("guessed_steps", [])),
         mentions=set(data.get("mentions", [])),
         trains_here=bool(data.get("trains_here")),
+        outside=list(data.get("outside", [])),
     )
 
 
