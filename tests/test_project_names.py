@@ -49,6 +49,18 @@ def test_an_import_may_name_a_module_by_its_last_part_or_by_a_suffix_defining_th
     assert names.names_any(["x.engine.f"]) and names.names_any([".check"]) and not names.names_any(["os.path.join"])
 
 
+def test_a_function_may_be_called_when_the_text_names_it_beyond_its_defs():
+    names = ProjectNames.of(
+        [
+            ("a", "def used(): pass\ndef test_alone(): pass\ndef by_string(): pass\nclass K:\n    def __init__(self): pass\n"),
+            ("b", "from a import used\nhandler = getattr(k, 'by_string')\n"),
+        ]
+    )
+    assert names.may_call("used") and names.may_call("by_string") and names.may_call("__init__")
+    assert not names.may_call("test_alone")
+    assert names.names_any(["~used"]) and not names.names_any(["~test_alone"])
+
+
 # What resolves in this project, each a way the project index has: an import of a module, a file
 # on another `sys.path`, a name ending with the import (`my_torch` for `torch`, defining `zeros`), a
 # method of a base class in another module, a typed receiver's `__call__`, a `super()` call.
@@ -108,7 +120,7 @@ def test_the_facts_are_those_of_judging_every_call(tmp_path):
     assert ProjectIndex(spared).facts() == ProjectIndex(judged).facts()
     assert sum(len(s.calls) for s in spared) < sum(len(s.calls) for s in judged)
     outside = {entry for s in spared for entry in s.outside}
-    assert {"os.path.join", ".assertEqual"} <= outside
+    assert {"os.path.join", ".assertEqual", "~main"} <= outside  # (`main`: nothing calls it)
     assert not outside & {"torch.zeros", ".log", ".__call__"}  # `my_torch` may hold `zeros`
 
 
@@ -145,4 +157,32 @@ def test_a_module_added_later_is_seen_by_the_summaries_that_skipped_its_name(tmp
     (project / "helpers.py").write_text("import torch\n\ndef report(loss):\n    print(loss.item())\n")
     warm, cold = _facts(project, cache, "helpers.py"), _facts(project, tmp_path / "cold", "helpers.py")
     assert "report" in cold.steps  # it runs every step of train.py's loop
+    assert warm == cold
+
+
+def test_a_function_called_later_is_summarised_again(tmp_path):
+    """helpers.report, named nowhere else when helpers.py was summarised, tells nothing; once train.py
+    calls it every step, its read is what train.py's facts need."""
+    project, cache = tmp_path / "project", tmp_path / "cache"
+    project.mkdir()
+    (project / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (project / "helpers.py").write_text("import torch\n\ndef report(loss):\n    return loss.item()\n")
+    loop = """\
+        import torch
+        import torch_xla.core.xla_model as xm
+        import helpers
+
+        def main(model, loader, optimizer):
+            for batch in loader:
+                loss = model(batch).sum()
+                loss.backward()
+                optimizer.step()
+                xm.mark_step()
+                {call}
+        """
+    (project / "train.py").write_text(textwrap.dedent(loop.format(call="pass")))
+    _facts(project, cache, "train.py")
+    (project / "train.py").write_text(textwrap.dedent(loop.format(call="value = helpers.report(loss)")))
+    warm, cold = _facts(project, cache, "train.py"), _facts(project, tmp_path / "cold", "train.py")
+    assert cold.helper_reads  # `report` reads its argument on the host, every step
     assert warm == cold

@@ -344,6 +344,7 @@ def summarize(ctx, name: str, names: ProjectNames | None = None) -> ModuleSummar
                     summary.imports.setdefault(alias.asname or alias.name, f"{module}.{alias.name}".lstrip("."))
     for cls in index.by_type.get(ast.ClassDef, ()):
         summary.classes[qualname(index, cls)] = [b for b in map(dotted_name, cls.bases) if b]
+    outside: set[str] = set()
     for defs in index.functions.values():
         for func in defs:
             qualified = qualname(index, func)
@@ -352,6 +353,8 @@ def summarize(ctx, name: str, names: ProjectNames | None = None) -> ModuleSummar
                 summary.step_functions.add(qualified)
                 if ctx.step_confidence(func) != HIGH:
                     summary.guessed_steps.add(qualified)
+            if not _asked_of(func, names, outside):
+                continue  # what it tells its callers: it has none
             if trains(ctx, func):
                 summary.trains.add(qualified)
             if has_reads:
@@ -359,11 +362,10 @@ def summarize(ctx, name: str, names: ProjectNames | None = None) -> ModuleSummar
                 if reads:
                     summary.reads[qualified] = reads
     _summarize_rows(ctx, summary)
-    outside: set[str] = set()
     for call in index.calls:
         _summarize_call(ctx, summary, call, names, outside)
+    _summarize_helpers(ctx, summary, names, outside)
     summary.outside = sorted(outside)
-    _summarize_helpers(ctx, summary)
     summary.hook_calls = sorted(hook_names_used(ctx))
     summary.hook_sites = hook_sites(ctx)
     summary.loss_names = loss_names(ctx)
@@ -398,7 +400,16 @@ def _summarize_rows(ctx, summary: ModuleSummary) -> None:
         summary.row_sized[qualname(index, func)] = sized
 
 
-def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
+def _asked_of(func, names: ProjectNames | None, outside: set[str]) -> bool:
+    """Some call of the project may resolve to `func` (`ProjectNames.may_call`): what it tells its
+    callers is asked. Else the summary records that it did not tell it."""
+    if names is None or names.may_call(func.name):
+        return True
+    outside.add(f"~{func.name}")
+    return False
+
+
+def _summarize_helpers(ctx, summary: ModuleSummary, names: ProjectNames | None, outside: set[str]) -> None:
     """What a function's callers need to know about it: it returns an XLA device, trains over a
     loader it is given, returns a ragged training loader, or steps an optimizer with no barrier."""
     index = ctx.index
@@ -418,6 +429,8 @@ def _summarize_helpers(ctx, summary: ModuleSummary) -> None:
     off_xla: bool | None = None  # asked once, of a module with a function that returns a device
     for defs in index.functions.values():
         for func in defs:
+            if not _asked_of(func, names, outside):
+                continue
             qualified = qualname(index, func)
             if returns_xla_device(ctx, func):
                 summary.xla_devices.append(qualified)

@@ -7,16 +7,21 @@ Each test over-approximates how `ProjectIndex.resolve_call` finds a function (a 
 never skipped): an imported `a.b.f` resolves only through a module named `a` or `a.b` (`symbol`), a
 file `a.py`, `a/b.py` or `a/b/__init__.py` (`namespace_module`), or a module whose name ends with
 `a`, `a.b` or `a_b` and that defines the next part (`unresolved_import`); a method (`self.m`,
-`super().m`, `x.m` of a typed `x`) only through a `def m` in some class of the project."""
+`super().m`, `x.m` of a typed `x`) only through a `def m` in some class of the project. And what a
+function tells its callers (its reads, optimizer steps, returned loaders and devices) is asked only
+at a call resolved to it, which names it (`f(...)`, `self.f`, `from m import f`, `{"k": f}`), dunder
+methods aside (`Cls()` runs `__init__`): a function whose name the project's text holds only at its
+`def`s (a test method) is never asked."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+_WORD = re.compile(r"\w+")
 # a `def`/`class` at any depth (a superset of the functions and classes a module defines), its name
 # as the token after the keyword: a continuation line may stand between them
 _DEFINITION = re.compile(
@@ -24,9 +29,13 @@ _DEFINITION = re.compile(
 )
 
 
+def _normal(name: str) -> str:
+    return name if name.isascii() else unicodedata.normalize("NFKC", name)
+
+
 def defined_names(text: str) -> set[str]:
     """Every name a `def` or `class` of `text` binds, normalised as Python does (NFKC)."""
-    return {n if n.isascii() else unicodedata.normalize("NFKC", n) for n in _DEFINITION.findall(text)}
+    return set(map(_normal, _DEFINITION.findall(text)))
 
 
 def _last_part(dotted: str) -> str:
@@ -40,6 +49,7 @@ class ProjectNames:
     # each `_`-suffix of a module's last part (`kwt_utils_trainer`: also `utils_trainer`, `trainer`)
     # -> the names defined in the modules with it
     defined_in: dict[str, frozenset[str]]
+    referenced: frozenset[str]  # names the text holds more often than `def`/`class` statements bind them
 
     @classmethod
     def of(cls, modules: Iterable[tuple[str, str]]) -> ProjectNames:
@@ -47,14 +57,26 @@ class ProjectNames:
         lasts: set[str] = set()
         everything: set[str] = set()
         by_suffix: dict[str, set[str]] = defaultdict(set)
+        words: Counter[str] = Counter()
+        definitions: Counter[str] = Counter()
         for name, text in modules:
-            last, defined = _last_part(name), defined_names(text)
+            found = _DEFINITION.findall(text)
+            last, defined = _last_part(name), set(map(_normal, found))
+            words.update(_WORD.findall(text))
+            definitions.update(found)
             lasts.add(last)
             everything |= defined
             pieces = last.split("_")
             for i in range(len(pieces)):
                 by_suffix["_".join(pieces[i:])] |= defined
-        return cls(frozenset(lasts), frozenset(everything), {k: frozenset(v) for k, v in by_suffix.items()})
+        # (a name written in two forms NFKC makes one: each form counted apart, as if referenced)
+        referenced = {_normal(w) for w, n in words.items() if n > definitions[w] or not w.isascii()}
+        return cls(
+            frozenset(lasts),
+            frozenset(everything),
+            {k: frozenset(v) for k, v in by_suffix.items()},
+            frozenset(referenced),
+        )
 
     def may_import(self, qualified: str) -> bool:
         """Some module of the project could define what the imported `qualified` names."""
@@ -66,9 +88,18 @@ class ProjectNames:
     def may_define_method(self, name: str) -> bool:
         return name in self.defined
 
+    def may_call(self, name: str) -> bool:
+        """Some call of the project may resolve to a function `name` (see above)."""
+        return name in self.referenced or (name.startswith("__") and name.endswith("__"))
+
     def names_any(self, outside: Iterable[str]) -> bool:
-        """Some entry of a summary's `outside` (an imported name, or `.method`) may now be the
-        project's: the summary skipped a call this project could resolve."""
+        """Some entry of a summary's `outside` (an imported name, a `.method`, a `~function` it told
+        nothing of) may now be the project's: the summary skipped what this project could ask."""
         return any(
-            self.may_define_method(entry[1:]) if entry.startswith(".") else self.may_import(entry) for entry in outside
+            self.may_define_method(entry[1:])
+            if entry.startswith(".")
+            else self.may_call(entry[1:])
+            if entry.startswith("~")
+            else self.may_import(entry)
+            for entry in outside
         )
