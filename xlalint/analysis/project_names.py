@@ -49,7 +49,8 @@ class ProjectNames:
     # each `_`-suffix of a module's last part (`kwt_utils_trainer`: also `utils_trainer`, `trainer`)
     # -> the names defined in the modules with it
     defined_in: dict[str, frozenset[str]]
-    referenced: frozenset[str]  # names the text holds more often than `def`/`class` statements bind them
+    # the defined names the text holds more often than `def`/`class` statements bind them
+    referenced: frozenset[str]
 
     @classmethod
     def of(cls, modules: Iterable[tuple[str, str]]) -> ProjectNames:
@@ -70,7 +71,7 @@ class ProjectNames:
             for i in range(len(pieces)):
                 by_suffix["_".join(pieces[i:])] |= defined
         # (a name written in two forms NFKC makes one: each form counted apart, as if referenced)
-        referenced = {_normal(w) for w, n in words.items() if n > definitions[w] or not w.isascii()}
+        referenced = {_normal(w) for w, n in words.items() if n > definitions[w] or not w.isascii()} & everything
         return cls(
             frozenset(lasts),
             frozenset(everything),
