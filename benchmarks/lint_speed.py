@@ -59,6 +59,22 @@ The cold path, the round after (`--repeat 2`, idle machine, e6b5e05 -> 7cb71b8; 
 
 Each step was checked for identical findings and fix edits (JSON, `--preview --confidence
 possible`) on pytorch/xla, open_clip, accelerate, Lightning, mantis and osu-diffusion.
+
+The round after (`--repeat 2`, idle machine, a57f007 -> 28c991d; pytorch/xla):
+
+                                      before    after
+    ast.parse, every file               0.55     0.52
+    cold, 2 jobs                       11.37     8.90   (17.1x ast.parse; target <= 15x: not met)
+    cold, --jobs 1                     11.52     8.60
+    warm, nothing changed               0.33     0.33
+    warm, the largest module changed    1.04     0.95   (0.87 before `ProjectNames` counted identifiers)
+    open_clip's train.py alone: cold 1.36 s wall (2.06 CPU-s), warm 0.22 s.
+
+What went: the collector's walks of each file's live trees during its work (paused per file; the
+file's analyses released at its end, so its trees go by reference counting), the judgement of calls
+no project function can answer (two in three: `torch.zeros(...)`, `self.assertEqual(...)`) and of
+what functions named nowhere else (test methods) tell their callers (`ProjectNames`). Same checks for
+identical findings, and the 45-repository ecosystem run byte-identical.
 """
 
 from __future__ import annotations
