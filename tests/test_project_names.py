@@ -132,27 +132,32 @@ def _facts(root: Path, cache_dir: Path, path: str):
         workspace.close()
 
 
-def test_a_module_added_later_is_seen_by_the_summaries_that_skipped_its_name(tmp_path):
-    project, cache = tmp_path / "project", tmp_path / "cache"
+# a training loop whose last statement each test chooses
+LOOP = """\
+import torch
+import torch_xla.core.xla_model as xm
+{imports}
+
+def main(model, loader, optimizer):
+    for batch in loader:
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        xm.mark_step()
+        {call}
+"""
+
+
+def _project(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
     project.mkdir()
     (project / "pyproject.toml").write_text("[project]\nname = 'p'\n")
-    (project / "train.py").write_text(
-        textwrap.dedent(
-            """\
-            import torch
-            import torch_xla.core.xla_model as xm
-            from helpers import report
+    return project
 
-            def main(model, loader, optimizer):
-                for batch in loader:
-                    loss = model(batch).sum()
-                    loss.backward()
-                    optimizer.step()
-                    xm.mark_step()
-                    report(loss)
-            """
-        )
-    )
+
+def test_a_module_added_later_is_seen_by_the_summaries_that_skipped_its_name(tmp_path):
+    project, cache = _project(tmp_path), tmp_path / "cache"
+    (project / "train.py").write_text(LOOP.format(imports="from helpers import report", call="report(loss)"))
     _facts(project, cache, "train.py")  # train.py's summary cached: `helpers.report` named no module
     (project / "helpers.py").write_text("import torch\n\ndef report(loss):\n    print(loss.item())\n")
     warm, cold = _facts(project, cache, "helpers.py"), _facts(project, tmp_path / "cold", "helpers.py")
@@ -163,26 +168,11 @@ def test_a_module_added_later_is_seen_by_the_summaries_that_skipped_its_name(tmp
 def test_a_function_called_later_is_summarised_again(tmp_path):
     """helpers.report, named nowhere else when helpers.py was summarised, tells nothing; once train.py
     calls it every step, its read is what train.py's facts need."""
-    project, cache = tmp_path / "project", tmp_path / "cache"
-    project.mkdir()
-    (project / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    project, cache = _project(tmp_path), tmp_path / "cache"
     (project / "helpers.py").write_text("import torch\n\ndef report(loss):\n    return loss.item()\n")
-    loop = """\
-        import torch
-        import torch_xla.core.xla_model as xm
-        import helpers
-
-        def main(model, loader, optimizer):
-            for batch in loader:
-                loss = model(batch).sum()
-                loss.backward()
-                optimizer.step()
-                xm.mark_step()
-                {call}
-        """
-    (project / "train.py").write_text(textwrap.dedent(loop.format(call="pass")))
+    (project / "train.py").write_text(LOOP.format(imports="import helpers", call="pass"))
     _facts(project, cache, "train.py")
-    (project / "train.py").write_text(textwrap.dedent(loop.format(call="value = helpers.report(loss)")))
+    (project / "train.py").write_text(LOOP.format(imports="import helpers", call="value = helpers.report(loss)"))
     warm, cold = _facts(project, cache, "train.py"), _facts(project, tmp_path / "cold", "train.py")
     assert cold.helper_reads  # `report` reads its argument on the host, every step
     assert warm == cold
