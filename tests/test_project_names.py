@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 from xlalint.analysis.project import ProjectIndex, summarize
-from xlalint.analysis.project_names import ProjectNames, defined_names
+from xlalint.analysis.project_names import ProjectNames
 from xlalint.config import Settings
 from xlalint.engine import analyse
 from xlalint.rules import ALL_RULES
@@ -32,7 +32,8 @@ def test_every_def_and_class_is_a_defined_name():
         x = "def quoted"  # (a superset: a string's `def` may count, never too few)
         """
     )
-    assert {"top", "Model", "forward", "fetch", "guarded", "continued", "Generic", "file"} <= defined_names(text)
+    defined = ProjectNames.of([("m", text)]).defined
+    assert {"top", "Model", "forward", "fetch", "guarded", "continued", "Generic", "file"} <= defined
 
 
 def test_an_import_may_name_a_module_by_its_last_part_or_by_a_suffix_defining_the_next():

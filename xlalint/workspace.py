@@ -136,7 +136,7 @@ class SummaryTask(NamedTuple):
     path: str
     name: str  # the module's dotted name
     facts: ProjectFacts  # what the project says about it so far (NO_PROJECT on the first pass)
-    modules: ProjectNames  # what the project could name (see `ProjectNames`)
+    project_names: ProjectNames  # what the project could ask of it (see `ProjectNames`)
 
 
 # The summary's analysis is not reused to check the file: its facts are the first pass's, and the
@@ -150,7 +150,7 @@ def _summarize_task(task: SummaryTask) -> dict | None:
         source = decode_source(Path(task.path), read_bounded(Path(task.path))[0])
         ctx = analyse(source, project=task.facts)
         try:
-            summary = summarize(ctx, task.name, task.modules)
+            summary = summarize(ctx, task.name, task.project_names)
         finally:
             ctx.close()
         summary.path = task.path
@@ -471,12 +471,14 @@ class Workspace:
         cached = _read(_facts_from_json, cache.result(FACTS_SLOT, key))
         if cached is not None:
             return cached
-        modules = ProjectNames.of((dotted[p], text) for p, raw in raws.items() if (text := _text(p, raw)) is not None)
-        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents, modules)
+        project_names = ProjectNames.of(
+            (dotted[p], text) for p, raw in raws.items() if (text := _text(p, raw)) is not None
+        )
+        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents, project_names)
         facts = ProjectIndex(list(summaries.values()), assume_compiled=assume, compiled_names=names).facts()
         again = {Path(path): f for path, f in facts.items() if f.training_calls}
         if again:
-            summaries.update(self._summaries(cache, root, again, contents, modules))
+            summaries.update(self._summaries(cache, root, again, contents, project_names))
             facts = ProjectIndex(list(summaries.values()), assume_compiled=assume, compiled_names=names).facts()
         cache.put_result(FACTS_SLOT, key, _facts_to_json(facts))
         return facts
@@ -487,7 +489,7 @@ class Workspace:
         root: Path,
         wanted: dict[Path, ProjectFacts],
         contents: dict[Path, str],
-        modules: ProjectNames,
+        project_names: ProjectNames,
     ) -> dict[str, ModuleSummary]:
         found, todo = {}, []
         for path, facts in wanted.items():
@@ -497,12 +499,12 @@ class Workspace:
             else:
                 key = contents[path]
             cached = _read(summary_from_json, cache.summary(relpath, key))
-            if cached is not None and modules.names_any(cached.outside):
+            if cached is not None and project_names.names_any(cached.outside):
                 cached = None  # a module added since could hold what one of its calls names
             if cached is not None:
                 found[str(path)] = cached
             else:
-                task = SummaryTask(str(path), module_name(path, source_root(path)), facts, modules)
+                task = SummaryTask(str(path), module_name(path, source_root(path)), facts, project_names)
                 todo.append((task, relpath, key))
         for (task, relpath, key), computed in zip(todo, self._map(_summarize_task, [t[0] for t in todo])):
             if computed is not None:

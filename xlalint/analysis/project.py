@@ -285,9 +285,10 @@ class ModuleSummary:
     # CapWords identifiers it mentions (names, attributes, a string's last dotted part): class names
     mentions: set[str] = field(default_factory=set)
     trains_here: bool = False  # some statement runs a backward, an optimizer step or a train step
-    # what its calls name that the project could not hold when it was summarised (`ProjectNames`):
-    # imported names (`torch.zeros`) and `.methods`; those calls were not judged. The summary is
-    # valid while the project still holds none of them (`ProjectNames.names_any`).
+    # what the project could not ask of it when it was summarised (`ProjectNames`): imported names
+    # (`torch.zeros`) and `.methods` its calls name, whose calls were not judged, and `~functions`
+    # named nowhere else, whose facts for callers were not told. The summary is valid while the
+    # project still asks none of them (`ProjectNames.names_any`).
     outside: list[str] = field(default_factory=list)
 
 

@@ -30,12 +30,8 @@ _DEFINITION = re.compile(
 
 
 def _normal(name: str) -> str:
+    """A name as Python binds it (NFKC: `ﬁle` is `file`)."""
     return name if name.isascii() else unicodedata.normalize("NFKC", name)
-
-
-def defined_names(text: str) -> set[str]:
-    """Every name a `def` or `class` of `text` binds, normalised as Python does (NFKC)."""
-    return set(map(_normal, _DEFINITION.findall(text)))
 
 
 def _last_part(dotted: str) -> str:
