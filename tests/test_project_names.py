@@ -34,6 +34,8 @@ def test_every_def_and_class_is_a_defined_name():
     )
     defined = ProjectNames.of([("m", text)]).defined
     assert {"top", "Model", "forward", "fetch", "guarded", "continued", "Generic", "file"} <= defined
+    # lines ended as Python ends them, a lone carriage return too
+    assert {"cr", "crlf", "method"} <= ProjectNames.of([("m", "x = 1\rdef cr(): pass\r\nclass crlf:\r\n    def method(self): pass\r")]).defined
 
 
 def test_an_import_may_name_a_module_by_its_last_part_or_by_a_suffix_defining_the_next():
@@ -59,6 +61,7 @@ def test_a_function_may_be_called_when_the_text_names_it_beyond_its_defs():
     )
     assert names.may_call("used") and names.may_call("by_string") and names.may_call("__init__")
     assert not names.may_call("test_alone")
+    assert names.may_call("never_read")  # a function whose `def` the text was not read for: asked
     assert names.names_any(["~used"]) and not names.names_any(["~test_alone"])
 
 

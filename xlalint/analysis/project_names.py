@@ -23,9 +23,11 @@ from dataclasses import dataclass
 
 _WORD = re.compile(r"\w+")
 # a `def`/`class` at any depth (a superset of the functions and classes a module defines), its name
-# as the token after the keyword: a continuation line may stand between them
+# as the token after the keyword: a continuation line may stand between them. Lines end as Python
+# ends them: `\n`, `\r\n` or a lone `\r`
 _DEFINITION = re.compile(
-    r"^[ \t\f]*(?:async(?:[ \t\f]|\\\r?\n)+)?(?:def|class)(?:[ \t\f]|\\\r?\n)+([^\s(:\[\\]+)", re.M
+    r"(?:^|(?<=\r))[ \t\f]*(?:async(?:[ \t\f]|\\(?:\r\n?|\n))+)?(?:def|class)(?:[ \t\f]|\\(?:\r\n?|\n))+([^\s(:\[\\]+)",
+    re.M,
 )
 
 
@@ -86,8 +88,9 @@ class ProjectNames:
         return name in self.defined
 
     def may_call(self, name: str) -> bool:
-        """Some call of the project may resolve to a function `name` (see above)."""
-        return name in self.referenced or (name.startswith("__") and name.endswith("__"))
+        """Some call of the project may resolve to a function `name` (see above); a name no `def`
+        was read for is taken as called."""
+        return name in self.referenced or name not in self.defined or (name.startswith("__") and name.endswith("__"))
 
     def names_any(self, outside: Iterable[str]) -> bool:
         """Some entry of a summary's `outside` (an imported name, a `.method`, a `~function` it told
