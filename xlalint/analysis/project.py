@@ -346,6 +346,8 @@ def summarize(ctx, name: str, names: ProjectNames | None = None) -> ModuleSummar
     for cls in index.by_type.get(ast.ClassDef, ()):
         summary.classes[qualname(index, cls)] = [b for b in map(dotted_name, cls.bases) if b]
     outside: set[str] = set()
+    # the functions some call of the project may resolve to: what they tell callers is asked
+    asked = {func for defs in index.functions.values() for func in defs if _asked_of(func, names, outside)}
     for defs in index.functions.values():
         for func in defs:
             qualified = qualname(index, func)
@@ -354,7 +356,7 @@ def summarize(ctx, name: str, names: ProjectNames | None = None) -> ModuleSummar
                 summary.step_functions.add(qualified)
                 if ctx.step_confidence(func) != HIGH:
                     summary.guessed_steps.add(qualified)
-            if not _asked_of(func, names, outside):
+            if func not in asked:
                 continue  # what it tells its callers: it has none
             if trains(ctx, func):
                 summary.trains.add(qualified)
@@ -365,7 +367,7 @@ def summarize(ctx, name: str, names: ProjectNames | None = None) -> ModuleSummar
     _summarize_rows(ctx, summary)
     for call in index.calls:
         _summarize_call(ctx, summary, call, names, outside)
-    _summarize_helpers(ctx, summary, names, outside)
+    _summarize_helpers(ctx, summary, asked)
     summary.outside = sorted(outside)
     summary.hook_calls = sorted(hook_names_used(ctx))
     summary.hook_sites = hook_sites(ctx)
@@ -410,9 +412,10 @@ def _asked_of(func, names: ProjectNames | None, outside: set[str]) -> bool:
     return False
 
 
-def _summarize_helpers(ctx, summary: ModuleSummary, names: ProjectNames | None, outside: set[str]) -> None:
+def _summarize_helpers(ctx, summary: ModuleSummary, asked: set) -> None:
     """What a function's callers need to know about it: it returns an XLA device, trains over a
-    loader it is given, returns a ragged training loader, or steps an optimizer with no barrier."""
+    loader it is given, returns a ragged training loader, or steps an optimizer with no barrier
+    (of the functions `asked`: those some call of the project may resolve to)."""
     index = ctx.index
     summary.imports_xla = ctx.imports_xla
     summary.launches_replicas = launches_replicas(ctx)
@@ -430,7 +433,7 @@ def _summarize_helpers(ctx, summary: ModuleSummary, names: ProjectNames | None, 
     off_xla: bool | None = None  # asked once, of a module with a function that returns a device
     for defs in index.functions.values():
         for func in defs:
-            if not _asked_of(func, names, outside):
+            if func not in asked:
                 continue
             qualified = qualname(index, func)
             if returns_xla_device(ctx, func):
