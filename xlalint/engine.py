@@ -8,7 +8,7 @@ import ast
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -23,6 +23,7 @@ from .source import NewerSyntax, SourceError, SourceFile, SourceText, decode_sou
 if TYPE_CHECKING:  # libcst is imported only where a fix is built (its import alone costs ~0.5 s)
     import libcst as cst
 
+    from .fixing.apply import FixEdits
     from .fixing.context import CstContext
 
 # Files mentioning none of these cannot hold a finding; they are not even parsed (TorchFix does the same).
@@ -297,22 +298,63 @@ def _build_fixes(
     with_edits: bool,
     fixable: frozenset[str] | None = None,
     confidence: str = HIGH,
+    partial: bool = False,
 ) -> CstContext | None:
     """Run the fix builders of `found` on the file's libcst tree (parsed here, and only here);
-    `fixable`: the codes whose fixes may be built (None: all; `--fixable`/`--unfixable`)."""
+    `fixable`: the codes whose fixes may be built (None: all; `--fixable`/`--unfixable`).
+    `partial`: only each fix's title, applicability and span are wanted (no edits, nothing applied):
+    the tree may be of the statements around the findings alone (`fixing.partial`)."""
     for item in found:
         if (fixable is not None and item.rule.code not in fixable) or not shown_at(item.confidence, confidence):
             item.builder = None  # a hidden (possible) finding's fix is not applied either
     if not any(item.builder for item in found) or len(source.raw) > MAX_FIX_BYTES:
         return None
-    from .fixing.apply import FixEdits, imports_the_linter
+    from .fixing.apply import FixEdits
     from .fixing.context import CstContext
+    from .fixing.partial import WholeFileNeeded
 
+    if partial and not with_edits:
+        cst_ctx = _partial_context(source, ctx, found)
+        if cst_ctx is not None:
+            try:
+                return _run_builders(cst_ctx, found, None)
+            except WholeFileNeeded:  # a builder looked beyond the part parsed: build on the whole file
+                for item in found:
+                    item.fix, item.fix_spans = None, ()
     module = parse_cst(source)
     if module is None:
         return None  # findings stay, without fixes
     cst_ctx = CstContext(module, ctx.text, ctx.tree)
-    edits = FixEdits(cst_ctx) if with_edits else None
+    return _run_builders(cst_ctx, found, FixEdits(cst_ctx) if with_edits else None)
+
+
+def _partial_context(source: SourceFile, ctx: FileContext, found: list[_Found]) -> CstContext | None:
+    """A `CstContext` of the statements holding the findings with a fix to build (and the file's
+    imports); None where that is the whole file, or libcst does not take the part."""
+    from .fixing.context import CstContext
+    from .fixing.partial import cst_bare_names, partial_source
+
+    rows = [row for item in found if item.builder is not None for row in _rows(item)]
+    part = partial_source(source.raw, ctx.tree, rows)
+    if part is None:
+        return None
+    raw, kept = part
+    module = parse_cst(replace(source, raw=raw))
+    if module is None:
+        return None
+    return CstContext(module, ctx.text, kept=kept, bare_names=cst_bare_names(ctx.tree))
+
+
+def _rows(item: _Found) -> tuple[int, ...]:
+    node: Any = item.node
+    first = getattr(node, "lineno", item.start.row)
+    last = getattr(node, "end_lineno", None) or item.end.row
+    return (min(first, item.start.row), max(last, item.end.row))
+
+
+def _run_builders(cst_ctx: CstContext, found: list[_Found], edits: FixEdits | None) -> CstContext | None:
+    from .fixing.apply import imports_the_linter
+
     try:
         for item in found:
             if item.builder is None:
@@ -403,7 +445,7 @@ def lint_source(
     try:
         found = _keep(source, _run_rules(ctx, rules), ctx, rules)
         if with_fixes:
-            _build_fixes(source, ctx, found, with_edits=with_edits, fixable=fixable)
+            _build_fixes(source, ctx, found, with_edits=with_edits, fixable=fixable, partial=True)
         return [_diagnostic(source, item) for item in found]
     finally:
         ctx.close()

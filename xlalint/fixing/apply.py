@@ -73,6 +73,7 @@ def imports_the_linter(ctx: CstContext, fix: Fix) -> bool:
 
 def apply_fixes(ctx: CstContext, fixes: list[Fix]) -> cst.Module:
     """Apply `fixes` (already free of overlaps) to the file's module and return the new module."""
+    _whole(ctx)
     replacements, top_level = _plan(ctx, fixes)
     ancestors = {id(a) for key in replacements for a in _ancestors(ctx, key)}
     transformer = _ReplaceNodes(replacements, ancestors)
@@ -90,6 +91,11 @@ def apply_fixes(ctx: CstContext, fixes: list[Fix]) -> cst.Module:
     if top_level:
         module = _add_imports(module, top_level, notebook=NOTEBOOK_BOUNDARY in ctx.text.text)
     return module
+
+
+def _whole(ctx: CstContext) -> None:
+    if ctx.partial:  # the rest of the file is blank there: applied, it would be lost
+        raise ValueError("fixes are applied, and their edits made, on the whole file's tree only")
 
 
 def _ancestors(ctx: CstContext, key: int):
@@ -286,6 +292,7 @@ class FixEdits:
     without a final newline, statements out of order)."""
 
     def __init__(self, ctx: CstContext) -> None:
+        _whole(ctx)
         self.ctx = ctx
         module = ctx.module
         self.original = module.code

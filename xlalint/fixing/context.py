@@ -17,6 +17,7 @@ from ..diagnostics import ImportRequest
 from ..source import SourceText
 from .cst_index import ModuleIndex, build_index
 from .cst_names import dotted_name
+from .partial import WholeFileNeeded
 
 N = TypeVar("N", bound=cst.CSTNode)
 
@@ -50,10 +51,23 @@ Span = tuple[int, int, int, int]  # start line, start column, end line, end colu
 
 
 class CstContext:
-    def __init__(self, module: cst.Module, text: SourceText, tree: ast.Module | None = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        text: SourceText,
+        tree: ast.Module | None = None,
+        *,
+        kept: list[tuple[int, int]] | None = None,
+        bare_names: set[str] | None = None,
+    ) -> None:
         self.module = module
         self.text = text
         self.index: ModuleIndex = build_index(module)
+        # `kept`: `module` is a part of the file (`partial.partial_source`): the row ranges it holds,
+        # each a whole statement as in the file, and the file's bare names, read from its `ast`
+        self._kept = kept
+        if bare_names is not None:
+            self.index.bare_names = bare_names
         # `tree`: the `ast` of the same text. With it, a node's position comes from the positions of
         # the innermost statement around it, positioned alone (see `_around`), not from the whole
         # module's: a fix in a 5,000-line file no longer pays for a position of each of its nodes
@@ -62,6 +76,11 @@ class CstContext:
         self._blocks: dict[int, _Statements | None] = {}  # id(an indented block) -> its statements
         # id(a statement positioned alone) -> its nodes' positions, and its nodes by span
         self._of_statement: dict[int, tuple[Mapping[cst.CSTNode, CodeRange], dict[Span, list[cst.CSTNode]]]] = {}
+
+    @property
+    def partial(self) -> bool:
+        """The tree is of a part of the file (`partial.partial_source`)."""
+        return self._kept is not None
 
     def importable(self, module: str, obj: str) -> tuple[str, ImportRequest]:
         """How fixed code should spell `module.obj`, and the import that makes it valid.
@@ -209,6 +228,8 @@ class CstContext:
         holds every node that spans it)."""
         kinds = (kind if isinstance(kind, tuple) else (kind,)) if kind else AST_TO_CST.get(type(node), ())
         span = self.span_of(node)
+        if self._kept is not None and not any(first <= span[0] and span[2] <= last for first, last in self._kept):
+            raise WholeFileNeeded(f"the {type(node).__name__} at {span} is outside the part parsed")
         positions, by_span = self._around(span[0])
         for candidate in by_span.get(span, ()):
             if isinstance(candidate, kinds):
