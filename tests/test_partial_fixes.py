@@ -112,9 +112,13 @@ def main():
 '''
 
 
+def _imports(tree):
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
 def _part(text: str, rows):
-    raw = text.encode()
-    return partial_source(raw, ast.parse(text), rows)
+    tree = ast.parse(text)
+    return partial_source(text.encode(), tree, rows, _imports(tree))
 
 
 def test_the_part_keeps_the_statements_asked_for_the_imports_and_the_first_indented_block():
@@ -136,7 +140,8 @@ def test_the_part_keeps_the_statements_asked_for_the_imports_and_the_first_inden
 
 def test_the_part_keeps_bytes_line_endings_and_the_byte_order_mark():
     text = "\ufeffimport torch\r\nx = 1\r\n\r\ndef f(t):\r\n    return t.item()\r\n"
-    raw, _ = partial_source(text.encode("utf-8"), ast.parse(text.lstrip("\ufeff")), [5])
+    tree = ast.parse(text.lstrip("\ufeff"))
+    raw, _ = partial_source(text.encode("utf-8"), tree, [5], _imports(tree))
     assert raw == "\ufeffimport torch\r\n\r\n\r\ndef f(t):\r\n    return t.item()\r\n".encode("utf-8")
 
 

@@ -335,7 +335,8 @@ def _partial_context(source: SourceFile, ctx: FileContext, found: list[_Found]) 
     from .fixing.partial import cst_bare_names, partial_source
 
     rows = [row for item in found if item.builder is not None for row in _rows(item)]
-    part = partial_source(source.raw, ctx.tree, rows)
+    by_type = ctx.index.by_type
+    part = partial_source(source.raw, ctx.tree, rows, [*by_type.get(ast.Import, ()), *by_type.get(ast.ImportFrom, ())])
     if part is None:
         return None
     raw, kept = part
