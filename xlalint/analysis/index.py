@@ -7,6 +7,7 @@ every node by type, so rules are dispatched to the nodes they look at without a 
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -72,6 +73,22 @@ class ModuleIndex:
     def parent(self, node: ast.AST | None) -> ast.AST | None:
         """The node's parent; None for the module, or for None (so `parent(parent(x))` needs no check)."""
         return self.parents.get(node) if node is not None else None
+
+    def within(self, kind: type[Node], node: ast.AST) -> list[Node]:
+        """The nodes of `kind` in `node`'s subtree (nested functions included, as `ast.walk` finds
+        them), in source order: a subtree is a run of pre-order numbers, found by bisection in the
+        kind's list (filed in that order) rather than by walking it."""
+        nodes = cast("list[Node]", self.by_type.get(kind, []))
+        if not nodes:
+            return []
+        last, order = node, self.order
+        while True:  # the subtree's last node in pre-order: the last child's, down to a leaf
+            child = _last_child(last)
+            if child is None:
+                break
+            last = child
+        key = order.__getitem__
+        return nodes[bisect_left(nodes, order[node], key=key) : bisect_right(nodes, order[last], key=key)]
 
     def field_of(self, node: ast.AST) -> str | None:
         """The field of its parent that holds `node` ("body", "orelse", "test", ...)."""
@@ -180,7 +197,10 @@ def build_index(tree: ast.Module) -> ModuleIndex:
         inner_guards = guards + 1 if kind in _GUARD_TYPES and type(scope) is module else guards
         outer_fields = is_scope and node is not scope  # decorators and annotations: the enclosing scope
         children = []
-        for name in kind._fields:
+        names = _CHILD_FIELDS.get(kind)
+        if names is None:
+            names = _child_fields(kind)
+        for name in names:
             value = getattr(node, name, None)
             if type(value) is list:
                 for item in value:
@@ -198,7 +218,35 @@ def build_index(tree: ast.Module) -> ModuleIndex:
     return index
 
 
+# A node class's fields that may hold nodes, less `ctx`: `Load()`/`Store()` are singletons that
+# `ast.parse` hangs under every name and attribute, a third of the nodes of a module, and no
+# question is asked of them (their parent and place would only be the last node seen)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    names = _CHILD_FIELDS[kind] = tuple(name for name in cast(Any, kind)._fields if name != "ctx")
+    return names
+
+
 _SCOPE_TYPES = frozenset(SCOPES)
+
+
+def _last_child(node: ast.AST) -> ast.AST | None:
+    """The child of `node` that `build_index` numbers last (fields in order, `ctx` left out)."""
+    kind = type(node)
+    names = _CHILD_FIELDS.get(kind)
+    for name in reversed(names if names is not None else _child_fields(kind)):
+        value = getattr(node, name, None)
+        if type(value) is list:
+            for item in reversed(value):
+                if isinstance(item, ast.AST):
+                    return item
+        elif isinstance(value, ast.AST):
+            return value
+    return None
+
+
 _GUARD_TYPES = frozenset(_GUARDS)
 _OUTER_FIELDS = ("decorator_list", "returns")
 

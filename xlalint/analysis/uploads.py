@@ -121,7 +121,7 @@ def _filled(ctx: File, func: ast.AST | None, name: str) -> bool:
         return False
     memo = ctx.cached(_filled_by_function)
     if func not in memo:
-        memo[func] = _names_filled(func)
+        memo[func] = _names_filled(ctx, func)
     return name in memo[func]
 
 
@@ -130,19 +130,20 @@ def _filled_by_function(ctx: File) -> dict[ast.AST, frozenset[str]]:
     return {}
 
 
-def _names_filled(func: ast.AST) -> frozenset[str]:
+def _names_filled(ctx: File, func: ast.AST) -> frozenset[str]:
     found: set[str] = set()
-    for node in ast.walk(func):
-        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
-            if isinstance(node.value, ast.Name):
-                found.add(node.value.id)
-        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            found.add(node.target.id)
-        elif isinstance(node, ast.Call):
-            method = method_name(node) or ""
-            owner = receiver(node)
-            if (method.endswith("_") or method in MUTATORS) and isinstance(owner, ast.Name):
-                found.add(owner.id)
+    index = ctx.index
+    for node in index.within(ast.Subscript, func):
+        if isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name):
+            found.add(node.value.id)
+    for aug in index.within(ast.AugAssign, func):
+        if isinstance(aug.target, ast.Name):
+            found.add(aug.target.id)
+    for call in index.within(ast.Call, func):
+        method = method_name(call) or ""
+        owner = receiver(call)
+        if (method.endswith("_") or method in MUTATORS) and isinstance(owner, ast.Name):
+            found.add(owner.id)
     return frozenset(found)
 
 
