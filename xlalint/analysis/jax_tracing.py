@@ -107,16 +107,17 @@ def traced_functions(ctx: File) -> set[ast.AST]:
     pending = list(traced)
     while pending:
         func = pending.pop()
-        for node in ast.walk(func):
-            found: list[ast.AST] = []
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                found = resolve_function(ctx, node.func)
-            elif isinstance(node, (*FUNCTIONS, ast.Lambda)) and node is not func:
-                found = [node]
-            for callee in found:
-                if callee not in traced:
-                    traced.add(callee)
-                    pending.append(callee)
+        within = ctx.index.within  # (the nodes `ast.walk` would find, without walking)
+        inner: list[ast.AST] = [*within(ast.FunctionDef, func), *within(ast.AsyncFunctionDef, func)]
+        inner += within(ast.Lambda, func)
+        found = [n for n in inner if n is not func]
+        for call in within(ast.Call, func):
+            if isinstance(call.func, ast.Name):
+                found += resolve_function(ctx, call.func)
+        for callee in found:
+            if callee not in traced:
+                traced.add(callee)
+                pending.append(callee)
     return traced
 
 
