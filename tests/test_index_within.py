@@ -5,6 +5,7 @@ import ast
 from pathlib import Path
 
 from xlalint.analysis.index import build_index
+from xlalint.source import SourceText
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,3 +63,33 @@ def test_expression_contexts_are_not_indexed():
     index = build_index(ast.parse(CODE))
     assert ast.Load not in index.by_type and ast.Store not in index.by_type
     assert not any(isinstance(node, ast.expr_context) for node in index.parents)
+
+
+def _calls_walked(owner):
+    """The calls of `owner`'s body (a loop's, function's or module's; else of `owner`), not inside
+    a nested function, lambda or class: by walking, as `FileContext.calls_within` is specified."""
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    bodied = (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.AsyncFor, ast.While, ast.Module)
+    stack = list(owner.body) if isinstance(owner, bodied) else [owner]
+    found = []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Call):
+            found.append(node)
+        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, scopes))
+    return found
+
+
+def test_calls_within_are_those_of_a_walk():
+    from xlalint.analysis.context import FileContext
+
+    sources = [CODE, *(p.read_text(encoding="utf-8") for p in sorted((ROOT / "xlalint" / "analysis").glob("*.py")))]
+    for source in sources:
+        tree = ast.parse(source)
+        ctx = FileContext(Path("example.py"), tree, SourceText(source))
+        for node in ast.walk(tree):
+            if isinstance(node, SINGLETONS):
+                continue
+            found = ctx.calls_within(node)
+            assert sorted(map(id, found)) == sorted(map(id, _calls_walked(node))), ast.dump(node)[:80]
+            assert found == sorted(found, key=ctx.index.order.__getitem__)

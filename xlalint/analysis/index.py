@@ -78,17 +78,25 @@ class ModuleIndex:
         """The nodes of `kind` in `node`'s subtree (nested functions included, as `ast.walk` finds
         them), in source order: a subtree is a run of pre-order numbers, found by bisection in the
         kind's list (filed in that order) rather than by walking it."""
-        nodes = cast("list[Node]", self.by_type.get(kind, []))
-        if not nodes:
-            return []
-        last, order = node, self.order
+        return self.numbered(kind, *self.numbers(node))
+
+    def numbers(self, node: ast.AST) -> tuple[int, int]:
+        """The first and last pre-order numbers of `node`'s subtree."""
+        last = node
         while True:  # the subtree's last node in pre-order: the last child's, down to a leaf
             child = _last_child(last)
             if child is None:
                 break
             last = child
-        key = order.__getitem__
-        return nodes[bisect_left(nodes, order[node], key=key) : bisect_right(nodes, order[last], key=key)]
+        return self.order[node], self.order[last]
+
+    def numbered(self, kind: type[Node], first: int, last: int) -> list[Node]:
+        """The nodes of `kind` numbered `first` to `last` (a run of subtrees), in source order."""
+        nodes = cast("list[Node]", self.by_type.get(kind, []))
+        if not nodes:
+            return []
+        key = self.order.__getitem__
+        return nodes[bisect_left(nodes, first, key=key) : bisect_right(nodes, last, key=key)]
 
     def field_of(self, node: ast.AST) -> str | None:
         """The field of its parent that holds `node` ("body", "orelse", "test", ...)."""
