@@ -334,7 +334,7 @@ def _partial_context(source: SourceFile, ctx: FileContext, found: list[_Found]) 
     from .fixing.context import CstContext
     from .fixing.partial import cst_bare_names, partial_source
 
-    rows = [row for item in found if item.builder is not None for row in _rows(item)]
+    rows = [row for item in found if item.builder is not None for row in _first_and_last_rows(item)]
     by_type = ctx.index.by_type
     part = partial_source(source.raw, ctx.tree, rows, [*by_type.get(ast.Import, ()), *by_type.get(ast.ImportFrom, ())])
     if part is None:
@@ -346,7 +346,10 @@ def _partial_context(source: SourceFile, ctx: FileContext, found: list[_Found]) 
     return CstContext(module, ctx.text, kept=kept, bare_names=cst_bare_names(ctx.tree))
 
 
-def _rows(item: _Found) -> tuple[int, ...]:
+def _first_and_last_rows(item: _Found) -> tuple[int, int]:
+    """The rows a finding's node and location start and end on: a node lies in one statement of each
+    block around it, so these two find the statements the part must keep (and a builder that looks
+    at a node beyond them gets the whole file: `WholeFileNeeded`)."""
     node: Any = item.node
     first = getattr(node, "lineno", item.start.row)
     last = getattr(node, "end_lineno", None) or item.end.row
