@@ -81,24 +81,27 @@ no project function can answer (two in three: `torch.zeros(...)`, `self.assertEq
 what functions named nowhere else (test methods) tell their callers (`ProjectNames`). Same checks for
 identical findings, and the 45-repository ecosystem run byte-identical.
 
-The round after (`--repeat 3`, idle machine, 499b7f4 -> fc9cc8d; pytorch/xla; the first column
+The round after (`--repeat 3`, idle machine, 499b7f4 -> d54b240; pytorch/xla; the first column
 measured at the start of the round, when the same code as the last round's 8.57 gave 9.06):
 
                                       before    after
-    ast.parse, every file               0.53     0.51-0.54
-    cold, 2 jobs                        9.06     7.71-8.12   (15.0-15.1x ast.parse over two runs)
-    cold, --jobs 1                      9.01     7.56-7.63   (13.8-14.9x)
+    ast.parse, every file               0.53     0.52
+    cold, 2 jobs                        9.06     7.33   (14.0x ast.parse; target <= 15x: met)
+    cold, --jobs 1                      9.01     7.28   (13.9x)
     warm, nothing changed               0.34     0.32
-    warm, the largest module changed    1.07     0.98
+    warm, the largest module changed    1.07     0.97
     open_clip's train.py alone: cold 1.31 s wall (1.97 CPU-s), warm 0.22 s.
 
 What went: the text report's fixes are built on the statements around their findings (and the
-file's imports) parsed alone (`xlalint/fixing/partial.py`; 0.94 -> 0.36 CPU-s for the 5 files), and
-the `ast` index's `Load()`/`Store()` nodes and walks of subtrees (`ModuleIndex.within`). Text reports
-identical on pytorch/xla, the 45 ecosystem repositories and the 12 dev-corpus projects. Measured and
-not kept, again: keeping each file's tree and index from the summary pass for its check (one job:
-7.8 -> 8.1 CPU-s, +165 MB). Where the rest goes (sampled): parsing each file twice 11 %, indexing it
-twice 9 %, judging the arguments of calls that may reach a project function 10 %, rules 18 %.
+file's imports) parsed alone (`xlalint/fixing/partial.py`; 0.94 -> 0.36 CPU-s for the 5 files), the
+`ast` index's `Load()`/`Store()` nodes, and walks of subtrees (`ModuleIndex.within`,
+`FileContext.calls_within`: a subtree is a run of pre-order numbers). Text reports identical on
+pytorch/xla, the 45 ecosystem repositories and the 12 dev-corpus projects. Measured and not kept,
+again: keeping each file's tree and index from the summary pass for its check (one job: 7.8 -> 8.1
+CPU-s, +165 MB); each node's chain of ancestors kept as a tuple (slower than walking up: most
+questions stop at the first function). Where the rest goes (sampled): parsing each file twice 11 %,
+indexing it twice 9 %, judging the arguments of calls that may reach a project function 10 %, rules
+18 %.
 """
 
 from __future__ import annotations
