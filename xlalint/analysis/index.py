@@ -204,25 +204,24 @@ def build_index(tree: ast.Module) -> ModuleIndex:
         inner_scope = node if is_scope else scope
         inner_guards = guards + 1 if kind in _GUARD_TYPES and type(scope) is module else guards
         outer_fields = is_scope and node is not scope  # decorators and annotations: the enclosing scope
-        children = []
-        names = _CHILD_FIELDS.get(kind)
+        names = _REVERSED_FIELDS.get(kind)
         if names is None:
-            names = _child_fields(kind)
+            names = _reversed_fields(kind)
+        # children pushed last first, so they are numbered in source order; decorators and
+        # annotations run in the enclosing scope, the body in the function's own
         for name in names:
             value = getattr(node, name, None)
+            child_scope = scope if outer_fields and name in _OUTER_FIELDS else inner_scope
             if type(value) is list:
-                for item in value:
+                for item in reversed(value):
                     if isinstance(item, node_type):
                         parents[item] = node
                         fields[item] = name
-                        children.append((item, scope if outer_fields and name in _OUTER_FIELDS else inner_scope))
+                        push((item, child_scope, inner_guards))
             elif isinstance(value, node_type):
                 parents[value] = node
                 fields[value] = name
-                children.append((value, scope if outer_fields and name in _OUTER_FIELDS else inner_scope))
-        # decorators and defaults run in the enclosing scope; the body in the function's own
-        for child, child_scope in reversed(children):
-            push((child, child_scope, inner_guards))
+                push((value, child_scope, inner_guards))
     return index
 
 
@@ -234,6 +233,14 @@ _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 def _child_fields(kind: type) -> tuple[str, ...]:
     names = _CHILD_FIELDS[kind] = tuple(name for name in cast(Any, kind)._fields if name != "ctx")
+    return names
+
+
+_REVERSED_FIELDS: dict[type, tuple[str, ...]] = {}  # `_CHILD_FIELDS`, last first
+
+
+def _reversed_fields(kind: type) -> tuple[str, ...]:
+    names = _REVERSED_FIELDS[kind] = tuple(reversed(_CHILD_FIELDS.get(kind) or _child_fields(kind)))
     return names
 
 
