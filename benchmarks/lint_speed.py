@@ -88,6 +88,7 @@ measured at the start of the round, when the same code as the last round's 8.57 
     ast.parse, every file               0.53     0.52
     cold, 2 jobs                        9.06     7.33   (14.0x ast.parse; target <= 15x: met)
     cold, --jobs 1                      9.01     7.28   (13.9x)
+    (three more runs at 115c2fd: 2 jobs 14.7x, 14.9x, 13.3x; the floor 0.51-0.58 s)
     warm, nothing changed               0.34     0.32
     warm, the largest module changed    1.07     0.97
     open_clip's train.py alone: cold 1.31 s wall (1.97 CPU-s), warm 0.22 s.
