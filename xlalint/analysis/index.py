@@ -225,22 +225,15 @@ def build_index(tree: ast.Module) -> ModuleIndex:
     return index
 
 
-# A node class's fields that may hold nodes, less `ctx`: `Load()`/`Store()` are singletons that
-# `ast.parse` hangs under every name and attribute, a third of the nodes of a module, and no
-# question is asked of them (their parent and place would only be the last node seen)
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _child_fields(kind: type) -> tuple[str, ...]:
-    names = _CHILD_FIELDS[kind] = tuple(name for name in cast(Any, kind)._fields if name != "ctx")
-    return names
-
-
-_REVERSED_FIELDS: dict[type, tuple[str, ...]] = {}  # `_CHILD_FIELDS`, last first
+# A node class's fields that may hold nodes, less `ctx`, last first (children are pushed last first,
+# so they are numbered in source order): `Load()`/`Store()` are singletons that `ast.parse` hangs
+# under every name and attribute, a third of the nodes of a module, and no question is asked of them
+# (their parent and place would only be the last node seen)
+_REVERSED_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _reversed_fields(kind: type) -> tuple[str, ...]:
-    names = _REVERSED_FIELDS[kind] = tuple(reversed(_CHILD_FIELDS.get(kind) or _child_fields(kind)))
+    names = _REVERSED_FIELDS[kind] = tuple(name for name in reversed(cast(Any, kind)._fields) if name != "ctx")
     return names
 
 
@@ -250,8 +243,8 @@ _SCOPE_TYPES = frozenset(SCOPES)
 def _last_child(node: ast.AST) -> ast.AST | None:
     """The child of `node` that `build_index` numbers last (fields in order, `ctx` left out)."""
     kind = type(node)
-    names = _CHILD_FIELDS.get(kind)
-    for name in reversed(names if names is not None else _child_fields(kind)):
+    names = _REVERSED_FIELDS.get(kind)
+    for name in names if names is not None else _reversed_fields(kind):
         value = getattr(node, name, None)
         if type(value) is list:
             for item in reversed(value):
