@@ -474,11 +474,11 @@ class Workspace:
         project_names = ProjectNames.of(
             (dotted[p], text) for p, raw in raws.items() if (text := _text(p, raw)) is not None
         )
-        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents, project_names)
+        summaries = self._summaries(cache, root, {p: NO_PROJECT for p in contents}, contents, dotted, project_names)
         facts = ProjectIndex(list(summaries.values()), assume_compiled=assume, compiled_names=names).facts()
         again = {Path(path): f for path, f in facts.items() if f.training_calls}
         if again:
-            summaries.update(self._summaries(cache, root, again, contents, project_names))
+            summaries.update(self._summaries(cache, root, again, contents, dotted, project_names))
             facts = ProjectIndex(list(summaries.values()), assume_compiled=assume, compiled_names=names).facts()
         cache.put_result(FACTS_SLOT, key, _facts_to_json(facts))
         return facts
@@ -489,8 +489,11 @@ class Workspace:
         root: Path,
         wanted: dict[Path, ProjectFacts],
         contents: dict[Path, str],
+        dotted: dict[Path, str],
         project_names: ProjectNames,
     ) -> dict[str, ModuleSummary]:
+        """The summaries of the modules `wanted` (at the facts given), from the cache where valid;
+        `contents`: each member's content key, `dotted`: its module name."""
         found, todo = {}, []
         for path, facts in wanted.items():
             relpath = _relative(path, root)
@@ -504,7 +507,7 @@ class Workspace:
             if cached is not None:
                 found[str(path)] = cached
             else:
-                task = SummaryTask(str(path), module_name(path, source_root(path)), facts, project_names)
+                task = SummaryTask(str(path), dotted[path], facts, project_names)
                 todo.append((task, relpath, key))
         for (task, relpath, key), computed in zip(todo, self._map(_summarize_task, [t[0] for t in todo])):
             if computed is not None:
